@@ -1,0 +1,61 @@
+"""The LangGraph checkpointer for a database URL.
+
+``AsyncPostgresSaver`` for PostgreSQL (on its own psycopg pool: it cannot share SQLAlchemy's),
+``AsyncSqliteSaver`` for SQLite (the embedded default), ``InMemorySaver`` for ``memory://``.
+
+Example::
+
+    async with open_checkpointer(settings.resolved_database_url) as saver:
+        agent = create_agent(model, tools, checkpointer=saver)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiosqlite
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from opsbot.storage.engine import sqlite_path, sync_url
+
+MEMORY_URL = "memory://"
+
+
+@asynccontextmanager
+async def open_checkpointer(
+    url: str, *, pool_size: int = 10
+) -> AsyncIterator[BaseCheckpointSaver[str]]:
+    """Open (and set up, once) the checkpointer for ``url``; closes it on exit."""
+    if url == MEMORY_URL:
+        yield InMemorySaver()
+        return
+    if url.startswith("postgresql"):
+        pool: AsyncConnectionPool[AsyncConnection[DictRow]] = AsyncConnectionPool(
+            conninfo=sync_url(url),
+            max_size=pool_size,
+            kwargs={"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0},
+            open=False,
+        )
+        await pool.open()
+        try:
+            saver = AsyncPostgresSaver(pool)
+            await saver.setup()
+            yield saver
+        finally:
+            await pool.close()
+        return
+    path = sqlite_path(url)
+    if path is None:
+        raise ValueError(f"cannot open a checkpointer for {url!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    async with aiosqlite.connect(str(path)) as conn:
+        saver_sqlite = AsyncSqliteSaver(conn)
+        await saver_sqlite.setup()
+        yield saver_sqlite

@@ -1,0 +1,178 @@
+"""Threads: a platform conversation mapped to a random ``thread_id`` with a recorded owner.
+
+A ``thread_id`` is an identifier, never an authorisation: every load, continue or resume
+checks the owner (invariant 3).
+
+Example::
+
+    store = SqlThreadStore(engine)
+    thread = await store.get_or_create(PlatformRef("slack", "T1", "C1", "1712.1"), "alice")
+    await store.require_owner(thread.thread_id, "alice")   # raises NotThreadOwnerError otherwise
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from sqlalchemy import RowMapping, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_core.clock import Clock, IdFactory, random_id, utc_now
+from opsbot.storage.schema import threads as threads_table
+
+
+class ThreadError(Exception):
+    """Base class for thread errors."""
+
+
+class ThreadNotFoundError(ThreadError):
+    """No thread has this id."""
+
+
+class NotThreadOwnerError(ThreadError):
+    """The caller does not own the thread; nothing of it is loaded."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformRef:
+    """Where a conversation lives on its chat platform."""
+
+    platform: str
+    team_id: str
+    channel_id: str
+    thread_ts: str
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    thread_id: str
+    owner_subject: str
+    ref: PlatformRef
+    created_at: datetime
+
+
+class ThreadStore(Protocol):
+    async def get_or_create(self, ref: PlatformRef, owner_subject: str) -> Thread:
+        """The thread at ``ref``; created with ``owner_subject`` as owner if there is none.
+
+        An existing thread keeps its original owner, whoever asks.
+        """
+        ...
+
+    async def get(self, thread_id: str) -> Thread | None: ...
+
+    async def require_owner(self, thread_id: str, subject: str) -> Thread:
+        """The thread if ``subject`` owns it; raises ``NotThreadOwnerError`` otherwise.
+
+        An unknown id raises ``ThreadNotFoundError``.
+        """
+        ...
+
+
+def _check_owner(thread: Thread | None, thread_id: str, subject: str) -> Thread:
+    if thread is None:
+        raise ThreadNotFoundError(f"no thread {thread_id!r}")
+    if thread.owner_subject != subject:
+        raise NotThreadOwnerError("this conversation belongs to another user")
+    return thread
+
+
+class MemoryThreadStore:
+    """In-process store for unit tests and single-process development."""
+
+    def __init__(self, clock: Clock = utc_now, new_id: IdFactory = random_id) -> None:
+        self._clock = clock
+        self._new_id = new_id
+        self._by_id: dict[str, Thread] = {}
+        self._by_ref: dict[PlatformRef, str] = {}
+        self._lock = asyncio.Lock()
+
+    async def get_or_create(self, ref: PlatformRef, owner_subject: str) -> Thread:
+        async with self._lock:
+            existing = self._by_ref.get(ref)
+            if existing is not None:
+                return self._by_id[existing]
+            thread = Thread(self._new_id(), owner_subject, ref, self._clock())
+            self._by_id[thread.thread_id] = thread
+            self._by_ref[ref] = thread.thread_id
+            return thread
+
+    async def get(self, thread_id: str) -> Thread | None:
+        return self._by_id.get(thread_id)
+
+    async def require_owner(self, thread_id: str, subject: str) -> Thread:
+        return _check_owner(await self.get(thread_id), thread_id, subject)
+
+
+class SqlThreadStore:
+    """Threads in the project's database (SQLite or PostgreSQL); safe across instances."""
+
+    def __init__(
+        self, engine: AsyncEngine, clock: Clock = utc_now, new_id: IdFactory = random_id
+    ) -> None:
+        self._engine = engine
+        self._clock = clock
+        self._new_id = new_id
+
+    async def get_or_create(self, ref: PlatformRef, owner_subject: str) -> Thread:
+        found = await self._get_by_ref(ref)
+        if found is not None:
+            return found
+        thread = Thread(self._new_id(), owner_subject, ref, self._clock())
+        try:
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    threads_table.insert().values(
+                        thread_id=thread.thread_id,
+                        owner_subject=owner_subject,
+                        platform=ref.platform,
+                        team_id=ref.team_id,
+                        channel_id=ref.channel_id,
+                        thread_ts=ref.thread_ts,
+                        created_at=thread.created_at,
+                    )
+                )
+        except IntegrityError:
+            # Another instance created it between our read and insert: theirs wins.
+            found = await self._get_by_ref(ref)
+            if found is None:
+                raise
+            return found
+        return thread
+
+    async def get(self, thread_id: str) -> Thread | None:
+        async with self._engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(threads_table).where(threads_table.c.thread_id == thread_id)
+                )
+            ).first()
+        return None if row is None else _row_to_thread(row._mapping)
+
+    async def require_owner(self, thread_id: str, subject: str) -> Thread:
+        return _check_owner(await self.get(thread_id), thread_id, subject)
+
+    async def _get_by_ref(self, ref: PlatformRef) -> Thread | None:
+        c = threads_table.c
+        query = select(threads_table).where(
+            c.platform == ref.platform,
+            c.team_id == ref.team_id,
+            c.channel_id == ref.channel_id,
+            c.thread_ts == ref.thread_ts,
+        )
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return None if row is None else _row_to_thread(row._mapping)
+
+
+def _row_to_thread(m: RowMapping) -> Thread:
+    return Thread(
+        thread_id=m["thread_id"],
+        owner_subject=m["owner_subject"],
+        ref=PlatformRef(m["platform"], m["team_id"], m["channel_id"], m["thread_ts"]),
+        created_at=m["created_at"],
+    )

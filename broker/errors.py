@@ -1,0 +1,39 @@
+"""Errors raised by the broker.
+
+Exception tree::
+
+    BrokerError
+    ├── NotLinkedError          the chat user has no account link
+    ├── AccessRevokedError      the IdP refused: the user's access was revoked
+    ├── ExchangeFailedError     token exchange for one server failed (names the server)
+    └── BrokerUnavailableError  the IdP or the broker service could not be reached
+
+Messages name the missing access; they never contain a token.
+"""
+
+from __future__ import annotations
+
+
+class BrokerError(Exception):
+    """Base class for every broker failure."""
+
+
+class NotLinkedError(BrokerError):
+    """The chat user has not connected their company account."""
+
+
+class AccessRevokedError(BrokerError):
+    """The identity provider no longer issues tokens for this user."""
+
+
+class ExchangeFailedError(BrokerError):
+    """Token exchange for one MCP server failed."""
+
+    def __init__(self, server: str, reason: str) -> None:
+        super().__init__(f"token exchange for server {server!r} failed: {reason}")
+        self.server = server
+        self.reason = reason
+
+
+class BrokerUnavailableError(BrokerError):
+    """The identity provider or the broker service could not be reached."""

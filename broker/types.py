@@ -1,0 +1,53 @@
+"""Identity and credential types shared by the broker and its callers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ChatUser:
+    """A user as a chat platform knows them, e.g. ``ChatUser("slack", "T01", "U42")``."""
+
+    platform: str
+    team_id: str
+    user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """The company identity a request acts for: the IdP subject and the chat user it came from."""
+
+    subject: str
+    chat_user: ChatUser | None = None
+    email: str = ""
+    groups: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True, slots=True)
+class AccessToken:
+    """A token minted for one user and one MCP server audience.
+
+    The raw value never appears in ``repr`` or ``str``, so it cannot leak into logs by accident.
+    """
+
+    value: str = field(repr=False)
+    audience: str
+    expires_at: datetime
+    scopes: frozenset[str] = field(default_factory=frozenset)
+
+    def __str__(self) -> str:
+        return f"AccessToken(audience={self.audience!r}, expires_at={self.expires_at.isoformat()})"
+
+
+class Broker(Protocol):
+    """Turns an identity into short-lived, audience-scoped tokens, one per MCP server.
+
+    ``server`` is the configured MCP server name (e.g. ``"ticketing"``).
+    """
+
+    async def get_token(self, identity: Identity, server: str) -> AccessToken: ...
+
+    async def invalidate(self, identity: Identity, server: str) -> None: ...

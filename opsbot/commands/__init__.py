@@ -1,0 +1,1 @@
+"""Subcommands of the ``opsbot`` command line, one module each."""

@@ -1,0 +1,31 @@
+"""Structured logging (structlog): console for development, JSON for production."""
+
+from __future__ import annotations
+
+import logging
+
+import structlog
+
+from opsbot.settings import Settings
+
+
+def configure_logging(settings: Settings) -> None:
+    level = logging.getLevelNamesMapping().get(settings.log_level.upper(), logging.INFO)
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer()
+        if settings.log_format == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    logging.basicConfig(level=level, format="%(message)s")
+    # Alembic narrates every step at INFO; operators only need its warnings.
+    logging.getLogger("alembic").setLevel(max(level, logging.WARNING))
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        cache_logger_on_first_use=True,
+    )

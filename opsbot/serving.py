@@ -1,0 +1,71 @@
+"""Serve an ASGI app (the dev IdP, the MCP servers, the sandbox) on a pre-bound socket.
+
+Binding first and serving second lets a caller learn every port before any server starts,
+so servers that must know each other's URLs can be wired up with port 0 in tests.
+
+Example::
+
+    sock = bind_socket("127.0.0.1", 0)
+    async with serve_asgi(app, sock) as base_url:
+        ...  # http://127.0.0.1:<port>
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import socket
+from collections.abc import AsyncIterator
+
+import uvicorn
+from uvicorn._types import ASGIApplication
+
+
+class PortInUseError(OSError):
+    """The requested port is taken by another process."""
+
+
+def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A listening TCP socket; ``port=0`` picks a free one. Raises ``PortInUseError``."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUseError(
+                exc.errno, f"port {port} on {host} is already in use; choose another"
+            ) from exc
+        raise
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+def socket_url(sock: socket.socket, scheme: str = "http") -> str:
+    host, port = sock.getsockname()[:2]
+    return f"{scheme}://{host}:{port}"
+
+
+@contextlib.asynccontextmanager
+async def serve_asgi(
+    app: ASGIApplication, sock: socket.socket, *, log_level: str = "warning"
+) -> AsyncIterator[str]:
+    """Run ``app`` on ``sock`` until the block exits; yields the base URL."""
+    config = uvicorn.Config(app, log_level=log_level, lifespan="auto", access_log=False)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()  # re-raise the start-up failure
+                raise RuntimeError("server stopped during start-up")
+            await asyncio.sleep(0.01)
+        yield socket_url(sock)
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, timeout=5)
+        sock.close()

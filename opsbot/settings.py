@@ -1,0 +1,125 @@
+"""The one settings object, read from the environment (and an optional ``.env`` file).
+
+Our variables carry the ``OPSBOT_`` prefix; nested sections use ``__`` (for example
+``OPSBOT_BROKER__TOKEN_TTL_SECONDS=300``). Slack's own variables keep the names Bolt reads
+(``SLACK_BOT_TOKEN``, ``SLACK_SIGNING_SECRET``, ``SLACK_APP_TOKEN``). Nothing else in opsbot
+reads ``os.environ``: components receive the parts of this object they need.
+
+Example::
+
+    settings = Settings()                       # from the environment
+    settings = Settings(database_url="postgresql://u@db/opsbot")   # explicit, in tests
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class McpServerSettings(BaseModel):
+    """One MCP server opsbot talks to: its name (the tool prefix), URL and token audience."""
+
+    name: str
+    url: str
+    audience: str
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_identifier(cls, value: str) -> str:
+        if not value.isidentifier():
+            raise ValueError("server name must be a plain identifier (it prefixes tool names)")
+        return value
+
+
+def _default_mcp_servers() -> list[McpServerSettings]:
+    return [
+        McpServerSettings(
+            name=name,
+            url=f"http://127.0.0.1:{port}/mcp",
+            audience=f"http://127.0.0.1:{port}/mcp",
+        )
+        for name, port in (("ticketing", 8101), ("docs", 8102), ("database", 8103))
+    ]
+
+
+class IdpSettings(BaseModel):
+    """The company identity provider (the development IdP by default)."""
+
+    issuer: str = "http://127.0.0.1:8100"
+    client_id: str = "opsbot"
+    client_secret: SecretStr = SecretStr("opsbot-dev-secret")
+    # Keycloak names the target with `audience`, RFC 8707 servers with `resource`.
+    exchange_target_param: Literal["audience", "resource"] = "audience"
+    token_url: str | None = None  # default: from OIDC discovery
+    directory_path: Path | None = None  # dev IdP only: users, teams, groups (YAML)
+
+
+class BrokerSettings(BaseModel):
+    """The token broker: in-process by default, or a separate HTTP service."""
+
+    mode: Literal["inprocess", "remote"] = "inprocess"
+    service_url: str = "http://127.0.0.1:8099"
+    service_secret: SecretStr = SecretStr("opsbot-dev-broker-secret")
+    token_ttl_seconds: int = 300
+    cache_margin_seconds: int = 30
+    # Fernet key (urlsafe base64, 32 bytes) encrypting stored refresh tokens.
+    link_encryption_key: SecretStr | None = None
+
+
+class SlackSettings(BaseModel):
+    approvals_channel: str = "ops-approvals"
+    allowed_team_ids: list[str] = Field(default_factory=list)
+
+
+class Settings(BaseSettings):
+    """Everything opsbot can be configured with. See ``.env.example`` for each variable."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="OPSBOT_",
+        env_nested_delimiter="__",
+        env_file=".env",
+        extra="ignore",
+        populate_by_name=True,
+    )
+
+    data_dir: Path = Path(".opsbot")
+    database_url: str | None = None
+    test_database_url: str = "postgresql://postgres@127.0.0.1:5432/test"
+    log_level: str = "INFO"
+    log_format: Literal["console", "json"] = "console"
+
+    model: str = "demo"
+    model_fallbacks: list[str] = Field(default_factory=list)
+    tool_policy_path: Path | None = None
+
+    mcp_servers: list[McpServerSettings] = Field(default_factory=_default_mcp_servers)
+    idp: IdpSettings = Field(default_factory=IdpSettings)
+    broker: BrokerSettings = Field(default_factory=BrokerSettings)
+    slack: SlackSettings = Field(default_factory=SlackSettings)
+
+    slack_bot_token: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN", "slack_bot_token")
+    )
+    slack_signing_secret: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("SLACK_SIGNING_SECRET", "slack_signing_secret")
+    )
+    slack_app_token: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("SLACK_APP_TOKEN", "slack_app_token")
+    )
+    slack_api_url: str = Field(
+        default="https://slack.com/api/",
+        validation_alias=AliasChoices("SLACK_API_URL", "slack_api_url"),
+    )
+    port: int = Field(default=3000, validation_alias=AliasChoices("PORT", "port"))
+    ci: bool = Field(default=False, validation_alias=AliasChoices("CI", "ci"))
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL to use: the configured one, or SQLite in the data directory."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'opsbot.db').as_posix()}"

@@ -1,0 +1,69 @@
+"""Database URLs and async engines for SQLite (embedded default) and PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+
+def is_postgres(url: str) -> bool:
+    return make_url(url).get_backend_name() == "postgresql"
+
+
+def async_url(url: str) -> str:
+    """Map a plain URL to the async driver: ``postgresql://`` → psycopg, ``sqlite://`` → aiosqlite.
+
+    >>> async_url("postgresql://u@h/db")
+    'postgresql+psycopg://u@h/db'
+    """
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "postgresql":
+        return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    if backend == "sqlite":
+        return parsed.set(drivername="sqlite+aiosqlite").render_as_string(hide_password=False)
+    raise ValueError(
+        f"unsupported database URL scheme {parsed.drivername!r}: use sqlite or postgresql"
+    )
+
+
+def sync_url(url: str) -> str:
+    """The plain (driverless) form of a URL, as libpq and sqlite3 understand it."""
+    parsed = make_url(url)
+    return parsed.set(drivername=parsed.get_backend_name()).render_as_string(hide_password=False)
+
+
+def sqlite_path(url: str) -> Path | None:
+    parsed = make_url(url)
+    if (
+        parsed.get_backend_name() != "sqlite"
+        or not parsed.database
+        or parsed.database == ":memory:"
+    ):
+        return None
+    return Path(parsed.database)
+
+
+def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    """An async engine for ``url``; a SQLite file's directory is created on demand."""
+    path = sqlite_path(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_async_engine(async_url(url), **kwargs)
+    if make_url(url).get_backend_name() == "sqlite":
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets readers run beside the single writer; busy_timeout waits instead of failing
+    # when another connection holds the write lock.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()

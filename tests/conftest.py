@@ -1,0 +1,118 @@
+"""Shared fixtures: settings, and fresh databases on SQLite and PostgreSQL.
+
+PostgreSQL tests use ``OPSBOT_TEST_DATABASE_URL`` (default: the local server) and get a fresh
+database per test session, emptied between tests. With no reachable server they skip with the
+reason — except under ``CI=true``, where they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from opsbot.settings import Settings
+from opsbot.storage import create_engine, metadata, migrate
+
+T = TypeVar("T")
+
+DATABASE_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(scope="session")
+def base_settings() -> Settings:
+    return Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url(base_settings: Settings) -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session, dropped at the end."""
+    admin_url = base_settings.test_database_url
+    try:
+        admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        reason = f"PostgreSQL not reachable at {make_url(admin_url).host}: {exc}"
+        if base_settings.ci:
+            pytest.fail(f"{reason} (CI=true: PostgreSQL tests must run)")
+        pytest.skip(reason)
+    name = f"opsbot_test_{secrets.token_hex(6)}"
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_in_own_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion on a fresh loop in a worker thread.
+
+    Sync fixtures may be requested from inside a running event loop (through
+    ``request.getfixturevalue``), where ``asyncio.run`` is not allowed.
+    """
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+async def _migrate_url(url: str) -> None:
+    engine = create_engine(url)
+    try:
+        await migrate(engine)
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def _postgres_migrated(postgres_server_url: str) -> str:
+    run_in_own_loop(_migrate_url(postgres_server_url))
+    return postgres_server_url
+
+
+async def _empty_tables(url: str) -> None:
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            for table in reversed(metadata.sorted_tables):
+                await conn.execute(table.delete())
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+def postgres_url(_postgres_migrated: str) -> str:
+    """The session's PostgreSQL database, migrated and with every opsbot table empty."""
+    run_in_own_loop(_empty_tables(_postgres_migrated))
+    return _postgres_migrated
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A fresh, migrated SQLite database file."""
+    url = f"sqlite:///{tmp_path / 'opsbot.db'}"
+    run_in_own_loop(_migrate_url(url))
+    return url
+
+
+@pytest.fixture(params=DATABASE_BACKENDS)
+def database_url(request: pytest.FixtureRequest) -> str:
+    """A fresh, migrated database: once on SQLite, once on PostgreSQL."""
+    fixture = "sqlite_url" if request.param == "sqlite" else "postgres_url"
+    url: str = request.getfixturevalue(fixture)
+    return url
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(database_url)
+    yield engine
+    await engine.dispose()
