@@ -64,6 +64,19 @@ def run_in_own_loop(coroutine: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coroutine).result()
 
 
+@pytest.fixture
+def fresh_postgres_database(postgres_server_url: str) -> Iterator[str]:
+    """The name of a new, empty database on the test server, dropped afterwards."""
+    admin_url = make_url(postgres_server_url).set(database="postgres")
+    dsn = admin_url.render_as_string(hide_password=False)
+    name = f"opsbot_fresh_{secrets.token_hex(6)}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 async def _migrate_url(url: str) -> None:
     engine = create_engine(url)
     try:

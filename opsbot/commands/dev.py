@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agent_core.checkpointer import open_checkpointer
 from opsbot.settings import Settings
-from opsbot.storage import create_engine, current_revision, migrate
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -18,6 +16,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
+    from agent_core.checkpointer import open_checkpointer
+    from opsbot.storage import create_engine, current_revision, migrate
+
     url = settings.resolved_database_url
     engine = create_engine(url)
     try:

@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 from opsbot.settings import Settings
-from opsbot.storage import create_engine, current_revision, migrate
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -15,6 +14,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
+    from opsbot.storage import create_engine, current_revision, migrate
+
     url = settings.resolved_database_url
     engine = create_engine(url)
     try:

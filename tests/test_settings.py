@@ -1,0 +1,50 @@
+"""The one settings object: prefixes, nesting, Slack's own names, defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from opsbot.settings import Settings
+
+
+def _settings() -> Settings:
+    return Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+def test_defaults_are_embedded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPSBOT_DATABASE_URL", raising=False)
+    monkeypatch.delenv("OPSBOT_DATA_DIR", raising=False)
+    settings = _settings()
+    assert settings.resolved_database_url == "sqlite:///.opsbot/opsbot.db"
+    assert [s.name for s in settings.mcp_servers] == ["ticketing", "docs", "database"]
+
+
+def test_environment_overrides(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("OPSBOT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("OPSBOT_MODEL", "openai:gpt-4.1")
+    monkeypatch.setenv("OPSBOT_MODEL_FALLBACKS", '["anthropic:claude-sonnet-4-5"]')
+    monkeypatch.setenv("OPSBOT_BROKER__TOKEN_TTL_SECONDS", "120")
+    monkeypatch.setenv("SLACK_SIGNING_SECRET", "s3cret")
+    monkeypatch.setenv("SLACK_API_URL", "http://127.0.0.1:9999/api/")
+    monkeypatch.setenv("PORT", "8080")
+    settings = _settings()
+    assert settings.resolved_database_url == f"sqlite:///{tmp_path.as_posix()}/opsbot.db"
+    assert settings.model == "openai:gpt-4.1"
+    assert settings.model_fallbacks == ["anthropic:claude-sonnet-4-5"]
+    assert settings.broker.token_ttl_seconds == 120
+    assert settings.slack_signing_secret is not None
+    assert settings.slack_signing_secret.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(settings)
+    assert settings.slack_api_url == "http://127.0.0.1:9999/api/"
+    assert settings.port == 8080
+
+
+def test_server_names_must_be_identifiers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "OPSBOT_MCP_SERVERS", '[{"name": "ticket-ing", "url": "http://x/mcp", "audience": "a"}]'
+    )
+    with pytest.raises(ValidationError, match="plain identifier"):
+        _settings()
