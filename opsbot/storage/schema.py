@@ -9,7 +9,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Column, DateTime, Dialect, Index, MetaData, String, Table
+from sqlalchemy import (
+    JSON,
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+)
 from sqlalchemy.types import TypeDecorator
 
 
@@ -62,4 +73,53 @@ threads = Table(
         unique=True,
     ),
     Index("ix_threads_owner_subject", "owner_subject"),
+)
+
+# Approvals: one row per interrupt. The atomic claim is a conditional UPDATE on `status`.
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("approval_id", String(64), primary_key=True),
+    Column("thread_id", String(64), nullable=False),
+    Column("requester_subject", String(255), nullable=False),
+    Column("requester_chat_user", JSON(), nullable=True),
+    Column("actions", JSON(), nullable=False),
+    Column("reads", JSON(), nullable=False),
+    Column("created_at", UtcDateTime(), nullable=False),
+    Column("expires_at", UtcDateTime(), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("decided_by", String(255), nullable=True),
+    Column("decided_at", UtcDateTime(), nullable=True),
+    Column("decisions", JSON(), nullable=False),
+    Column("outcome", JSON(), nullable=False),
+    Index("ix_approvals_status_expires_at", "status", "expires_at"),
+    Index("ix_approvals_requester_subject", "requester_subject"),
+    Index("ix_approvals_thread_id", "thread_id"),
+)
+
+# The audit log: append-only (the migration installs triggers refusing UPDATE and DELETE).
+audit_events = Table(
+    "audit_events",
+    metadata,
+    Column("seq", Integer(), primary_key=True, autoincrement=True),
+    Column("event_id", String(64), nullable=False, unique=True),
+    Column("at", UtcDateTime(), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("requester", String(255), nullable=True),
+    Column("thread_id", String(64), nullable=True),
+    Column("tool", String(255), nullable=True),
+    Column("args_summary", JSON(), nullable=True),
+    Column("outcome", String(64), nullable=True),
+    Column("latency_ms", Float(), nullable=True),
+    Column("model_used", String(255), nullable=True),
+    Column("approval_id", String(64), nullable=True),
+    Column("approver", String(255), nullable=True),
+    Column("decision", String(16), nullable=True),
+    Column("edited_args_summary", JSON(), nullable=True),
+    Column("idempotency_key", String(128), nullable=True),
+    Column("detail", JSON(), nullable=True),
+    Index("ix_audit_events_requester_at", "requester", "at"),
+    Index("ix_audit_events_thread_id_at", "thread_id", "at"),
+    Index("ix_audit_events_at", "at"),
+    Index("ix_audit_events_idempotency_key", "idempotency_key"),
 )

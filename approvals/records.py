@@ -1,0 +1,114 @@
+"""Approval records: one per interrupt, holding the proposed write calls and their fate."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from broker.types import ChatUser
+
+
+class ApprovalStatus(StrEnum):
+    """``pending → deciding → approved | edited | rejected | expired | failed``."""
+
+    PENDING = "pending"
+    DECIDING = "deciding"
+    APPROVED = "approved"
+    EDITED = "edited"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    FAILED = "failed"
+
+    @property
+    def is_final(self) -> bool:
+        return self not in (ApprovalStatus.PENDING, ApprovalStatus.DECIDING)
+
+
+FINAL_STATUSES = frozenset(s for s in ApprovalStatus if s.is_final)
+
+DecisionType = Literal["approve", "edit", "reject"]
+
+# Who "decides" an approval the sweeper rejects for age.
+EXPIRY_DECIDER = "system:expiry"
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRequest:
+    """One proposed tool call: the prefixed tool name, its server and its exact arguments."""
+
+    tool: str
+    server: str
+    args: dict[str, Any]
+    description: str = ""
+    tool_call_id: str = ""
+    approver_group: str = ""
+    sensitive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRef:
+    """One read in the chain that led to the proposal: the tool and the id it returned."""
+
+    tool: str
+    ref_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActionDecision:
+    """The decision on one action request, in LangChain HITL's vocabulary."""
+
+    type: DecisionType
+    args: dict[str, Any] | None = None  # edited arguments, for "edit"
+    message: str = ""  # reason, for "reject"
+
+    def to_hitl(self, action: ActionRequest, idempotency_key: str | None) -> dict[str, Any]:
+        """The HITL resume payload for this decision (approvals carry the idempotency key)."""
+        if self.type == "reject":
+            return {"type": "reject", "message": self.message or "rejected by the approver"}
+        args = dict(self.args if self.type == "edit" and self.args is not None else action.args)
+        if idempotency_key is None:
+            return (
+                {"type": "approve"}
+                if self.type == "approve"
+                else {"type": "edit", "edited_action": {"name": action.tool, "args": args}}
+            )
+        args["idempotency_key"] = idempotency_key
+        return {"type": "edit", "edited_action": {"name": action.tool, "args": args}}
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """A pending (or decided) approval. Never holds a credential."""
+
+    approval_id: str
+    thread_id: str
+    requester_subject: str
+    actions: tuple[ActionRequest, ...]
+    created_at: datetime
+    expires_at: datetime
+    requester_chat_user: ChatUser | None = None
+    reads: tuple[ReadRef, ...] = ()
+    status: ApprovalStatus = ApprovalStatus.PENDING
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    decisions: tuple[ActionDecision, ...] = ()
+    outcome: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def approver_groups(self) -> frozenset[str]:
+        return frozenset(a.approver_group for a in self.actions if a.approver_group)
+
+    @property
+    def sensitive(self) -> bool:
+        return any(a.sensitive for a in self.actions)
+
+    def is_expired(self, now: datetime) -> bool:
+        return now >= self.expires_at
+
+    def idempotency_key(self, index: int) -> str:
+        """The key the server deduplicates the ``index``-th write of this approval on."""
+        digest = hashlib.sha256(f"{self.approval_id}:{index}".encode()).hexdigest()[:32]
+        return f"apr-{digest}"

@@ -1,0 +1,299 @@
+"""Where approvals live: the ``ApprovalStore`` protocol, in memory and in SQL.
+
+The one operation that matters is :meth:`ApprovalStore.claim`: ``pending → deciding`` as a
+single conditional write, so exactly one of any number of concurrent decisions wins — across
+clicks, app instances sharing the database, and retries. Losers learn who won.
+
+Example::
+
+    store = SqlApprovalStore(engine)
+    await store.create(approval)
+    claimed = await store.claim(approval.approval_id, "bob", decisions, now)  # or raises
+    await store.finish(approval.approval_id, ApprovalStatus.APPROVED, {"result": "ok"})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import RowMapping, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from approvals.errors import AlreadyDecidedError, ApprovalExpiredError, ApprovalNotFoundError
+from approvals.records import (
+    EXPIRY_DECIDER,
+    ActionDecision,
+    ActionRequest,
+    Approval,
+    ApprovalStatus,
+    ReadRef,
+)
+from broker.types import ChatUser
+from opsbot.storage.schema import approvals as approvals_table
+
+
+class ApprovalStore(Protocol):
+    async def create(self, approval: Approval) -> None:
+        """Store a new pending approval (its id must be new)."""
+        ...
+
+    async def get(self, approval_id: str) -> Approval | None: ...
+
+    async def claim(
+        self,
+        approval_id: str,
+        decided_by: str,
+        decisions: Sequence[ActionDecision],
+        now: datetime,
+    ) -> Approval:
+        """Atomically move a live approval ``pending → deciding`` for ``decided_by``.
+
+        Raises ``ApprovalNotFoundError``, ``AlreadyDecidedError`` (naming the winner) or
+        ``ApprovalExpiredError`` (pending but past ``expires_at`` at ``now``).
+        The approval with ``decided_by == EXPIRY_DECIDER`` claims an expired one instead.
+        """
+        ...
+
+    async def finish(
+        self, approval_id: str, status: ApprovalStatus, outcome: dict[str, Any]
+    ) -> Approval:
+        """Move a claimed approval ``deciding → status`` (final); raises ``AlreadyDecidedError``
+        if it is not in ``deciding``."""
+        ...
+
+    async def find(
+        self,
+        *,
+        statuses: Sequence[ApprovalStatus] = (),
+        requester_subject: str | None = None,
+        expired_at: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Approval]:
+        """Approvals oldest first, by status, requester, and ``expires_at <= expired_at``."""
+        ...
+
+
+def _claim_refusal(current: Approval | None, approval_id: str, now: datetime) -> Exception:
+    if current is None:
+        return ApprovalNotFoundError(f"no approval {approval_id!r}")
+    if current.status is ApprovalStatus.PENDING:
+        # Pending yet not claimable: an ordinary decider found it expired, or the sweeper
+        # found it still live.
+        if current.is_expired(now):
+            return ApprovalExpiredError("this approval has expired")
+        return AlreadyDecidedError(None, current.status.value)
+    return AlreadyDecidedError(current.decided_by, current.status.value)
+
+
+def _claimable(approval: Approval, decided_by: str, now: datetime) -> bool:
+    if approval.status is not ApprovalStatus.PENDING:
+        return False
+    return (
+        approval.is_expired(now) if decided_by == EXPIRY_DECIDER else not approval.is_expired(now)
+    )
+
+
+class MemoryApprovalStore:
+    """In-process store for unit tests and single-process development."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, Approval] = {}
+        self._lock = asyncio.Lock()
+
+    async def create(self, approval: Approval) -> None:
+        async with self._lock:
+            if approval.approval_id in self._by_id:
+                raise ValueError("approval id already exists")
+            self._by_id[approval.approval_id] = approval
+
+    async def get(self, approval_id: str) -> Approval | None:
+        return self._by_id.get(approval_id)
+
+    async def claim(
+        self,
+        approval_id: str,
+        decided_by: str,
+        decisions: Sequence[ActionDecision],
+        now: datetime,
+    ) -> Approval:
+        async with self._lock:
+            current = self._by_id.get(approval_id)
+            if current is None or not _claimable(current, decided_by, now):
+                raise _claim_refusal(current, approval_id, now)
+            claimed = dataclasses.replace(
+                current,
+                status=ApprovalStatus.DECIDING,
+                decided_by=decided_by,
+                decided_at=now,
+                decisions=tuple(decisions),
+            )
+            self._by_id[approval_id] = claimed
+            return claimed
+
+    async def finish(
+        self, approval_id: str, status: ApprovalStatus, outcome: dict[str, Any]
+    ) -> Approval:
+        if not status.is_final:
+            raise ValueError(f"{status} is not a final status")
+        async with self._lock:
+            current = self._by_id.get(approval_id)
+            if current is None:
+                raise ApprovalNotFoundError(f"no approval {approval_id!r}")
+            if current.status is not ApprovalStatus.DECIDING:
+                raise AlreadyDecidedError(current.decided_by, current.status.value)
+            done = dataclasses.replace(current, status=status, outcome=dict(outcome))
+            self._by_id[approval_id] = done
+            return done
+
+    async def find(
+        self,
+        *,
+        statuses: Sequence[ApprovalStatus] = (),
+        requester_subject: str | None = None,
+        expired_at: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Approval]:
+        found = [
+            a
+            for a in self._by_id.values()
+            if (not statuses or a.status in statuses)
+            and (requester_subject is None or a.requester_subject == requester_subject)
+            and (expired_at is None or a.expires_at <= expired_at)
+        ]
+        found.sort(key=lambda a: (a.created_at, a.approval_id))
+        return found[:limit]
+
+
+class SqlApprovalStore:
+    """Approvals in the project's database (SQLite or PostgreSQL); safe across instances."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def create(self, approval: Approval) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(approvals_table.insert().values(**_to_row(approval)))
+
+    async def get(self, approval_id: str) -> Approval | None:
+        async with self._engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(approvals_table).where(approvals_table.c.approval_id == approval_id)
+                )
+            ).first()
+        return None if row is None else _from_row(row._mapping)
+
+    async def claim(
+        self,
+        approval_id: str,
+        decided_by: str,
+        decisions: Sequence[ActionDecision],
+        now: datetime,
+    ) -> Approval:
+        c = approvals_table.c
+        age = c.expires_at <= now if decided_by == EXPIRY_DECIDER else c.expires_at > now
+        statement = (
+            update(approvals_table)
+            .where(c.approval_id == approval_id, c.status == ApprovalStatus.PENDING.value, age)
+            .values(
+                status=ApprovalStatus.DECIDING.value,
+                decided_by=decided_by,
+                decided_at=now,
+                decisions=[_decision_to_json(d) for d in decisions],
+            )
+        )
+        async with self._engine.begin() as conn:
+            won = (await conn.execute(statement)).rowcount == 1
+        current = await self.get(approval_id)
+        if not won or current is None:
+            raise _claim_refusal(current, approval_id, now)
+        return current
+
+    async def finish(
+        self, approval_id: str, status: ApprovalStatus, outcome: dict[str, Any]
+    ) -> Approval:
+        if not status.is_final:
+            raise ValueError(f"{status} is not a final status")
+        c = approvals_table.c
+        statement = (
+            update(approvals_table)
+            .where(c.approval_id == approval_id, c.status == ApprovalStatus.DECIDING.value)
+            .values(status=status.value, outcome=dict(outcome))
+        )
+        async with self._engine.begin() as conn:
+            done = (await conn.execute(statement)).rowcount == 1
+        current = await self.get(approval_id)
+        if current is None:
+            raise ApprovalNotFoundError(f"no approval {approval_id!r}")
+        if not done:
+            raise AlreadyDecidedError(current.decided_by, current.status.value)
+        return current
+
+    async def find(
+        self,
+        *,
+        statuses: Sequence[ApprovalStatus] = (),
+        requester_subject: str | None = None,
+        expired_at: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Approval]:
+        c = approvals_table.c
+        query = select(approvals_table)
+        if statuses:
+            query = query.where(c.status.in_([s.value for s in statuses]))
+        if requester_subject is not None:
+            query = query.where(c.requester_subject == requester_subject)
+        if expired_at is not None:
+            query = query.where(c.expires_at <= expired_at)
+        query = query.order_by(c.created_at, c.approval_id).limit(limit)
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [_from_row(r._mapping) for r in rows]
+
+
+def _decision_to_json(d: ActionDecision) -> dict[str, Any]:
+    return {"type": d.type, "args": d.args, "message": d.message}
+
+
+def _to_row(a: Approval) -> dict[str, Any]:
+    cu = a.requester_chat_user
+    return {
+        "approval_id": a.approval_id,
+        "thread_id": a.thread_id,
+        "requester_subject": a.requester_subject,
+        "requester_chat_user": None
+        if cu is None
+        else {"platform": cu.platform, "team_id": cu.team_id, "user_id": cu.user_id},
+        "actions": [dataclasses.asdict(x) for x in a.actions],
+        "reads": [dataclasses.asdict(r) for r in a.reads],
+        "created_at": a.created_at,
+        "expires_at": a.expires_at,
+        "status": a.status.value,
+        "decided_by": a.decided_by,
+        "decided_at": a.decided_at,
+        "decisions": [_decision_to_json(d) for d in a.decisions],
+        "outcome": dict(a.outcome),
+    }
+
+
+def _from_row(m: RowMapping) -> Approval:
+    cu = m["requester_chat_user"]
+    return Approval(
+        approval_id=m["approval_id"],
+        thread_id=m["thread_id"],
+        requester_subject=m["requester_subject"],
+        requester_chat_user=None if cu is None else ChatUser(**cu),
+        actions=tuple(ActionRequest(**x) for x in m["actions"]),
+        reads=tuple(ReadRef(**r) for r in m["reads"] or ()),
+        created_at=m["created_at"],
+        expires_at=m["expires_at"],
+        status=ApprovalStatus(m["status"]),
+        decided_by=m["decided_by"],
+        decided_at=m["decided_at"],
+        decisions=tuple(ActionDecision(**d) for d in m["decisions"] or ()),
+        outcome=dict(m["outcome"] or {}),
+    )

@@ -1,0 +1,336 @@
+"""The append-only audit log: who did what, when, and who approved it.
+
+Every event is redacted before it reaches storage (secrets removed, PII masked, large
+payloads hashed); tool outputs are never logged. A write is recorded twice, append-only:
+``write_pending`` before the call and ``write_outcome`` after it, joined by the idempotency
+key, so a pending record with no outcome points at an ambiguous write (see ``audit.reconcile``).
+
+Example::
+
+    log = AuditLog(SqlAuditSink(engine))
+    await log.write_pending(requester="alice", thread_id=t, tool="ticketing_close_ticket",
+                            args={...}, idempotency_key=k, approval_id=a, approver="bob")
+    await log.write_outcome(..., outcome="success", latency_ms=41.0)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from sqlalchemy import RowMapping, and_, exists, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_core.clock import Clock, IdFactory, random_id, utc_now
+from audit.errors import AuditQueryError
+from audit.redaction import DEFAULT_MAX_BYTES, redact, redact_text, summarise
+from opsbot.storage.schema import audit_events
+
+
+class EventKind(StrEnum):
+    TOOL_CALL = "tool_call"  # a read (or any call not split in two)
+    WRITE_PENDING = "write_pending"  # before a write call leaves the process
+    WRITE_OUTCOME = "write_outcome"  # after it: success / error:<class> / rejected
+    APPROVAL_REQUESTED = "approval_requested"
+    DECISION = "decision"  # approve / edit / reject by an approver (or expiry)
+    APPROVAL_FINISHED = "approval_finished"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One audit record, already redacted."""
+
+    event_id: str
+    at: datetime
+    kind: EventKind
+    requester: str | None = None
+    thread_id: str | None = None
+    tool: str | None = None
+    args_summary: Any = None
+    outcome: str | None = None
+    latency_ms: float | None = None
+    model_used: str | None = None
+    approval_id: str | None = None
+    approver: str | None = None
+    decision: str | None = None
+    edited_args_summary: Any = None
+    idempotency_key: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    requester: str | None = None
+    thread_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    kinds: tuple[EventKind, ...] = ()
+    idempotency_key: str | None = None
+    limit: int = 200
+
+    def __post_init__(self) -> None:
+        if self.since and self.until and self.since > self.until:
+            raise AuditQueryError("'since' is after 'until'")
+        if self.limit <= 0:
+            raise AuditQueryError("limit must be positive")
+
+
+class AuditSink(Protocol):
+    """Storage for audit events: append and read, never change."""
+
+    async def append(self, event: AuditEvent) -> None: ...
+
+    async def query(self, q: AuditQuery) -> list[AuditEvent]:
+        """Matching events, oldest first."""
+        ...
+
+    async def unresolved_writes(self, limit: int = 200) -> list[AuditEvent]:
+        """``write_pending`` events with no ``write_outcome`` for their idempotency key."""
+        ...
+
+
+def error_outcome(exc: BaseException) -> str:
+    """The outcome label for a failure: its class, never its message."""
+    return f"error:{type(exc).__name__}"
+
+
+class AuditLog:
+    """Builds redacted events and appends them to a sink."""
+
+    def __init__(
+        self,
+        sink: AuditSink,
+        *,
+        clock: Clock = utc_now,
+        new_id: IdFactory = random_id,
+        max_payload_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
+        self.sink = sink
+        self._clock = clock
+        self._new_id = new_id
+        self._max = max_payload_bytes
+
+    async def record(
+        self,
+        kind: EventKind,
+        *,
+        args: Any = None,
+        edited_args: Any = None,
+        detail: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> AuditEvent:
+        """Append one event; ``args``/``edited_args``/``detail`` are redacted first."""
+        for key in ("requester", "approver", "outcome", "decision", "model_used"):
+            if isinstance(fields.get(key), str):
+                fields[key] = redact_text(fields[key])
+        event = AuditEvent(
+            event_id=self._new_id(),
+            at=self._clock(),
+            kind=kind,
+            args_summary=None if args is None else summarise(args, max_bytes=self._max),
+            edited_args_summary=None
+            if edited_args is None
+            else summarise(edited_args, max_bytes=self._max),
+            detail=redact(detail or {}),
+            **fields,
+        )
+        await self.sink.append(event)
+        return event
+
+    async def tool_call(
+        self,
+        *,
+        requester: str,
+        thread_id: str,
+        tool: str,
+        args: Any,
+        outcome: str,
+        latency_ms: float | None,
+        model_used: str | None = None,
+    ) -> AuditEvent:
+        return await self.record(
+            EventKind.TOOL_CALL,
+            requester=requester,
+            thread_id=thread_id,
+            tool=tool,
+            args=args,
+            outcome=outcome,
+            latency_ms=latency_ms,
+            model_used=model_used,
+        )
+
+    async def write_pending(
+        self,
+        *,
+        requester: str,
+        thread_id: str,
+        tool: str,
+        args: Any,
+        idempotency_key: str,
+        approval_id: str | None = None,
+        approver: str | None = None,
+        decision: str | None = None,
+        model_used: str | None = None,
+    ) -> AuditEvent:
+        return await self.record(
+            EventKind.WRITE_PENDING,
+            requester=requester,
+            thread_id=thread_id,
+            tool=tool,
+            args=args,
+            outcome="pending",
+            idempotency_key=idempotency_key,
+            approval_id=approval_id,
+            approver=approver,
+            decision=decision,
+            model_used=model_used,
+        )
+
+    async def write_outcome(
+        self,
+        pending: AuditEvent,
+        *,
+        outcome: str,
+        latency_ms: float | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> AuditEvent:
+        """The outcome of ``pending``'s write, as a new event (the pending one never changes)."""
+        return await self.record(
+            EventKind.WRITE_OUTCOME,
+            requester=pending.requester,
+            thread_id=pending.thread_id,
+            tool=pending.tool,
+            outcome=outcome,
+            latency_ms=latency_ms,
+            idempotency_key=pending.idempotency_key,
+            approval_id=pending.approval_id,
+            approver=pending.approver,
+            decision=pending.decision,
+            model_used=pending.model_used,
+            detail=detail,
+        )
+
+    async def query(self, q: AuditQuery) -> list[AuditEvent]:
+        return await self.sink.query(q)
+
+    async def unresolved_writes(self, limit: int = 200) -> list[AuditEvent]:
+        return await self.sink.unresolved_writes(limit)
+
+
+def _matches(e: AuditEvent, q: AuditQuery) -> bool:
+    return (
+        (q.requester is None or e.requester == q.requester)
+        and (q.thread_id is None or e.thread_id == q.thread_id)
+        and (q.since is None or e.at >= q.since)
+        and (q.until is None or e.at <= q.until)
+        and (not q.kinds or e.kind in q.kinds)
+        and (q.idempotency_key is None or e.idempotency_key == q.idempotency_key)
+    )
+
+
+class MemoryAuditSink:
+    """In-process sink for unit tests: a list that only grows."""
+
+    def __init__(self) -> None:
+        self._events: list[AuditEvent] = []
+        self._lock = asyncio.Lock()
+
+    @property
+    def events(self) -> Sequence[AuditEvent]:
+        return tuple(self._events)
+
+    async def append(self, event: AuditEvent) -> None:
+        async with self._lock:
+            self._events.append(event)
+
+    async def query(self, q: AuditQuery) -> list[AuditEvent]:
+        return [e for e in self._events if _matches(e, q)][: q.limit]
+
+    async def unresolved_writes(self, limit: int = 200) -> list[AuditEvent]:
+        done = {e.idempotency_key for e in self._events if e.kind is EventKind.WRITE_OUTCOME}
+        return [
+            e
+            for e in self._events
+            if e.kind is EventKind.WRITE_PENDING and e.idempotency_key not in done
+        ][:limit]
+
+
+_COLUMNS = (
+    "event_id",
+    "at",
+    "requester",
+    "thread_id",
+    "tool",
+    "args_summary",
+    "outcome",
+    "latency_ms",
+    "model_used",
+    "approval_id",
+    "approver",
+    "decision",
+    "edited_args_summary",
+    "idempotency_key",
+    "detail",
+)
+
+
+class SqlAuditSink:
+    """The ``audit_events`` table (SQLite or PostgreSQL). Only INSERT and SELECT are issued."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def append(self, event: AuditEvent) -> None:
+        row = {name: getattr(event, name) for name in _COLUMNS}
+        row["kind"] = event.kind.value
+        async with self._engine.begin() as conn:
+            await conn.execute(audit_events.insert().values(**row))
+
+    async def query(self, q: AuditQuery) -> list[AuditEvent]:
+        c = audit_events.c
+        stmt = select(audit_events)
+        if q.requester is not None:
+            stmt = stmt.where(c.requester == q.requester)
+        if q.thread_id is not None:
+            stmt = stmt.where(c.thread_id == q.thread_id)
+        if q.since is not None:
+            stmt = stmt.where(c.at >= q.since)
+        if q.until is not None:
+            stmt = stmt.where(c.at <= q.until)
+        if q.kinds:
+            stmt = stmt.where(c.kind.in_([k.value for k in q.kinds]))
+        if q.idempotency_key is not None:
+            stmt = stmt.where(c.idempotency_key == q.idempotency_key)
+        return await self._fetch(stmt.order_by(c.at, c.seq).limit(q.limit))
+
+    async def unresolved_writes(self, limit: int = 200) -> list[AuditEvent]:
+        c = audit_events.c
+        outcome = audit_events.alias("outcome_event")
+        resolved = exists().where(
+            and_(
+                outcome.c.kind == EventKind.WRITE_OUTCOME.value,
+                outcome.c.idempotency_key == c.idempotency_key,
+            )
+        )
+        stmt = (
+            select(audit_events)
+            .where(c.kind == EventKind.WRITE_PENDING.value, ~resolved)
+            .order_by(c.at, c.seq)
+            .limit(limit)
+        )
+        return await self._fetch(stmt)
+
+    async def _fetch(self, stmt: Any) -> list[AuditEvent]:
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [_from_row(r._mapping) for r in rows]
+
+
+def _from_row(m: RowMapping) -> AuditEvent:
+    values = {name: m[name] for name in _COLUMNS}
+    values["detail"] = dict(values["detail"] or {})
+    return AuditEvent(kind=EventKind(m["kind"]), **values)

@@ -1,0 +1,104 @@
+"""approvals and the append-only audit_events log
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-12-02
+
+On PostgreSQL a trigger refuses UPDATE, DELETE and TRUNCATE on ``audit_events`` for every role
+the application uses; only a superuser can bypass it (``session_replication_role = replica``,
+e.g. for a retention job or to empty a test database). SQLite gets equivalent triggers.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+_PG_FUNCTION = """
+CREATE OR REPLACE FUNCTION audit_events_append_only() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'audit_events is append-only: % refused', TG_OP
+        USING ERRCODE = 'insufficient_privilege';
+END;
+$$
+"""
+
+
+def upgrade() -> None:
+    op.create_table(
+        "approvals",
+        sa.Column("approval_id", sa.String(64), nullable=False),
+        sa.Column("thread_id", sa.String(64), nullable=False),
+        sa.Column("requester_subject", sa.String(255), nullable=False),
+        sa.Column("requester_chat_user", sa.JSON(), nullable=True),
+        sa.Column("actions", sa.JSON(), nullable=False),
+        sa.Column("reads", sa.JSON(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("decided_by", sa.String(255), nullable=True),
+        sa.Column("decided_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("decisions", sa.JSON(), nullable=False),
+        sa.Column("outcome", sa.JSON(), nullable=False),
+        sa.PrimaryKeyConstraint("approval_id", name="pk_approvals"),
+    )
+    op.create_index("ix_approvals_status_expires_at", "approvals", ["status", "expires_at"])
+    op.create_index("ix_approvals_requester_subject", "approvals", ["requester_subject"])
+    op.create_index("ix_approvals_thread_id", "approvals", ["thread_id"])
+
+    op.create_table(
+        "audit_events",
+        sa.Column("seq", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("event_id", sa.String(64), nullable=False),
+        sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("kind", sa.String(32), nullable=False),
+        sa.Column("requester", sa.String(255), nullable=True),
+        sa.Column("thread_id", sa.String(64), nullable=True),
+        sa.Column("tool", sa.String(255), nullable=True),
+        sa.Column("args_summary", sa.JSON(), nullable=True),
+        sa.Column("outcome", sa.String(64), nullable=True),
+        sa.Column("latency_ms", sa.Float(), nullable=True),
+        sa.Column("model_used", sa.String(255), nullable=True),
+        sa.Column("approval_id", sa.String(64), nullable=True),
+        sa.Column("approver", sa.String(255), nullable=True),
+        sa.Column("decision", sa.String(16), nullable=True),
+        sa.Column("edited_args_summary", sa.JSON(), nullable=True),
+        sa.Column("idempotency_key", sa.String(128), nullable=True),
+        sa.Column("detail", sa.JSON(), nullable=True),
+        sa.PrimaryKeyConstraint("seq", name="pk_audit_events"),
+        sa.UniqueConstraint("event_id", name="uq_audit_events_event_id"),
+    )
+    op.create_index("ix_audit_events_requester_at", "audit_events", ["requester", "at"])
+    op.create_index("ix_audit_events_thread_id_at", "audit_events", ["thread_id", "at"])
+    op.create_index("ix_audit_events_at", "audit_events", ["at"])
+    op.create_index("ix_audit_events_idempotency_key", "audit_events", ["idempotency_key"])
+
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute(_PG_FUNCTION)
+        op.execute(
+            "CREATE TRIGGER audit_events_no_update_delete BEFORE UPDATE OR DELETE ON audit_events"
+            " FOR EACH ROW EXECUTE FUNCTION audit_events_append_only()"
+        )
+        op.execute(
+            "CREATE TRIGGER audit_events_no_truncate BEFORE TRUNCATE ON audit_events"
+            " FOR EACH STATEMENT EXECUTE FUNCTION audit_events_append_only()"
+        )
+    else:
+        for verb in ("UPDATE", "DELETE"):
+            op.execute(
+                f"CREATE TRIGGER audit_events_no_{verb.lower()} BEFORE {verb} ON audit_events"
+                " BEGIN SELECT RAISE(ABORT, 'audit_events is append-only'); END"
+            )
+
+
+def downgrade() -> None:
+    op.drop_table("audit_events")
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("DROP FUNCTION IF EXISTS audit_events_append_only()")
+    op.drop_table("approvals")
