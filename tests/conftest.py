@@ -24,6 +24,8 @@ from opsbot.storage import create_engine, metadata, migrate
 
 T = TypeVar("T")
 
+pytest_plugins = ["tests.fixtures.slack"]
+
 DATABASE_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 

@@ -75,6 +75,30 @@ threads = Table(
     Index("ix_threads_owner_subject", "owner_subject"),
 )
 
+# Slack: envelope event ids already handled (deduplication across instances), and where each
+# approval's card and requester thread live so a decision can update both.
+processed_events = Table(
+    "processed_events",
+    metadata,
+    Column("event_id", String(128), primary_key=True),
+    Column("platform", String(32), nullable=False),
+    Column("received_at", UtcDateTime(), nullable=False),
+    Index("ix_processed_events_received_at", "received_at"),
+)
+
+chat_approval_messages = Table(
+    "chat_approval_messages",
+    metadata,
+    Column("approval_id", String(64), primary_key=True),
+    Column("platform", String(32), nullable=False),
+    Column("team_id", String(64), nullable=False),
+    Column("card_channel_id", String(64), nullable=False),
+    Column("card_ts", String(64), nullable=False),
+    Column("requester_channel_id", String(64), nullable=False),
+    Column("requester_thread_ts", String(64), nullable=False),
+    Column("created_at", UtcDateTime(), nullable=False),
+)
+
 # Approvals: one row per interrupt. The atomic claim is a conditional UPDATE on `status`.
 approvals = Table(
     "approvals",

@@ -1,0 +1,1 @@
+"""Chat platform adapters. ``bot.slack`` translates Slack ↔ ``opsbot.assistant``."""

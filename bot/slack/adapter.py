@@ -1,0 +1,325 @@
+"""The Slack side of a conversation: post replies, working indicators, cards, decisions.
+
+Business rules live in the core; this class only turns its results into Web API calls.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.cards import approval_card, decided_card
+from bot.slack.config import SlackBotConfig
+from bot.slack.core import (
+    AlreadyDecided,
+    Answered,
+    ApprovalRequested,
+    AssistantPort,
+    ChatUser,
+    Decided,
+    DecisionOutcome,
+    Expired,
+    InvalidEdit,
+    LinkRequired,
+    NotAuthorised,
+    Refused,
+    Reply,
+)
+from bot.slack.render import (
+    Message,
+    answer_messages,
+    connect_prompt,
+    escape,
+    slack_date,
+    text_message,
+)
+from bot.slack.store import SqlApprovalMessages
+
+log = logging.getLogger(__name__)
+
+FAILURE_TEXT = (
+    ":x: Something went wrong on opsbot's side and the request was not completed. "
+    "Nothing was changed; please try again."
+)
+
+
+@dataclass(slots=True)
+class Indicator:
+    """How the user sees that a run is going: an assistant status, or a placeholder message."""
+
+    channel: str
+    thread_ts: str
+    placeholder_ts: str | None = None
+    status_set: bool = False
+
+
+class SlackAdapter:
+    def __init__(
+        self,
+        config: SlackBotConfig,
+        assistant: AssistantPort,
+        client: AsyncWebClient,
+        approval_messages: SqlApprovalMessages,
+    ) -> None:
+        self.config = config
+        self.assistant = assistant
+        self.client = client
+        self.approval_messages = approval_messages
+
+    # -- policy on who may talk to us at all -------------------------------------------
+
+    def team_allowed(self, user_team: str | None, home_team: str | None) -> bool:
+        """Users of the installing workspace, plus explicitly configured teams (Slack Connect)."""
+        if not user_team:
+            return False
+        if user_team in self.config.allowed_team_ids:
+            return True
+        return not self.config.allowed_team_ids and user_team == home_team
+
+    # -- conversations ----------------------------------------------------------------
+
+    async def start_working(self, channel: str, thread_ts: str, is_dm: bool) -> Indicator:
+        indicator = Indicator(channel, thread_ts)
+        if is_dm:
+            try:
+                await self.client.assistant_threads_setStatus(
+                    channel_id=channel, thread_ts=thread_ts, status="is working on it…"
+                )
+                indicator.status_set = True
+                return indicator
+            except SlackApiError as exc:
+                # Not an assistant thread (or the scope is missing): use a placeholder.
+                log.info("setStatus unavailable: %s", exc.response.get("error"))
+        response = await self.client.chat_postMessage(
+            channel=channel, thread_ts=thread_ts, text=self.config.working_text
+        )
+        indicator.placeholder_ts = str(response["ts"])
+        return indicator
+
+    async def stop_working(self, indicator: Indicator) -> None:
+        if indicator.placeholder_ts:
+            try:
+                await self.client.chat_delete(
+                    channel=indicator.channel, ts=indicator.placeholder_ts
+                )
+            except SlackApiError as exc:
+                log.warning("could not remove placeholder: %s", exc.response.get("error"))
+            indicator.placeholder_ts = None
+        if indicator.status_set:
+            await self._clear_status(indicator)
+
+    async def _clear_status(self, indicator: Indicator) -> None:
+        try:
+            await self.client.assistant_threads_setStatus(
+                channel_id=indicator.channel, thread_ts=indicator.thread_ts, status=""
+            )
+        except SlackApiError as exc:
+            log.info("could not clear status: %s", exc.response.get("error"))
+        indicator.status_set = False
+
+    async def post(
+        self,
+        channel: str,
+        thread_ts: str | None,
+        messages: list[Message],
+        replace_ts: str | None = None,
+    ) -> str | None:
+        """Post ``messages`` in order; the first may replace a placeholder. Returns first ts."""
+        first: str | None = None
+        for i, message in enumerate(messages):
+            if i == 0 and replace_ts:
+                await self.client.chat_update(
+                    channel=channel, ts=replace_ts, text=message.text, blocks=message.blocks
+                )
+                first = replace_ts
+                continue
+            response = await self.client.chat_postMessage(
+                channel=channel, thread_ts=thread_ts, text=message.text, blocks=message.blocks
+            )
+            first = first or str(response["ts"])
+        return first
+
+    async def ephemeral(self, channel: str | None, user: str, message: Message) -> None:
+        """Only ``user`` sees it; without a channel (App Home), a DM instead."""
+        if channel:
+            try:
+                await self.client.chat_postEphemeral(
+                    channel=channel, user=user, text=message.text, blocks=message.blocks
+                )
+                return
+            except SlackApiError as exc:
+                log.info("ephemeral failed (%s); sending a DM", exc.response.get("error"))
+        await self.client.chat_postMessage(channel=user, text=message.text, blocks=message.blocks)
+
+    async def converse(
+        self,
+        chat_user: ChatUser,
+        team_id: str,
+        channel: str,
+        thread_ts: str,
+        text: str,
+        *,
+        is_dm: bool,
+    ) -> None:
+        """One user message → the core → the reply in the thread."""
+        from bot.slack.core import PlatformRef
+
+        ref = PlatformRef("slack", team_id, channel, thread_ts)
+        indicator = await self.start_working(channel, thread_ts, is_dm)
+        try:
+            reply = await self.assistant.handle_message(chat_user, ref, text)
+        except Exception:
+            log.exception("assistant failed on a message")
+            await self.post(
+                channel,
+                thread_ts,
+                [text_message(FAILURE_TEXT)],
+                replace_ts=indicator.placeholder_ts,
+            )
+            if indicator.status_set:
+                await self._clear_status(indicator)
+            return
+        await self.deliver(reply, chat_user, team_id, channel, thread_ts, indicator)
+
+    async def deliver(
+        self,
+        reply: Reply,
+        chat_user: ChatUser,
+        team_id: str,
+        channel: str,
+        thread_ts: str,
+        indicator: Indicator | None = None,
+    ) -> None:
+        replace = indicator.placeholder_ts if indicator else None
+        if isinstance(reply, LinkRequired):
+            if indicator:
+                await self.stop_working(indicator)
+            await self.ephemeral(channel, chat_user.user_id, connect_prompt(reply.login_url))
+            return
+        if isinstance(reply, Refused):
+            messages = [text_message(f":no_entry_sign: {escape(reply.reason)}")]
+        elif isinstance(reply, Answered):
+            messages = answer_messages(reply.answer)
+        else:
+            messages = self._waiting_messages(reply)
+        await self.post(channel, thread_ts, messages, replace_ts=replace)
+        if indicator and indicator.status_set:
+            await self._clear_status(indicator)
+        if isinstance(reply, ApprovalRequested):
+            await self.post_card(reply.approval.approval_id, team_id, channel, thread_ts)
+
+    def _waiting_messages(self, reply: ApprovalRequested) -> list[Message]:
+        approval = reply.approval
+        note = (
+            f":hourglass_flowing_sand: `{escape(approval.server)}` · `{escape(approval.tool)}` "
+            f"needs approval in #{escape(self.config.approvals_channel)} "
+            f"(expires {slack_date(approval.expires_at)}). I'll post the result here."
+        )
+        if reply.answer_so_far is None or not reply.answer_so_far.answer:
+            return [text_message(note)]
+        messages = answer_messages(reply.answer_so_far)
+        return [*messages, text_message(note)]
+
+    # -- approvals --------------------------------------------------------------------
+
+    async def post_card(
+        self, approval_id: str, team_id: str, requester_channel: str, requester_thread_ts: str
+    ) -> None:
+        view = await self.assistant.approval_view(approval_id)
+        if view is None:
+            log.error("approval %s vanished before its card was posted", approval_id)
+            return
+        card = approval_card(view)
+        response = await self.client.chat_postMessage(
+            channel=self.config.approvals_channel, text=card.text, blocks=card.blocks
+        )
+        await self.approval_messages.save(
+            approval_id,
+            team_id,
+            (str(response["channel"]), str(response["ts"])),
+            (requester_channel, requester_thread_ts),
+        )
+
+    async def apply_outcome(
+        self,
+        outcome: DecisionOutcome | None,
+        approval_id: str,
+        clicker: ChatUser,
+        channel: str | None,
+        card_ts: str | None,
+    ) -> None:
+        """Show a decision: card updated in place and the requester told, or a refusal only
+        the clicker sees."""
+        if isinstance(outcome, Decided):
+            await self._show_decision(outcome, clicker, channel, card_ts)
+            return
+        if isinstance(outcome, LinkRequired):
+            await self.ephemeral(channel, clicker.user_id, connect_prompt(outcome.login_url))
+            return
+        if isinstance(outcome, AlreadyDecided):
+            text = f":information_source: This request was already decided by {escape(outcome.by)}."
+        elif isinstance(outcome, NotAuthorised):
+            text = f":no_entry_sign: You can't decide this request: {escape(outcome.reason)}"
+        elif isinstance(outcome, Expired):
+            text = ":hourglass: This request has expired; nothing was run."
+            await self._update_card(approval_id, channel, card_ts, "expired", "", "not run")
+        elif isinstance(outcome, InvalidEdit):
+            problems = "; ".join(f"{k}: {v}" for k, v in outcome.field_errors.items())
+            text = f":warning: The edited arguments were not accepted: {escape(problems)}"
+        else:
+            text = FAILURE_TEXT
+        await self.ephemeral(channel, clicker.user_id, text_message(text))
+
+    async def _show_decision(
+        self, outcome: Decided, clicker: ChatUser, channel: str | None, card_ts: str | None
+    ) -> None:
+        by = outcome.decided_by or f"<@{clicker.user_id}>"
+        await self._update_card(
+            outcome.approval_id, channel, card_ts, outcome.decision, by, outcome.outcome
+        )
+        stored = await self.approval_messages.get(outcome.approval_id)
+        if stored is not None:
+            target: tuple[str, str] | None = (
+                stored.requester_channel_id,
+                stored.requester_thread_ts,
+            )
+        elif outcome.requester_ref is not None:
+            target = (outcome.requester_ref.channel_id, outcome.requester_ref.thread_ts)
+        else:
+            target = None
+        if target is None:
+            log.warning("no requester thread known for approval %s", outcome.approval_id)
+            return
+        header = f"Your request was *{escape(outcome.decision)}* by {by}."
+        result = outcome.requester_result
+        if isinstance(result, Answered):
+            messages = answer_messages(result.answer, header=header)
+        elif isinstance(result, Refused):
+            messages = [text_message(f"{header}\n{escape(result.reason)}")]
+        else:
+            messages = [text_message(f"{header}\n*Outcome:* {escape(outcome.outcome)}")]
+        await self.post(target[0], target[1], messages)
+
+    async def _update_card(
+        self,
+        approval_id: str,
+        channel: str | None,
+        card_ts: str | None,
+        decision: str,
+        by: str,
+        outcome: str,
+    ) -> None:
+        stored = await self.approval_messages.get(approval_id)
+        if stored is not None:
+            channel, card_ts = stored.card_channel_id, stored.card_ts
+        if not channel or not card_ts:
+            log.warning("no card known for approval %s", approval_id)
+            return
+        view = await self.assistant.approval_view(approval_id)
+        card = decided_card(view, approval_id, decision, by, outcome)
+        await self.client.chat_update(
+            channel=channel, ts=card_ts, text=card.text, blocks=card.blocks
+        )

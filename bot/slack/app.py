@@ -1,0 +1,73 @@
+"""Build the Bolt ``AsyncApp``: signature checks (Bolt), event deduplication, listeners.
+
+Example::
+
+    app = build_app(config, assistant, engine)
+    # HTTP: bot.slack.server.serve_http(app, sock); Socket Mode: run_socket_mode(app, token)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.response import BoltResponse
+from slack_sdk.web.async_client import AsyncWebClient
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_core.clock import Clock, utc_now
+from bot.slack.adapter import SlackAdapter
+from bot.slack.client import make_web_client
+from bot.slack.config import SlackBotConfig
+from bot.slack.core import AssistantPort
+from bot.slack.listeners import register
+from bot.slack.store import ProcessedEvents, SqlApprovalMessages, SqlProcessedEvents
+
+log = logging.getLogger(__name__)
+
+
+def dedup_middleware(
+    processed: ProcessedEvents,
+) -> Callable[..., Awaitable[BoltResponse | None]]:
+    """Drop a redelivered Events API envelope (same ``event_id``) on any instance.
+
+    Bolt answers 404 when a middleware returns nothing without calling ``next``, and Slack
+    would retry; a duplicate must get an empty 200.
+    """
+
+    async def deduplicate(
+        body: dict[str, Any], next: Callable[[], Awaitable[BoltResponse | None]]
+    ) -> BoltResponse | None:
+        event_id = body.get("event_id") if body.get("type") == "event_callback" else None
+        if isinstance(event_id, str) and event_id and not await processed.claim(event_id):
+            log.info("duplicate delivery of %s dropped", event_id)
+            return BoltResponse(status=200, body="")
+        return await next()
+
+    return deduplicate
+
+
+def build_app(
+    config: SlackBotConfig,
+    assistant: AssistantPort,
+    engine: AsyncEngine,
+    *,
+    client: AsyncWebClient | None = None,
+    clock: Clock = utc_now,
+    socket_mode: bool = False,
+) -> AsyncApp:
+    client = client or make_web_client(config)
+    app = AsyncApp(
+        name="opsbot",
+        client=client,
+        # Socket Mode connections are authenticated by the app token, not signatures.
+        signing_secret=None if socket_mode else config.signing_secret,
+        request_verification_enabled=not socket_mode,
+        logger=logging.getLogger("bot.slack.bolt"),
+    )
+    app.middleware(dedup_middleware(SqlProcessedEvents(engine, clock)))
+    adapter = SlackAdapter(config, assistant, client, SqlApprovalMessages(engine, clock))
+    register(app, adapter)
+    return app

@@ -1,0 +1,134 @@
+"""Approval cards: the pending call for approvers, and the same card after a decision.
+
+Buttons carry only the approval id (``value``); the arguments stay server-side.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bot.slack.core import ApprovalView
+from bot.slack.render import Block, Message, context, escape, section, sections, slack_date
+
+APPROVE_ACTION_ID = "approval_approve"
+EDIT_ACTION_ID = "approval_edit"
+REJECT_ACTION_ID = "approval_reject"
+ACTIONS_BLOCK_ID = "approval_decision"
+VALUE_PREVIEW_LIMIT = 500
+
+
+def format_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if len(text) > VALUE_PREVIEW_LIMIT:
+        text = text[:VALUE_PREVIEW_LIMIT] + "…"
+    return f"`{escape(text)}`" if "\n" not in text else f"```{escape(text)}```"
+
+
+def args_text(args: dict[str, Any]) -> str:
+    if not args:
+        return "_no arguments_"
+    return "\n".join(f"• *{escape(k)}*: {format_value(v)}" for k, v in args.items())
+
+
+def reads_text(reads: list[str]) -> str:
+    if not reads:
+        return "_no reads before this proposal_"
+    return "\n".join(f"{i}. {escape(r)}" for i, r in enumerate(reads, start=1))
+
+
+def decision_buttons(approval_id: str) -> Block:
+    return {
+        "type": "actions",
+        "block_id": ACTIONS_BLOCK_ID,
+        "elements": [
+            {
+                "type": "button",
+                "action_id": APPROVE_ACTION_ID,
+                "text": {"type": "plain_text", "text": "Approve"},
+                "style": "primary",
+                "value": approval_id,
+                "confirm": {
+                    "title": {"type": "plain_text", "text": "Approve this change?"},
+                    "text": {
+                        "type": "mrkdwn",
+                        "text": "It runs now, as the requester, with the arguments shown.",
+                    },
+                    "confirm": {"type": "plain_text", "text": "Approve"},
+                    "deny": {"type": "plain_text", "text": "Cancel"},
+                },
+            },
+            {
+                "type": "button",
+                "action_id": EDIT_ACTION_ID,
+                "text": {"type": "plain_text", "text": "Edit"},
+                "value": approval_id,
+            },
+            {
+                "type": "button",
+                "action_id": REJECT_ACTION_ID,
+                "text": {"type": "plain_text", "text": "Reject"},
+                "style": "danger",
+                "value": approval_id,
+            },
+        ],
+    }
+
+
+def _card_body(view: ApprovalView) -> list[Block]:
+    blocks: list[Block] = [
+        {
+            "type": "header",
+            "text": {"type": "plain_text", "text": f"Approval: {view.server} · {view.tool}"[:150]},
+        },
+        {
+            "type": "section",
+            "fields": [
+                {"type": "mrkdwn", "text": f"*Requester*\n{_requester(view)}"},
+                {"type": "mrkdwn", "text": f"*Tool*\n`{escape(view.tool)}`"},
+                {"type": "mrkdwn", "text": f"*Server*\n`{escape(view.server)}`"},
+                {"type": "mrkdwn", "text": f"*Expires*\n{slack_date(view.expires_at)}"},
+            ],
+        },
+    ]
+    if view.description:
+        blocks += sections(escape(view.description))
+    blocks += sections("*Arguments*\n" + args_text(view.args))
+    blocks += sections("*Chain of reads*\n" + reads_text(view.reads))
+    return blocks
+
+
+def _requester(view: ApprovalView) -> str:
+    if view.requester_chat_user is not None and view.requester_chat_user.platform == "slack":
+        return f"<@{view.requester_chat_user.user_id}> ({escape(view.requester)})"
+    return escape(view.requester)
+
+
+def approval_card(view: ApprovalView) -> Message:
+    blocks = [*_card_body(view), decision_buttons(view.approval_id)]
+    return Message(
+        text=f"Approval needed: {view.server} · {view.tool} for {view.requester}",
+        blocks=blocks[-50:] if len(blocks) > 50 else blocks,
+    )
+
+
+_DECISION_LABEL = {
+    "approved": ":white_check_mark: Approved",
+    "edited": ":pencil2: Approved with edits",
+    "rejected": ":no_entry: Rejected",
+    "expired": ":hourglass: Expired",
+}
+
+
+def decided_card(
+    view: ApprovalView | None, approval_id: str, decision: str, decided_by: str, outcome: str
+) -> Message:
+    """The card after a decision: the same facts, the decision and outcome; no buttons."""
+    label = _DECISION_LABEL.get(decision, escape(decision))
+    by = f" by {decided_by}" if decided_by else ""
+    status = section(f"*{label}*{by}\n*Outcome:* {escape(outcome) or '—'}")
+    if view is None:
+        blocks = [status, context(f"Approval `{escape(approval_id)}`")]
+    else:
+        blocks = [*_card_body(view), status]
+    return Message(text=f"{label}{by}: {outcome}"[:3000], blocks=blocks[:50])

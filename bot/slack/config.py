@@ -1,0 +1,31 @@
+"""Configuration of the Slack adapter, built from ``opsbot.settings`` by the caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_SUGGESTED_PROMPTS: tuple[tuple[str, str], ...] = (
+    ("Open incidents", "Which incident tickets are open for my team?"),
+    ("Runbook", "Find the runbook for a failing payment job."),
+    ("Job status", "Which jobs failed in the last hour?"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SlackBotConfig:
+    """Secrets are held here only in memory; ``repr`` hides them."""
+
+    bot_token: str = field(repr=False)
+    signing_secret: str = field(repr=False)
+    api_url: str = "https://slack.com/api/"
+    approvals_channel: str = "ops-approvals"
+    # Empty: only users of the workspace the app is installed in (no Slack Connect guests).
+    allowed_team_ids: frozenset[str] = frozenset()
+    app_token: str | None = field(default=None, repr=False)
+    working_text: str = "Working on it…"
+    suggested_prompts: tuple[tuple[str, str], ...] = DEFAULT_SUGGESTED_PROMPTS
+    # How long the edit modal waits for the core before closing and reporting later
+    # (Slack drops a view submission not answered within 3 s).
+    submission_wait_seconds: float = 2.0
+    rate_limit_retries: int = 3
+    server_error_retries: int = 2

@@ -1,0 +1,57 @@
+"""What the Slack adapter uses from the platform-neutral core: ``opsbot.assistant``'s types.
+
+The adapter only translates: it calls an ``AssistantPort`` (the real ``Assistant`` or a
+test fake) and renders the results.
+"""
+
+from opsbot.assistant import (
+    AlreadyDecided,
+    Answer,
+    Answered,
+    ApprovalRequested,
+    ApprovalSummary,
+    ApprovalView,
+    Approve,
+    AssistantPort,
+    ChatUser,
+    Decided,
+    Decision,
+    DecisionOutcome,
+    Edit,
+    Expired,
+    InvalidEdit,
+    LinkRequired,
+    NotAuthorised,
+    PlatformRef,
+    Refused,
+    Reject,
+    Reply,
+    Source,
+    UserStatus,
+)
+
+__all__ = [
+    "AlreadyDecided",
+    "Answer",
+    "Answered",
+    "ApprovalRequested",
+    "ApprovalSummary",
+    "ApprovalView",
+    "Approve",
+    "AssistantPort",
+    "ChatUser",
+    "Decided",
+    "Decision",
+    "DecisionOutcome",
+    "Edit",
+    "Expired",
+    "InvalidEdit",
+    "LinkRequired",
+    "NotAuthorised",
+    "PlatformRef",
+    "Refused",
+    "Reject",
+    "Reply",
+    "Source",
+    "UserStatus",
+]

@@ -1,0 +1,338 @@
+"""Bolt listeners: events, the ``/ops`` command, approval buttons and modals.
+
+Each listener acks first (Slack's 3-second rule), then calls the adapter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any
+
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.adapter import SlackAdapter
+from bot.slack.cards import APPROVE_ACTION_ID, EDIT_ACTION_ID, REJECT_ACTION_ID
+from bot.slack.core import (
+    Approve,
+    ChatUser,
+    DecisionOutcome,
+    Edit,
+    InvalidEdit,
+    NotAuthorised,
+    Reject,
+)
+from bot.slack.modals import (
+    EDIT_CALLBACK_ID,
+    REJECT_CALLBACK_ID,
+    ModalContext,
+    edit_modal,
+    field_errors_to_blocks,
+    parse_edit,
+    parse_reason,
+    reject_modal,
+)
+from bot.slack.render import (
+    CONNECT_ACTION_ID,
+    connect_prompt,
+    escape,
+    home_view,
+    section,
+    status_text,
+    text_message,
+)
+
+log = logging.getLogger(__name__)
+
+_MENTION = re.compile(r"<@[A-Z0-9]+(\|[^>]*)?>")
+_IGNORED_SUBTYPES = frozenset({"message_changed", "message_deleted", "bot_message"})
+HELP_TEXT = (
+    "*opsbot* answers from ticketing, docs and the database as you.\n"
+    "• `/ops <question>` or `/ops ask <question>` — ask\n"
+    "• `/ops link` — connect your company account\n"
+    "• `/ops unlink` — disconnect it\n"
+    "• `/ops status` — what opsbot knows about you"
+)
+
+
+def strip_mentions(text: str) -> str:
+    return _MENTION.sub("", text).strip()
+
+
+def _is_ignored(event: dict[str, Any]) -> bool:
+    """Bots (ourselves included), edits, deletions and other non-user messages."""
+    return bool(
+        event.get("bot_id")
+        or event.get("bot_profile")
+        or event.get("subtype")
+        or not event.get("user")
+    )
+
+
+def register(app: AsyncApp, adapter: SlackAdapter) -> None:
+    _register_events(app, adapter)
+    _register_command(app, adapter)
+    _register_approvals(app, adapter)
+
+
+# -- events -------------------------------------------------------------------------------
+
+
+def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
+    async def on_user_message(event: dict[str, Any], body: dict[str, Any], *, is_dm: bool) -> None:
+        if _is_ignored(event):
+            return
+        home_team = body.get("team_id")
+        user_team = event.get("user_team") or event.get("team") or home_team
+        if not adapter.team_allowed(user_team, home_team):
+            log.info("ignoring a message from team %s", user_team)
+            return
+        chat_user = ChatUser("slack", str(user_team), str(event["user"]))
+        thread_ts = str(event.get("thread_ts") or event["ts"])
+        await adapter.converse(
+            chat_user,
+            str(home_team),
+            str(event["channel"]),
+            thread_ts,
+            strip_mentions(str(event.get("text", ""))),
+            is_dm=is_dm,
+        )
+
+    @app.event("app_mention")
+    async def app_mention(event: dict[str, Any], body: dict[str, Any]) -> None:
+        await on_user_message(event, body, is_dm=False)
+
+    @app.event("message")
+    async def message(event: dict[str, Any], body: dict[str, Any]) -> None:
+        if event.get("channel_type") != "im" or event.get("subtype") in _IGNORED_SUBTYPES:
+            return
+        await on_user_message(event, body, is_dm=True)
+
+    @app.event("app_home_opened")
+    async def app_home_opened(event: dict[str, Any], body: dict[str, Any]) -> None:
+        user = str(event["user"])
+        chat_user = ChatUser("slack", str(body.get("team_id")), user)
+        if event.get("tab") == "messages":
+            await adapter.client.assistant_threads_setSuggestedPrompts(
+                channel_id=str(event["channel"]),
+                title="Ask opsbot about tickets, runbooks or jobs",
+                prompts=[{"title": t, "message": m} for t, m in adapter.config.suggested_prompts],
+            )
+            return
+        status = await adapter.assistant.status(chat_user)
+        if not status.linked and status.login_url is None:
+            status = type(status)(
+                linked=False, login_url=await adapter.assistant.link_url(chat_user)
+            )
+        pending = await adapter.assistant.pending_for(chat_user) if status.linked else []
+        awaiting = await adapter.assistant.awaiting_approver(chat_user) if status.linked else []
+        await adapter.client.views_publish(user_id=user, view=home_view(status, pending, awaiting))
+
+
+# -- /ops ---------------------------------------------------------------------------------
+
+
+def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
+    @app.command("/ops")
+    async def ops(ack: AsyncAck, command: dict[str, Any], client: AsyncWebClient) -> None:
+        team = str(command.get("team_id"))
+        chat_user = ChatUser("slack", team, str(command["user_id"]))
+        if not adapter.team_allowed(team, team):
+            await ack(text="opsbot is not available to your workspace.")
+            return
+        text = str(command.get("text", "")).strip()
+        verb, _, rest = text.partition(" ")
+        verb = verb.lower()
+        if verb in ("", "help"):
+            await ack(blocks=[section(HELP_TEXT)], text="opsbot help")
+        elif verb == "link":
+            prompt = connect_prompt(await adapter.assistant.link_url(chat_user))
+            await ack(blocks=prompt.blocks, text=prompt.text)
+        elif verb == "unlink":
+            removed = await adapter.assistant.unlink(chat_user)
+            await ack(
+                text="Your account was disconnected."
+                if removed
+                else "Your account was not connected."
+            )
+        elif verb == "status":
+            await ack(text=status_text(await adapter.assistant.status(chat_user)))
+        else:
+            question = rest.strip() if verb == "ask" else text
+            await ack(text="On it — I'll answer in a thread.")
+            channel = str(command["channel_id"])
+            posted = await client.chat_postMessage(
+                channel=channel, text=f"<@{chat_user.user_id}> asked: {escape(question)}"
+            )
+            is_dm = str(command.get("channel_name")) == "directmessage"
+            await adapter.converse(
+                chat_user,
+                team,
+                str(posted["channel"]),
+                str(posted["ts"]),
+                question,
+                is_dm=is_dm,
+            )
+
+    @app.action(CONNECT_ACTION_ID)
+    async def connect_clicked(ack: AsyncAck) -> None:
+        await ack()  # a URL button: Slack opens the link, we only acknowledge
+
+
+# -- approvals ----------------------------------------------------------------------------
+
+
+def _clicker(body: dict[str, Any]) -> ChatUser:
+    user = body["user"]
+    team = user.get("team_id") or (body.get("team") or {}).get("id")
+    return ChatUser("slack", str(team), str(user["id"]))
+
+
+def _card_location(body: dict[str, Any]) -> tuple[str | None, str | None]:
+    container = body.get("container") or {}
+    channel = container.get("channel_id") or (body.get("channel") or {}).get("id")
+    return channel, container.get("message_ts")
+
+
+def _home_team(body: dict[str, Any]) -> str | None:
+    team = body.get("team") or {}
+    return team.get("id") if isinstance(team, dict) else None
+
+
+def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
+    async def refuse_team(body: dict[str, Any], clicker: ChatUser, channel: str | None) -> bool:
+        if adapter.team_allowed(clicker.team_id, _home_team(body)):
+            return False
+        await adapter.ephemeral(
+            channel, clicker.user_id, text_message("opsbot is not available to your workspace.")
+        )
+        return True
+
+    @app.action(APPROVE_ACTION_ID)
+    async def approve(ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
+        await ack()
+        clicker, (channel, ts) = _clicker(body), _card_location(body)
+        if await refuse_team(body, clicker, channel):
+            return
+        approval_id = str(action["value"])
+        outcome = await _decide(adapter, clicker, approval_id, Approve())
+        await adapter.apply_outcome(outcome, approval_id, clicker, channel, ts)
+
+    async def open_modal(
+        body: dict[str, Any], action: dict[str, Any], client: AsyncWebClient, kind: str
+    ) -> None:
+        clicker, (channel, ts) = _clicker(body), _card_location(body)
+        if await refuse_team(body, clicker, channel):
+            return
+        approval_id = str(action["value"])
+        view = await adapter.assistant.approval_view(approval_id)
+        if view is None or view.status != "pending":
+            await adapter.ephemeral(
+                channel,
+                clicker.user_id,
+                text_message(":information_source: This request is no longer pending."),
+            )
+            return
+        ctx = ModalContext(approval_id, channel, ts)
+        modal = edit_modal(view, ctx) if kind == "edit" else reject_modal(view, ctx)
+        await client.views_open(trigger_id=str(body["trigger_id"]), view=modal)
+
+    @app.action(EDIT_ACTION_ID)
+    async def edit(
+        ack: AsyncAck, body: dict[str, Any], action: dict[str, Any], client: AsyncWebClient
+    ) -> None:
+        await ack()  # then views.open at once: the trigger id lives 3 seconds
+        await open_modal(body, action, client, "edit")
+
+    @app.action(REJECT_ACTION_ID)
+    async def reject(
+        ack: AsyncAck, body: dict[str, Any], action: dict[str, Any], client: AsyncWebClient
+    ) -> None:
+        await ack()
+        await open_modal(body, action, client, "reject")
+
+    @app.view(EDIT_CALLBACK_ID)
+    async def edit_submitted(ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
+        clicker = _clicker(body)
+        try:
+            ctx = ModalContext.load(str(view.get("private_metadata", "")))
+        except ValueError:
+            await ack(response_action="errors", errors={})
+            return
+        approval = await adapter.assistant.approval_view(ctx.approval_id)
+        if approval is None:
+            await ack()
+            await adapter.ephemeral(
+                ctx.channel_id, clicker.user_id, text_message("This request no longer exists.")
+            )
+            return
+        values = (view.get("state") or {}).get("values") or {}
+        args, errors = parse_edit(approval.input_schema, values)
+        if errors:
+            await ack(response_action="errors", errors=errors)
+            return
+        task = asyncio.create_task(_decide(adapter, clicker, ctx.approval_id, Edit(args)))
+        done, _ = await asyncio.wait({task}, timeout=adapter.config.submission_wait_seconds)
+        if done:
+            outcome = task.result()
+            if isinstance(outcome, InvalidEdit):
+                await ack(
+                    response_action="errors",
+                    errors=field_errors_to_blocks(outcome.field_errors, approval.input_schema),
+                )
+                return
+            if isinstance(outcome, NotAuthorised):
+                await ack(
+                    response_action="update",
+                    view=_notice_view(f"You can't decide this request: {escape(outcome.reason)}"),
+                )
+                await adapter.apply_outcome(
+                    outcome, ctx.approval_id, clicker, ctx.channel_id, ctx.message_ts
+                )
+                return
+            await ack()
+        else:
+            await ack()  # the core is still running the call; report when it finishes
+            outcome = await task
+        await adapter.apply_outcome(
+            outcome, ctx.approval_id, clicker, ctx.channel_id, ctx.message_ts
+        )
+
+    @app.view(REJECT_CALLBACK_ID)
+    async def reject_submitted(ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
+        await ack()
+        clicker = _clicker(body)
+        try:
+            ctx = ModalContext.load(str(view.get("private_metadata", "")))
+        except ValueError:
+            return
+        reason = parse_reason((view.get("state") or {}).get("values") or {})
+        outcome = await _decide(adapter, clicker, ctx.approval_id, Reject(reason))
+        await adapter.apply_outcome(
+            outcome, ctx.approval_id, clicker, ctx.channel_id, ctx.message_ts
+        )
+
+
+async def _decide(
+    adapter: SlackAdapter, clicker: ChatUser, approval_id: str, decision: Approve | Edit | Reject
+) -> DecisionOutcome | None:
+    """The core's outcome, or ``None`` when it failed (the clicker is told; nothing else)."""
+    try:
+        return await adapter.assistant.decide(clicker, approval_id, decision)
+    except Exception:
+        log.exception("assistant failed on a decision")
+        return None
+
+
+def _notice_view(text: str) -> dict[str, Any]:
+    return {
+        "type": "modal",
+        "title": {"type": "plain_text", "text": "opsbot"},
+        "close": {"type": "plain_text", "text": "Close"},
+        "blocks": [section(text)],
+    }
+
+
+__all__ = ["register", "strip_mentions"]

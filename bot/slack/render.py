@@ -1,0 +1,201 @@
+"""Block Kit for replies: answers (split within Slack's limits), prompts, refusals, App Home.
+
+Limits (Slack): section text ≤ 3,000 chars, 50 blocks a message, 100 in a Home view,
+button text ≤ 75 chars. Every function returns plain dicts ready for the Web API.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from bot.slack.core import Answer, ApprovalView, Source, UserStatus
+
+Block = dict[str, Any]
+
+SECTION_TEXT_LIMIT = 3000
+MESSAGE_BLOCK_LIMIT = 50
+HOME_BLOCK_LIMIT = 100
+CONNECT_ACTION_ID = "connect_account"
+
+_MD_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^)\s]+)\)")
+_MD_BOLD = re.compile(r"\*\*([^*\n]+)\*\*")
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message: its blocks and the plain-text fallback (notifications, screen readers)."""
+
+    text: str
+    blocks: list[Block]
+
+
+def escape(text: str) -> str:
+    """Slack's three control characters, so user or tool text cannot form mentions or links."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def to_mrkdwn(markdown: str) -> str:
+    """The common Markdown the model writes → Slack mrkdwn (links, bold), text escaped."""
+    text = escape(markdown)
+    text = _MD_LINK.sub(lambda m: f"<{m.group(2)}|{m.group(1)}>", text)
+    return _MD_BOLD.sub(r"*\1*", text)
+
+
+def split_text(text: str, limit: int = SECTION_TEXT_LIMIT) -> list[str]:
+    """Split at paragraph, then line, then word boundaries; no chunk exceeds ``limit``."""
+    chunks: list[str] = []
+    rest = text.strip()
+    while len(rest) > limit:
+        cut = -1
+        for sep in ("\n\n", "\n", " "):
+            cut = rest.rfind(sep, 0, limit)
+            if cut > 0:
+                break
+        if cut <= 0:
+            cut = limit
+        chunks.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    if rest:
+        chunks.append(rest)
+    return chunks
+
+
+def section(text: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:SECTION_TEXT_LIMIT]}}
+
+
+def context(text: str) -> Block:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text[:3000]}]}
+
+
+def sections(text: str) -> list[Block]:
+    return [section(chunk) for chunk in split_text(text)]
+
+
+def source_link(source: Source) -> str:
+    label = escape(f"{source.system} {source.id}".strip())
+    if source.link and source.link.startswith(("http://", "https://")):
+        return f"<{source.link}|{label}>"
+    return label
+
+
+def bullet_lines(lines: Iterable[str]) -> str:
+    return "\n".join(f"• {line}" for line in lines)
+
+
+def answer_blocks(answer: Answer) -> list[Block]:
+    blocks = sections(to_mrkdwn(answer.answer) or "_(no answer)_")
+    if answer.sources:
+        blocks += sections("*Sources*\n" + bullet_lines(source_link(s) for s in answer.sources))
+    if answer.actions_taken:
+        blocks += sections(
+            "*Actions taken*\n" + bullet_lines(escape(a) for a in answer.actions_taken)
+        )
+    if answer.pending_approvals:
+        blocks += sections(
+            "*Waiting for approval*\n" + bullet_lines(escape(p) for p in answer.pending_approvals)
+        )
+    for caveat in answer.caveats:
+        blocks.append(context(f":warning: {escape(caveat)}"))
+    return blocks
+
+
+def paginate(
+    blocks: Sequence[Block], fallback: str, limit: int = MESSAGE_BLOCK_LIMIT
+) -> list[Message]:
+    """Blocks → as many messages as needed, each within the block limit."""
+    pages = [list(blocks[i : i + limit]) for i in range(0, len(blocks), limit)] or [[]]
+    text = fallback[:SECTION_TEXT_LIMIT]
+    return [
+        Message(text=text if i == 0 else f"{text[:60]}… (continued)", blocks=page)
+        for i, page in enumerate(pages)
+    ]
+
+
+def answer_messages(answer: Answer, header: str | None = None) -> list[Message]:
+    blocks = ([context(header)] if header else []) + answer_blocks(answer)
+    return paginate(blocks, answer.answer or "answer")
+
+
+def text_message(text: str) -> Message:
+    return Message(text=text[:SECTION_TEXT_LIMIT], blocks=sections(text))
+
+
+def connect_prompt(login_url: str) -> Message:
+    text = (
+        "To answer as you, opsbot needs to know who you are in the company directory. "
+        "Connect your account once; then ask again."
+    )
+    return Message(
+        text="Connect your account to use opsbot",
+        blocks=[
+            section(text),
+            {
+                "type": "actions",
+                "block_id": "connect",
+                "elements": [
+                    {
+                        "type": "button",
+                        "action_id": CONNECT_ACTION_ID,
+                        "text": {"type": "plain_text", "text": "Connect your account"},
+                        "url": login_url,
+                        "style": "primary",
+                    }
+                ],
+            },
+        ],
+    )
+
+
+def slack_date(moment: datetime) -> str:
+    """A date every reader sees in their own time zone (ISO fallback for old clients)."""
+    stamp = int(moment.timestamp())
+    return f"<!date^{stamp}^{{date_short_pretty}} {{time}}|{moment.isoformat()}>"
+
+
+def status_text(status: UserStatus) -> str:
+    if not status.linked:
+        return "Your Slack account is *not connected* to a company account."
+    who = escape(status.email or status.subject or "unknown")
+    groups = ", ".join(sorted(status.groups)) or "none"
+    return f"Connected as *{who}*.\nGroups: {escape(groups)}"
+
+
+def approval_line(view: ApprovalView) -> str:
+    return (
+        f"`{escape(view.server)}` · `{escape(view.tool)}` for {escape(view.requester)}"
+        f" — expires {slack_date(view.expires_at)}"
+    )
+
+
+def home_view(
+    status: UserStatus, pending: Sequence[ApprovalView], awaiting: Sequence[ApprovalView]
+) -> dict[str, Any]:
+    from bot.slack.cards import decision_buttons  # cards imports this module
+
+    blocks: list[Block] = [
+        {"type": "header", "text": {"type": "plain_text", "text": "opsbot"}},
+        section(status_text(status)),
+    ]
+    if not status.linked and status.login_url:
+        blocks += connect_prompt(status.login_url).blocks[1:]
+    blocks.append({"type": "divider"})
+    blocks.append(section("*Your pending requests*"))
+    if pending:
+        blocks += sections(bullet_lines(approval_line(v) for v in pending))
+    else:
+        blocks.append(context("Nothing is waiting for approval."))
+    if awaiting:
+        blocks.append({"type": "divider"})
+        blocks.append(section("*Waiting for your decision*"))
+        for view in awaiting:
+            if len(blocks) > HOME_BLOCK_LIMIT - 3:
+                blocks.append(context("More requests are waiting: see the approvals channel."))
+                break
+            blocks.append(section(approval_line(view)))
+            blocks.append(decision_buttons(view.approval_id))
+    return {"type": "home", "blocks": blocks[:HOME_BLOCK_LIMIT]}

@@ -1,0 +1,129 @@
+"""Shared SQL state for the Slack adapter: processed event ids and approval message refs.
+
+Both live in the project's database so any instance can serve any delivery or click:
+a retried event that lands on another instance is still recognised as a duplicate.
+
+Example::
+
+    events = SqlProcessedEvents(engine)
+    if await events.claim("Ev123"):   # True only for the first delivery, on any instance
+        ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_core.clock import Clock, utc_now
+from opsbot.storage.schema import chat_approval_messages, processed_events
+
+PLATFORM = "slack"
+
+
+class ProcessedEvents(Protocol):
+    async def claim(self, event_id: str) -> bool:
+        """Record ``event_id``; ``True`` the first time, ``False`` for every later delivery."""
+        ...
+
+
+class SqlProcessedEvents:
+    """Deduplication on the primary key: the insert is the atomic claim."""
+
+    def __init__(self, engine: AsyncEngine, clock: Clock = utc_now) -> None:
+        self._engine = engine
+        self._clock = clock
+
+    async def claim(self, event_id: str) -> bool:
+        try:
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    processed_events.insert().values(
+                        event_id=event_id, platform=PLATFORM, received_at=self._clock()
+                    )
+                )
+        except IntegrityError:
+            return False
+        return True
+
+    async def prune(self, older_than: timedelta) -> int:
+        """Forget ids older than Slack's retry window; returns how many were removed."""
+        cutoff = self._clock() - older_than
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                delete(processed_events).where(processed_events.c.received_at < cutoff)
+            )
+        return int(result.rowcount or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalMessages:
+    """Where an approval's card is, and the requester's thread to tell of the decision."""
+
+    approval_id: str
+    team_id: str
+    card_channel_id: str
+    card_ts: str
+    requester_channel_id: str
+    requester_thread_ts: str
+    created_at: datetime
+
+
+class SqlApprovalMessages:
+    def __init__(self, engine: AsyncEngine, clock: Clock = utc_now) -> None:
+        self._engine = engine
+        self._clock = clock
+
+    async def save(
+        self,
+        approval_id: str,
+        team_id: str,
+        card: tuple[str, str],
+        requester: tuple[str, str],
+    ) -> None:
+        """Remember the card (channel, ts) and requester thread (channel, thread_ts); the first
+        save wins, so a retried post never points the approval at a second card."""
+        try:
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    chat_approval_messages.insert().values(
+                        approval_id=approval_id,
+                        platform=PLATFORM,
+                        team_id=team_id,
+                        card_channel_id=card[0],
+                        card_ts=card[1],
+                        requester_channel_id=requester[0],
+                        requester_thread_ts=requester[1],
+                        created_at=self._clock(),
+                    )
+                )
+        except IntegrityError:
+            return
+
+    async def get(self, approval_id: str) -> ApprovalMessages | None:
+        c = chat_approval_messages.c
+        async with self._engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(chat_approval_messages).where(
+                        c.approval_id == approval_id, c.platform == PLATFORM
+                    )
+                )
+            ).first()
+        if row is None:
+            return None
+        m = row._mapping
+        return ApprovalMessages(
+            approval_id=m["approval_id"],
+            team_id=m["team_id"],
+            card_channel_id=m["card_channel_id"],
+            card_ts=m["card_ts"],
+            requester_channel_id=m["requester_channel_id"],
+            requester_thread_ts=m["requester_thread_ts"],
+            created_at=m["created_at"],
+        )

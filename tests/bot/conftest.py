@@ -1,0 +1,88 @@
+"""A running Slack app (HTTP mode on port 0) wired to the fake Slack Web API and an assistant."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+
+import aiohttp
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bot.slack import SlackBotConfig, build_app, serve_http
+from bot.slack.core import AssistantPort, ChatUser
+from opsbot.serving import bind_socket
+from opsbot.storage import create_engine
+from tests.bot.fake_assistant import FakeAssistant
+from tests.fixtures.slack import (
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    TEAM_ID,
+    FakeSlack,
+    SlackSender,
+)
+
+ALICE = ChatUser("slack", TEAM_ID, "U0ALICE")
+BOB = ChatUser("slack", TEAM_ID, "U0BOB")  # ticket-leads: an approver
+DAVE = ChatUser("slack", TEAM_ID, "U0DAVE")  # no approver group
+ERIN = ChatUser("slack", TEAM_ID, "U0ERIN")  # not linked
+
+
+def slack_config(fake: FakeSlack, **overrides: object) -> SlackBotConfig:
+    values: dict[str, object] = {
+        "bot_token": BOT_TOKEN,
+        "signing_secret": SIGNING_SECRET,
+        "api_url": fake.url,
+        "approvals_channel": "ops-approvals",
+    }
+    values.update(overrides)
+    return SlackBotConfig(**values)  # type: ignore[arg-type]
+
+
+@dataclass
+class SlackEnv:
+    fake: FakeSlack
+    sender: SlackSender
+    url: str
+    engine: AsyncEngine
+
+
+RunApp = Callable[..., AbstractAsyncContextManager[SlackEnv]]
+
+
+@pytest.fixture
+def fake_assistant() -> FakeAssistant:
+    assistant = FakeAssistant()
+    assistant.link(ALICE, "alice", {"team-payments"})
+    assistant.link(BOB, "bob", {"team-payments", "ticket-leads"})
+    assistant.link(DAVE, "dave", {"team-platform"})
+    return assistant
+
+
+@pytest.fixture
+def run_app(fake_slack: FakeSlack, sqlite_url: str) -> RunApp:
+    """``async with run_app(assistant) as env``: the app serving HTTP on a fresh port."""
+
+    @asynccontextmanager
+    async def run(
+        assistant: AssistantPort, database_url: str | None = None, **config: object
+    ) -> AsyncIterator[SlackEnv]:
+        engine = create_engine(database_url or sqlite_url)
+        app = build_app(slack_config(fake_slack, **config), assistant, engine)
+        try:
+            async with (
+                serve_http(app, bind_socket("127.0.0.1", 0)) as url,
+                aiohttp.ClientSession() as session,
+            ):
+                yield SlackEnv(fake_slack, SlackSender(url, session=session), url, engine)
+        finally:
+            await engine.dispose()
+
+    return run
+
+
+@pytest.fixture
+async def env(run_app: RunApp, fake_assistant: FakeAssistant) -> AsyncIterator[SlackEnv]:
+    async with run_app(fake_assistant) as running:
+        yield running

@@ -1,0 +1,207 @@
+"""A scripted stand-in for ``opsbot.assistant.Assistant`` (the Slack adapter's only dependency).
+
+It keeps the core's observable rules the adapter must render: unlinked users, thread
+ownership, approver groups, one decision per approval, edit validation, expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from agent_core.threads import MemoryThreadStore
+from bot.slack.core import (
+    AlreadyDecided,
+    Answer,
+    Answered,
+    ApprovalRequested,
+    ApprovalSummary,
+    ApprovalView,
+    Approve,
+    ChatUser,
+    Decided,
+    Decision,
+    DecisionOutcome,
+    Edit,
+    Expired,
+    InvalidEdit,
+    LinkRequired,
+    NotAuthorised,
+    PlatformRef,
+    Refused,
+    Reply,
+    Source,
+    UserStatus,
+)
+
+UPDATE_TICKET_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "ticket_id": {"type": "string", "description": "e.g. PAY-1"},
+        "status": {"type": "string", "enum": ["open", "in_progress", "closed"]},
+        "priority": {"type": "integer", "minimum": 1, "maximum": 5},
+        "comment": {"type": "string"},
+    },
+    "required": ["ticket_id", "status"],
+}
+
+
+@dataclass
+class Person:
+    subject: str
+    email: str
+    groups: frozenset[str]
+
+
+@dataclass
+class FakeAssistant:
+    now: datetime = field(default_factory=lambda: datetime(2026, 12, 2, 12, 0, tzinfo=UTC))
+    people: dict[tuple[str, str], Person] = field(default_factory=dict)
+    threads: MemoryThreadStore = field(default_factory=MemoryThreadStore)
+    approvals: dict[str, ApprovalView] = field(default_factory=dict)
+    executed: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
+    messages: list[tuple[ChatUser, PlatformRef, str]] = field(default_factory=list)
+    decisions: list[tuple[ChatUser, str, Decision]] = field(default_factory=list)
+    run_delay: float = 0.0
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def link(self, chat_user: ChatUser, subject: str, groups: set[str] | None = None) -> None:
+        self.people[(chat_user.team_id, chat_user.user_id)] = Person(
+            subject, f"{subject}@example.com", frozenset(groups or ())
+        )
+
+    def _person(self, chat_user: ChatUser) -> Person | None:
+        return self.people.get((chat_user.team_id, chat_user.user_id))
+
+    async def handle_message(self, chat_user: ChatUser, ref: PlatformRef, text: str) -> Reply:
+        self.messages.append((chat_user, ref, text))
+        person = self._person(chat_user)
+        if person is None:
+            return LinkRequired(await self.link_url(chat_user))
+        thread = await self.threads.get_or_create(ref, person.subject)
+        if thread.owner_subject != person.subject:
+            return Refused(
+                "This conversation belongs to someone else; mention me in a new thread "
+                "to start your own."
+            )
+        if self.run_delay:
+            await asyncio.sleep(self.run_delay)
+        words = text.split()
+        if words[:1] == ["update"] and len(words) >= 3:
+            return self._propose(chat_user, ref, person, words[1], words[2:])
+        if words[:1] == ["long"]:
+            body = "\n\n".join(f"Paragraph {i}: " + "lorem ipsum " * 40 for i in range(40))
+            return Answered(Answer(body, sources=[Source("docs", "runbook-1", None)]))
+        return Answered(
+            Answer(
+                f"PAY-1 is open. You asked: {text}",
+                sources=[Source("ticketing", "PAY-1", "http://tickets.test/PAY-1")],
+                caveats=["Ticket data may be a minute old."],
+            )
+        )
+
+    def _propose(
+        self,
+        chat_user: ChatUser,
+        ref: PlatformRef,
+        person: Person,
+        ticket: str,
+        pairs: list[str],
+    ) -> Reply:
+        args: dict[str, Any] = {"ticket_id": ticket}
+        for pair in pairs:
+            key, _, value = pair.partition("=")
+            args[key] = int(value) if value.isdigit() else value
+        approval_id = f"ap{next(self._ids)}"
+        view = ApprovalView(
+            approval_id=approval_id,
+            tool="ticketing_update_ticket",
+            server="ticketing",
+            args=args,
+            requester=person.email,
+            requester_chat_user=chat_user,
+            requester_ref=ref,
+            reads=[f"ticketing_get_ticket {ticket}"],
+            expires_at=self.now + timedelta(hours=1),
+            input_schema=UPDATE_TICKET_SCHEMA,
+            description="Update a ticket's status or priority.",
+        )
+        self.approvals[approval_id] = view
+        summary = ApprovalSummary(approval_id, view.tool, view.server, view.expires_at)
+        return ApprovalRequested(Answer(f"I can update {ticket} once approved."), summary)
+
+    async def decide(
+        self, approver: ChatUser, approval_id: str, decision: Decision
+    ) -> DecisionOutcome:
+        self.decisions.append((approver, approval_id, decision))
+        person = self._person(approver)
+        if person is None:
+            return LinkRequired(await self.link_url(approver))
+        async with self._lock:
+            view = self.approvals.get(approval_id)
+            if view is None:
+                return NotAuthorised("no such approval")
+            if "ticket-leads" not in person.groups:
+                return NotAuthorised("only members of ticket-leads may approve ticket changes")
+            if view.status != "pending":
+                return AlreadyDecided(view.decided_by or "someone")
+            if self.now >= view.expires_at:
+                return Expired()
+            args = view.args
+            if isinstance(decision, Edit):
+                errors = _validate(decision.args)
+                if errors:
+                    return InvalidEdit(errors)
+                args = decision.args
+            label = {Approve: "approved", Edit: "edited"}.get(type(decision), "rejected")
+            self.approvals[approval_id] = replace(view, status=label, decided_by=person.email)
+        if label == "rejected":
+            result: Reply = Refused("The change was rejected; nothing was written.")
+            outcome = "rejected"
+        else:
+            self.executed.append((view.tool, args, view.requester))
+            result = Answered(Answer(f"Updated {args['ticket_id']}: status={args['status']}."))
+            outcome = label
+        return Decided(approval_id, label, person.email, outcome, view.requester_ref, result)
+
+    async def approval_view(self, approval_id: str) -> ApprovalView | None:
+        return self.approvals.get(approval_id)
+
+    async def pending_for(self, chat_user: ChatUser) -> list[ApprovalView]:
+        return [
+            v
+            for v in self.approvals.values()
+            if v.requester_chat_user == chat_user and v.status == "pending"
+        ]
+
+    async def awaiting_approver(self, chat_user: ChatUser) -> list[ApprovalView]:
+        person = self._person(chat_user)
+        if person is None or "ticket-leads" not in person.groups:
+            return []
+        return [v for v in self.approvals.values() if v.status == "pending"]
+
+    async def link_url(self, chat_user: ChatUser) -> str:
+        return f"http://idp.test/link/start?user={chat_user.user_id}"
+
+    async def unlink(self, chat_user: ChatUser) -> bool:
+        return self.people.pop((chat_user.team_id, chat_user.user_id), None) is not None
+
+    async def status(self, chat_user: ChatUser) -> UserStatus:
+        person = self._person(chat_user)
+        if person is None:
+            return UserStatus(linked=False)
+        return UserStatus(True, person.subject, person.email, person.groups)
+
+
+def _validate(args: dict[str, Any]) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    if args.get("status") not in UPDATE_TICKET_SCHEMA["properties"]["status"]["enum"]:
+        errors["status"] = "not an allowed status"
+    priority = args.get("priority")
+    if priority is not None and not (isinstance(priority, int) and 1 <= priority <= 5):
+        errors["priority"] = "must be between 1 and 5"
+    return errors
