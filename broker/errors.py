@@ -6,7 +6,11 @@ Exception tree::
     ├── NotLinkedError          the chat user has no account link
     ├── AccessRevokedError      the IdP refused: the user's access was revoked
     ├── ExchangeFailedError     token exchange for one server failed (names the server)
-    └── BrokerUnavailableError  the IdP or the broker service could not be reached
+    ├── BrokerUnavailableError  the IdP or the broker service could not be reached
+    ├── TokenVerificationError  a token failed validation (issuer, audience, expiry, signature)
+    └── LinkingError            an account-linking login was refused
+        └── InvalidStateError   the login ``state`` was tampered with, replayed, expired or
+                                belongs to another chat user
 
 Messages name the missing access; they never contain a token.
 """
@@ -37,3 +41,15 @@ class ExchangeFailedError(BrokerError):
 
 class BrokerUnavailableError(BrokerError):
     """The identity provider or the broker service could not be reached."""
+
+
+class TokenVerificationError(BrokerError):
+    """A token failed validation: bad signature, issuer, audience, expiry or claims."""
+
+
+class LinkingError(BrokerError):
+    """Linking a chat user to their company account failed."""
+
+
+class InvalidStateError(LinkingError):
+    """The login ``state`` is not one we issued, was used already, or has expired."""

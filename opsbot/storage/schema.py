@@ -147,3 +147,31 @@ audit_events = Table(
     Index("ix_audit_events_at", "at"),
     Index("ix_audit_events_idempotency_key", "idempotency_key"),
 )
+
+# Identity (migration 0002): chat user → IdP subject, with the refresh token encrypted (Fernet).
+account_links = Table(
+    "account_links",
+    metadata,
+    Column("platform", String(32), primary_key=True),
+    Column("team_id", String(64), primary_key=True),
+    Column("user_id", String(64), primary_key=True),
+    Column("subject", String(255), nullable=False),
+    Column("email", String(320), nullable=False),
+    Column("refresh_token_encrypted", String(), nullable=False),
+    Column("created_at", UtcDateTime(), nullable=False),
+    Column("updated_at", UtcDateTime(), nullable=False),
+    Index("ix_account_links_subject", "subject"),
+)
+
+# Logins started from chat and not yet completed: single use (deleted on callback).
+link_logins = Table(
+    "link_logins",
+    metadata,
+    Column("nonce", String(64), primary_key=True),
+    Column("platform", String(32), nullable=False),
+    Column("team_id", String(64), nullable=False),
+    Column("user_id", String(64), nullable=False),
+    Column("code_verifier_encrypted", String(), nullable=False),
+    Column("expires_at", UtcDateTime(), nullable=False),
+    Index("ix_link_logins_expires_at", "expires_at"),
+)

@@ -1,0 +1,409 @@
+"""The dev IdP's state and grants (DEVELOPMENT AND TESTS ONLY; no persistence, one process).
+
+Keys are RSA pairs generated at start; tokens are signed with pyjwt. Codes and refresh tokens
+live in memory. Refresh tokens are not rotated, so several broker instances can share one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from broker.clock import Clock, utc_now
+from broker.dev_idp.directory import Directory, DirectoryUser
+
+TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105
+JWT_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:jwt"  # noqa: S105
+LOGIN_SCOPES = "openid profile email offline_access"
+
+
+class OAuthError(Exception):
+    """An OAuth error response: ``error`` code, description and HTTP status."""
+
+    def __init__(self, error: str, description: str, status: int = 400) -> None:
+        super().__init__(f"{error}: {description}")
+        self.error = error
+        self.description = description
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class DevClient:
+    """A registered OAuth client. Empty ``redirect_uris`` allows any loopback http URL."""
+
+    client_id: str
+    client_secret: str = field(repr=False)
+    redirect_uris: tuple[str, ...] = ()
+
+    def allows_redirect(self, uri: str) -> bool:
+        if self.redirect_uris:
+            return uri in self.redirect_uris
+        parts = urlsplit(uri)
+        return parts.scheme in ("http", "https") and parts.hostname in (
+            "127.0.0.1",
+            "localhost",
+            "::1",
+        )
+
+
+@dataclass(slots=True)
+class _Code:
+    client_id: str
+    redirect_uri: str
+    code_challenge: str
+    subject: str
+    scope: str
+    nonce: str | None
+    expires_at: datetime
+
+
+@dataclass(slots=True)
+class _Refresh:
+    client_id: str
+    subject: str
+    scope: str
+    expires_at: datetime
+
+
+@dataclass(slots=True)
+class DevIdpStats:
+    """What the IdP served, for tests that count exchanges at the IdP."""
+
+    logins: int = 0
+    refreshes: int = 0
+    exchanges: int = 0
+    exchanges_by: Counter[tuple[str, str]] = field(default_factory=Counter)  # (sub, aud)
+    refused: Counter[str] = field(default_factory=Counter)  # by OAuth error code
+
+
+def _b64url_sha256(value: str) -> str:
+    digest = hashlib.sha256(value.encode("ascii")).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+class DevIdentityProvider:
+    """An OIDC/OAuth 2.0 provider for development and tests. Never use it in production.
+
+    ``audiences`` maps resource names from the directory (``ticketing``...) to the audience
+    URI the exchanged tokens carry; it can change while serving (``set_audience``).
+    """
+
+    def __init__(
+        self,
+        issuer: str,
+        directory: Directory,
+        *,
+        clients: Sequence[DevClient],
+        audiences: Mapping[str, str],
+        clock: Clock = utc_now,
+        access_token_ttl: timedelta = timedelta(hours=1),
+        exchange_ttl: timedelta = timedelta(minutes=5),
+        refresh_token_ttl: timedelta = timedelta(days=30),
+        code_ttl: timedelta = timedelta(minutes=2),
+        admin_token: str | None = None,
+    ) -> None:
+        self.issuer = issuer.rstrip("/")
+        self.directory = directory
+        self.clients = {c.client_id: c for c in clients}
+        self._audiences = dict(audiences)
+        self.clock = clock
+        self.access_token_ttl = access_token_ttl
+        self.exchange_ttl = exchange_ttl
+        self.refresh_token_ttl = refresh_token_ttl
+        self.code_ttl = code_ttl
+        self.admin_token = admin_token
+        self.stats = DevIdpStats()
+        self._revoked = {u.subject for u in directory.users.values() if u.revoked}
+        self._codes: dict[str, _Code] = {}
+        self._refresh: dict[str, _Refresh] = {}
+        self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self._kid = secrets.token_hex(8)
+
+    # -- configuration -----------------------------------------------------------------
+
+    @property
+    def audiences(self) -> Mapping[str, str]:
+        return dict(self._audiences)
+
+    def set_audience(self, resource: str, audience: str) -> None:
+        if resource not in self.directory.resources:
+            raise ValueError(f"unknown resource {resource!r}: not in the directory")
+        self._audiences[resource] = audience
+
+    def revoke_user(self, subject: str) -> None:
+        """Stop every new token for ``subject`` (logins, refreshes, exchanges)."""
+        self._user(subject)
+        self._revoked.add(subject)
+
+    def restore_user(self, subject: str) -> None:
+        self._user(subject)
+        self._revoked.discard(subject)
+
+    def is_revoked(self, subject: str) -> bool:
+        return subject in self._revoked
+
+    def _user(self, subject: str) -> DirectoryUser:
+        user = self.directory.users.get(subject)
+        if user is None:
+            raise KeyError(f"unknown user {subject!r}")
+        return user
+
+    # -- metadata --------------------------------------------------------------------
+
+    def discovery(self) -> dict[str, Any]:
+        i = self.issuer
+        return {
+            "issuer": i,
+            "authorization_endpoint": f"{i}/authorize",
+            "token_endpoint": f"{i}/token",
+            "userinfo_endpoint": f"{i}/userinfo",
+            "jwks_uri": f"{i}/jwks",
+            "revocation_endpoint": f"{i}/revoke",
+            "response_types_supported": ["code"],
+            "grant_types_supported": ["authorization_code", "refresh_token", TOKEN_EXCHANGE_GRANT],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["RS256"],
+            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+            "code_challenge_methods_supported": ["S256"],
+            "scopes_supported": sorted(
+                {"openid", "profile", "email", "offline_access"}
+                | {
+                    s
+                    for r in self.directory.resources.values()
+                    for g in r.scopes_by_group.values()
+                    for s in g
+                }
+            ),
+            "claims_supported": ["sub", "email", "name", "groups", "act", "client_id", "scope"],
+            "authorization_response_iss_parameter_supported": True,
+        }
+
+    def jwks(self) -> dict[str, Any]:
+        jwk = jwt.algorithms.RSAAlgorithm.to_jwk(self._key.public_key(), as_dict=True)
+        jwk.update({"kid": self._kid, "use": "sig", "alg": "RS256"})
+        return {"keys": [jwk]}
+
+    def _sign(self, claims: dict[str, Any], typ: str = "JWT") -> str:
+        return jwt.encode(
+            claims, self._key, algorithm="RS256", headers={"kid": self._kid, "typ": typ}
+        )
+
+    # -- client authentication ---------------------------------------------------------
+
+    def authenticate_client(self, client_id: str | None, client_secret: str | None) -> DevClient:
+        client = self.clients.get(client_id or "")
+        if client is None or client_secret is None:
+            raise OAuthError("invalid_client", "client authentication failed", 401)
+        if not hmac.compare_digest(client.client_secret.encode(), client_secret.encode()):
+            raise OAuthError("invalid_client", "client authentication failed", 401)
+        return client
+
+    def check_authorize_request(self, params: Mapping[str, str]) -> DevClient:
+        """Validate an authorization request; errors here are shown, never redirected."""
+        client = self.clients.get(params.get("client_id", ""))
+        if client is None:
+            raise OAuthError("invalid_client", "unknown client_id")
+        if not client.allows_redirect(params.get("redirect_uri", "")):
+            raise OAuthError("invalid_request", "redirect_uri is not registered for this client")
+        if params.get("response_type") != "code":
+            raise OAuthError("unsupported_response_type", "only response_type=code is supported")
+        if not params.get("code_challenge") or params.get("code_challenge_method") != "S256":
+            raise OAuthError("invalid_request", "PKCE with code_challenge_method=S256 is required")
+        return client
+
+    # -- authorization code ------------------------------------------------------------
+
+    def issue_code(self, params: Mapping[str, str], subject: str) -> str:
+        client = self.check_authorize_request(params)
+        self._user(subject)
+        if self.is_revoked(subject):
+            raise OAuthError("access_denied", "this user's access has been revoked")
+        now = self.clock()
+        self._codes = {k: v for k, v in self._codes.items() if v.expires_at > now}
+        code = secrets.token_urlsafe(32)
+        self._codes[code] = _Code(
+            client_id=client.client_id,
+            redirect_uri=params["redirect_uri"],
+            code_challenge=params["code_challenge"],
+            subject=subject,
+            scope=params.get("scope") or LOGIN_SCOPES,
+            nonce=params.get("nonce"),
+            expires_at=now + self.code_ttl,
+        )
+        self.stats.logins += 1
+        return code
+
+    def grant_authorization_code(
+        self, client: DevClient, form: Mapping[str, str]
+    ) -> dict[str, Any]:
+        code = self._codes.pop(form.get("code", ""), None)  # single use, even when it fails
+        if code is None or code.expires_at <= self.clock() or code.client_id != client.client_id:
+            raise OAuthError("invalid_grant", "authorization code is invalid, used or expired")
+        if form.get("redirect_uri") != code.redirect_uri:
+            raise OAuthError(
+                "invalid_grant", "redirect_uri does not match the authorization request"
+            )
+        verifier = form.get("code_verifier", "")
+        if not verifier or not hmac.compare_digest(_b64url_sha256(verifier), code.code_challenge):
+            raise OAuthError("invalid_grant", "PKCE verification failed")
+        if self.is_revoked(code.subject):
+            raise OAuthError("invalid_grant", "this user's access has been revoked")
+        response = self._login_tokens(client, code.subject, code.scope, code.nonce)
+        if "offline_access" in code.scope.split():
+            refresh = secrets.token_urlsafe(48)
+            self._refresh[refresh] = _Refresh(
+                client.client_id, code.subject, code.scope, self.clock() + self.refresh_token_ttl
+            )
+            response["refresh_token"] = refresh
+        return response
+
+    def grant_refresh_token(self, client: DevClient, form: Mapping[str, str]) -> dict[str, Any]:
+        stored = self._refresh.get(form.get("refresh_token", ""))
+        if stored is None or stored.client_id != client.client_id:
+            raise OAuthError("invalid_grant", "refresh token is invalid or was revoked")
+        if stored.expires_at <= self.clock():
+            raise OAuthError("invalid_grant", "refresh token has expired")
+        if self.is_revoked(stored.subject):
+            raise OAuthError("invalid_grant", "this user's access has been revoked")
+        self.stats.refreshes += 1
+        return self._login_tokens(client, stored.subject, stored.scope, None)
+
+    def revoke_token(self, client: DevClient, token: str) -> None:
+        """RFC 7009: forget a refresh token of this client (unknown tokens are ignored)."""
+        stored = self._refresh.get(token)
+        if stored is not None and stored.client_id == client.client_id:
+            del self._refresh[token]
+
+    def _login_tokens(
+        self, client: DevClient, subject: str, scope: str, nonce: str | None
+    ) -> dict[str, Any]:
+        user = self._user(subject)
+        now = self.clock()
+        exp = now + self.access_token_ttl
+        base = {
+            "iss": self.issuer,
+            "sub": subject,
+            "iat": int(now.timestamp()),
+            "exp": int(exp.timestamp()),
+        }
+        access = self._sign(
+            {
+                **base,
+                "aud": client.client_id,
+                "client_id": client.client_id,
+                "scope": scope,
+                "jti": secrets.token_urlsafe(16),
+                "groups": sorted(user.groups),
+            },
+            typ="at+jwt",
+        )
+        id_claims: dict[str, Any] = {
+            **base,
+            "aud": client.client_id,
+            "azp": client.client_id,
+            "email": user.email,
+            "name": user.name,
+            "groups": sorted(user.groups),
+        }
+        if nonce:
+            id_claims["nonce"] = nonce
+        return {
+            "access_token": access,
+            "token_type": "Bearer",
+            "expires_in": int(self.access_token_ttl.total_seconds()),
+            "scope": scope,
+            "id_token": self._sign(id_claims),
+        }
+
+    # -- token exchange (RFC 8693) -------------------------------------------------------
+
+    def verify_own_token(self, token: str, audience: str) -> dict[str, Any]:
+        """Claims of a token this IdP signed for ``audience``, checked against the clock."""
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                self._key.public_key(),
+                algorithms=["RS256"],
+                audience=audience,
+                issuer=self.issuer,
+                options={"verify_exp": False, "require": ["exp", "sub"]},
+            )
+        except jwt.InvalidTokenError as exc:
+            raise OAuthError(
+                "invalid_grant", f"subject token is invalid: {type(exc).__name__}"
+            ) from exc
+        if claims["exp"] <= self.clock().timestamp():
+            raise OAuthError("invalid_grant", "subject token has expired")
+        return claims
+
+    def grant_token_exchange(self, client: DevClient, form: Mapping[str, str]) -> dict[str, Any]:
+        if form.get("subject_token_type") not in (ACCESS_TOKEN_TYPE, JWT_TOKEN_TYPE):
+            raise OAuthError("invalid_request", "subject_token_type must be an access token or jwt")
+        if form.get("requested_token_type") not in (None, "", ACCESS_TOKEN_TYPE, JWT_TOKEN_TYPE):
+            raise OAuthError("invalid_request", "only access tokens can be requested")
+        # The subject token must have been issued to the client asking: no exchanging of
+        # tokens minted for a resource server, nor of another client's tokens.
+        claims = self.verify_own_token(form.get("subject_token", ""), client.client_id)
+        subject = str(claims["sub"])
+        user = self.directory.users.get(subject)
+        if user is None:
+            raise OAuthError("invalid_grant", "unknown subject")
+        if self.is_revoked(subject):
+            raise OAuthError("invalid_grant", "this user's access has been revoked")
+        resource_name, audience = self._target(form)
+        granted = self.directory.resources[resource_name].granted(user.groups)
+        requested = set((form.get("scope") or "").split())
+        scopes = granted & requested if requested else granted
+        if not scopes:
+            raise OAuthError(
+                "invalid_scope", f"user holds none of the requested scopes on {resource_name}"
+            )
+        now = self.clock()
+        exp = min(int((now + self.exchange_ttl).timestamp()), int(claims["exp"]))
+        token = self._sign(
+            {
+                "iss": self.issuer,
+                "sub": subject,
+                "aud": audience,
+                "scope": " ".join(sorted(scopes)),
+                "exp": exp,
+                "iat": int(now.timestamp()),
+                "jti": secrets.token_urlsafe(16),
+                "client_id": client.client_id,
+                "act": {"sub": client.client_id},
+                "groups": sorted(user.groups),
+            },
+            typ="at+jwt",
+        )
+        self.stats.exchanges += 1
+        self.stats.exchanges_by[(subject, audience)] += 1
+        return {
+            "access_token": token,
+            "issued_token_type": ACCESS_TOKEN_TYPE,
+            "token_type": "Bearer",
+            "expires_in": max(0, exp - int(now.timestamp())),
+            "scope": " ".join(sorted(scopes)),
+        }
+
+    def _target(self, form: Mapping[str, str]) -> tuple[str, str]:
+        """The one resource named by ``audience`` or ``resource`` (URI or resource name)."""
+        targets = {v for v in (form.get("audience"), form.get("resource")) if v}
+        if len(targets) != 1:
+            raise OAuthError("invalid_target", "name exactly one target with audience or resource")
+        (target,) = targets
+        for name, uri in self._audiences.items():
+            if target in (name, uri) and name in self.directory.resources:
+                return name, uri
+        raise OAuthError("invalid_target", f"unknown audience {target!r}")

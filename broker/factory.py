@@ -1,0 +1,83 @@
+"""Build a broker from configuration values (or from opsbot's ``Settings``)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from datetime import timedelta
+
+import httpx
+
+from broker.clock import Clock, utc_now
+from broker.exchange import ClientAuthMethod, ClientCredentials, TargetParam, TokenEndpointClient
+from broker.inprocess import InProcessBroker, ServerTarget
+from broker.links import LinkStore
+from broker.metrics import BrokerMetrics
+from broker.oidc import OidcProvider
+
+DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
+
+
+@contextlib.asynccontextmanager
+async def open_token_client(
+    *,
+    issuer: str,
+    client_id: str,
+    client_secret: str,
+    auth_method: ClientAuthMethod = "client_secret_basic",
+    target_param: TargetParam = "audience",
+    token_url: str | None = None,
+    clock: Clock = utc_now,
+    http: httpx.AsyncClient | None = None,
+) -> AsyncIterator[TokenEndpointClient]:
+    """A token-endpoint client with its own HTTP connection pool (unless ``http`` is given)."""
+    async with contextlib.AsyncExitStack() as stack:
+        if http is None:
+            limits = httpx.Limits(max_connections=50, max_keepalive_connections=20)
+            http = await stack.enter_async_context(
+                httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, limits=limits)
+            )
+        provider = OidcProvider(issuer, http, token_url=token_url, clock=clock)
+        yield TokenEndpointClient(
+            provider,
+            http,
+            ClientCredentials(client_id, client_secret, auth_method),
+            target_param=target_param,
+        )
+
+
+@contextlib.asynccontextmanager
+async def open_inprocess_broker(
+    *,
+    issuer: str,
+    client_id: str,
+    client_secret: str,
+    servers: Iterable[ServerTarget],
+    links: LinkStore,
+    auth_method: ClientAuthMethod = "client_secret_basic",
+    target_param: TargetParam = "audience",
+    token_url: str | None = None,
+    clock: Clock = utc_now,
+    cache_margin: timedelta = timedelta(seconds=30),
+    metrics: BrokerMetrics | None = None,
+    http: httpx.AsyncClient | None = None,
+) -> AsyncIterator[InProcessBroker]:
+    """An ``InProcessBroker`` talking to ``issuer``; closes its HTTP client on exit."""
+    async with open_token_client(
+        issuer=issuer,
+        client_id=client_id,
+        client_secret=client_secret,
+        auth_method=auth_method,
+        target_param=target_param,
+        token_url=token_url,
+        clock=clock,
+        http=http,
+    ) as client:
+        yield InProcessBroker(
+            links=links,
+            client=client,
+            servers=servers,
+            clock=clock,
+            cache_margin=cache_margin,
+            metrics=metrics,
+        )

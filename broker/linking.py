@@ -1,0 +1,155 @@
+"""Linking a chat user to their company account through an OIDC login started from chat.
+
+``start(chat_user)`` returns the IdP's authorization URL (code flow + PKCE + nonce). Its
+``state`` is a Fernet token (encrypted and signed) naming a single-use pending login stored
+server-side with the PKCE verifier; it expires after ``state_ttl``. ``complete(state, code)``
+checks the state, redeems the code, validates the ID token, and stores the link with the
+refresh token encrypted. Refused states raise ``InvalidStateError``.
+
+Example::
+
+    url = await linking.start(ChatUser("slack", "T1", "U1"))   # send as a button
+    link = await linking.complete(state, code)                 # from /oauth/callback
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from urllib.parse import urlencode
+
+from cryptography.fernet import Fernet, InvalidToken
+
+from broker.clock import Clock, utc_now
+from broker.errors import BrokerError, InvalidStateError, LinkingError, TokenVerificationError
+from broker.exchange import TokenEndpointClient, TokenEndpointError
+from broker.links import AccountLink, LinkStore, PendingLogin, TokenCipher
+from broker.types import ChatUser
+
+LOGIN_SCOPE = "openid profile email offline_access"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkResult:
+    link: AccountLink
+    name: str
+    groups: frozenset[str]
+
+
+def _challenge(verifier: str) -> str:
+    digest = hashlib.sha256(verifier.encode("ascii")).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+class LinkingService:
+    """Starts and completes account-linking logins; unlinks."""
+
+    def __init__(
+        self,
+        *,
+        links: LinkStore,
+        client: TokenEndpointClient,
+        cipher: TokenCipher,
+        redirect_uri: str,
+        clock: Clock = utc_now,
+        state_ttl: timedelta = timedelta(minutes=10),
+        scope: str = LOGIN_SCOPE,
+    ) -> None:
+        self._links = links
+        self._client = client
+        self._state_key = Fernet(cipher.derive(b"opsbot link state v1"))
+        self.redirect_uri = redirect_uri
+        self._clock = clock
+        self.state_ttl = state_ttl
+        self._scope = scope
+
+    async def start(self, chat_user: ChatUser) -> str:
+        """The URL that signs the chat user in at the IdP and comes back to our callback."""
+        meta = await self._client.provider.metadata()
+        if meta.authorization_endpoint is None:
+            raise LinkingError("the identity provider has no authorization endpoint")
+        now = self._clock()
+        nonce = secrets.token_urlsafe(24)
+        verifier = secrets.token_urlsafe(48)
+        await self._links.add_login(PendingLogin(nonce, chat_user, verifier, now + self.state_ttl))
+        payload = json.dumps(
+            {"n": nonce, "p": chat_user.platform, "t": chat_user.team_id, "u": chat_user.user_id}
+        ).encode()
+        state = self._state_key.encrypt_at_time(payload, int(now.timestamp())).decode("ascii")
+        query = {
+            "response_type": "code",
+            "client_id": self._client.client_id,
+            "redirect_uri": self.redirect_uri,
+            "scope": self._scope,
+            "state": state,
+            "nonce": nonce,
+            "code_challenge": _challenge(verifier),
+            "code_challenge_method": "S256",
+        }
+        return f"{meta.authorization_endpoint}?{urlencode(query)}"
+
+    def _read_state(self, state: str) -> tuple[str, ChatUser]:
+        try:
+            raw = self._state_key.decrypt(state.encode("ascii"))
+            issued = self._state_key.extract_timestamp(state.encode("ascii"))
+        except (InvalidToken, UnicodeEncodeError) as exc:
+            raise InvalidStateError("login state was not issued by opsbot or was altered") from exc
+        now = self._clock().timestamp()
+        if now - issued > self.state_ttl.total_seconds():
+            raise InvalidStateError("login link has expired; ask opsbot for a new one")
+        data = json.loads(raw)
+        return str(data["n"]), ChatUser(str(data["p"]), str(data["t"]), str(data["u"]))
+
+    async def complete(
+        self, state: str, code: str, *, expected_chat_user: ChatUser | None = None
+    ) -> LinkResult:
+        """Finish a login: store the link for the chat user who started it."""
+        nonce, chat_user = self._read_state(state)
+        if expected_chat_user is not None and expected_chat_user != chat_user:
+            raise InvalidStateError("login state belongs to another chat user")
+        pending = await self._links.take_login(nonce, self._clock())
+        if pending is None:
+            raise InvalidStateError("login link was already used or has expired")
+        if pending.chat_user != chat_user:
+            raise InvalidStateError("login state belongs to another chat user")
+        try:
+            tokens = await self._client.authorization_code(
+                code, self.redirect_uri, pending.code_verifier
+            )
+        except TokenEndpointError as exc:
+            raise LinkingError(f"the identity provider refused the login: {exc.error}") from None
+        if tokens.id_token is None or tokens.refresh_token is None:
+            raise LinkingError("the identity provider returned no ID token or refresh token")
+        try:
+            claims = await self._client.provider.verify(
+                tokens.id_token, audience=self._client.client_id, required=("nonce",)
+            )
+        except TokenVerificationError as exc:
+            raise LinkingError(f"the ID token is invalid: {exc}") from None
+        if claims.get("nonce") != nonce:
+            raise LinkingError("the ID token does not belong to this login")
+        link = AccountLink(
+            chat_user, str(claims["sub"]), str(claims.get("email", "")), self._clock()
+        )
+        await self._links.save(link, tokens.refresh_token)
+        groups = claims.get("groups", [])
+        return LinkResult(
+            link=link,
+            name=str(claims.get("name", link.subject)),
+            groups=frozenset(str(g) for g in groups) if isinstance(groups, list) else frozenset(),
+        )
+
+    async def unlink(self, chat_user: ChatUser) -> bool:
+        """Delete the link and its refresh token (also revoked at the IdP, best effort)."""
+        refresh_token = await self._links.refresh_token(chat_user)
+        removed = await self._links.delete(chat_user)
+        if refresh_token is not None:
+            # Best effort: the local copy is gone either way.
+            with contextlib.suppress(BrokerError):
+                await self._client.revoke(refresh_token)
+        return removed
