@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
+from pathlib import Path
 
 import httpx
 
 from broker.clock import Clock, utc_now
 from broker.exchange import ClientAuthMethod, ClientCredentials, TargetParam, TokenEndpointClient
 from broker.inprocess import InProcessBroker, ServerTarget
-from broker.links import LinkStore
+from broker.links import LinkStore, TokenCipher
 from broker.metrics import BrokerMetrics
 from broker.oidc import OidcProvider
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 
@@ -81,3 +86,18 @@ async def open_inprocess_broker(
             cache_margin=cache_margin,
             metrics=metrics,
         )
+
+
+def load_link_cipher(key: str | None, data_dir: Path) -> TokenCipher:
+    """The cipher for refresh tokens at rest: the configured key, or — for development only —
+    a random key generated once into ``data_dir/link-encryption.key`` (mode 0600)."""
+    if key:
+        return TokenCipher(key)
+    path = data_dir / "link-encryption.key"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(TokenCipher.generate_key())
+        log.warning("no link encryption key configured: generated one at %s (development)", path)
+    return TokenCipher(path.read_text().strip())

@@ -19,6 +19,7 @@ from opsbot.settings import Settings
 COMMAND_MODULES = (
     "opsbot.commands.migrate",
     "opsbot.commands.dev",
+    "opsbot.commands.idp",
 )
 
 

@@ -56,6 +56,11 @@ class IdpSettings(BaseModel):
     exchange_target_param: Literal["audience", "resource"] = "audience"
     token_url: str | None = None  # default: from OIDC discovery
     directory_path: Path | None = None  # dev IdP only: users, teams, groups (YAML)
+    client_auth_method: Literal["client_secret_basic", "client_secret_post"] = (
+        "client_secret_basic"
+    )
+    # Dev IdP only: bearer token for /admin/users/{sub}/revoke|restore (empty disables them).
+    dev_admin_token: SecretStr | None = SecretStr("opsbot-dev-admin")
 
 
 class BrokerSettings(BaseModel):
@@ -68,6 +73,9 @@ class BrokerSettings(BaseModel):
     cache_margin_seconds: int = 30
     # Fernet key (urlsafe base64, 32 bytes) encrypting stored refresh tokens.
     link_encryption_key: SecretStr | None = None
+    # Where the IdP sends users back after linking (the app's /oauth/callback).
+    link_callback_url: str = "http://127.0.0.1:3000/oauth/callback"
+    link_state_ttl_seconds: int = 600
 
 
 class SlackSettings(BaseModel):
