@@ -118,7 +118,8 @@ def paginate(
 
 def answer_messages(answer: Answer, header: str | None = None) -> list[Message]:
     blocks = ([context(header)] if header else []) + answer_blocks(answer)
-    return paginate(blocks, answer.answer or "answer")
+    fallback = answer.answer or "answer"
+    return paginate(blocks, f"{header}\n{fallback}" if header else fallback)
 
 
 def text_message(text: str) -> Message:

@@ -1,0 +1,122 @@
+"""Block Kit rendering and modal parsing, without a server."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bot.slack.cards import approval_card, decided_card
+from bot.slack.core import Answer, ApprovalView, ChatUser, Source
+from bot.slack.modals import ModalContext, edit_modal, field_errors_to_blocks, parse_edit
+from bot.slack.render import answer_messages, split_text, to_mrkdwn
+from tests.bot.fake_assistant import UPDATE_TICKET_SCHEMA
+from tests.fixtures.slack import number_value, select_value, text_value
+
+
+@given(st.text(alphabet=st.sampled_from("ab \n"), max_size=9000), st.integers(20, 3000))
+def test_split_text_keeps_every_chunk_within_the_limit(text: str, limit: int) -> None:
+    chunks = split_text(text, limit)
+    assert all(0 < len(c) <= limit for c in chunks)
+    assert "".join(chunks).replace(" ", "").replace("\n", "") == text.replace(" ", "").replace(
+        "\n", ""
+    )
+
+
+def test_markdown_becomes_mrkdwn_and_control_characters_are_escaped() -> None:
+    out = to_mrkdwn("**Done**: see [PAY-1](https://t.test/PAY-1) <!channel> & <@U1>")
+    assert out == "*Done*: see <https://t.test/PAY-1|PAY-1> &lt;!channel&gt; &amp; &lt;@U1&gt;"
+
+
+def test_huge_answer_is_paginated_within_block_and_text_limits() -> None:
+    answer = Answer(
+        "x " * 200_000, sources=[Source("docs", str(i), f"https://d.test/{i}") for i in range(300)]
+    )
+    messages = answer_messages(answer)
+    assert len(messages) > 1
+    for message in messages:
+        assert 0 < len(message.blocks) <= 50
+        assert len(message.text) <= 3000
+        for block in message.blocks:
+            assert len(block["text"]["text"]) <= 3000
+
+
+def test_source_without_a_web_link_is_plain_text() -> None:
+    blocks = answer_messages(Answer("a", sources=[Source("db", "job-7", "javascript:x")]))
+    assert "• db job-7" in blocks[0].blocks[1]["text"]["text"]
+
+
+def _view(args: dict[str, Any], schema: dict[str, Any] = UPDATE_TICKET_SCHEMA) -> ApprovalView:
+    return ApprovalView(
+        approval_id="ap9",
+        tool="ticketing_update_ticket",
+        server="ticketing",
+        args=args,
+        requester="alice@example.com",
+        requester_chat_user=ChatUser("slack", "T", "U1"),
+        requester_ref=None,
+        reads=[],
+        expires_at=datetime(2026, 12, 2, 13, tzinfo=UTC),
+        input_schema=schema,
+    )
+
+
+def test_card_lists_arguments_and_decided_card_has_no_buttons() -> None:
+    view = _view({"ticket_id": "PAY-1", "tags": ["a", "b"], "note": "x" * 900})
+    card = approval_card(view)
+    assert card.blocks[-1]["type"] == "actions"
+    text = "\n".join(b.get("text", {}).get("text", "") for b in card.blocks)
+    assert '• *tags*: `["a", "b"]`' in text
+    assert "…" in text  # long values are cut in the card, not in the call
+    assert "_no reads before this proposal_" in text
+    done = decided_card(view, "ap9", "rejected", "bob", "rejected")
+    assert all(b["type"] != "actions" for b in done.blocks)
+
+
+def test_modal_types_cover_arrays_numbers_booleans_and_optional_fields() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "ratio": {"type": "number"},
+            "urgent": {"type": "boolean"},
+            "note": {"type": ["string", "null"], "maxLength": 5},
+        },
+        "required": ["tags"],
+    }
+    modal = edit_modal(_view({"tags": ["a"], "urgent": True}, schema), ModalContext("ap9"))
+    elements = {b["block_id"]: b["element"] for b in modal["blocks"] if b["type"] == "input"}
+    assert elements["arg:tags"]["initial_value"] == '["a"]'
+    assert elements["arg:ratio"]["is_decimal_allowed"] is True
+    assert [o["value"] for o in elements["arg:urgent"]["options"]] == ["true", "false"]
+    assert elements["arg:urgent"]["initial_option"]["value"] == "true"
+    args, errors = parse_edit(
+        schema,
+        {
+            "arg:tags": text_value('["x", "y"]'),
+            "arg:ratio": number_value("0.5"),
+            "arg:urgent": select_value("false"),
+            "arg:note": text_value("too long"),
+        },
+    )
+    assert args == {"tags": ["x", "y"], "ratio": 0.5, "urgent": False}
+    assert errors == {"arg:note": "At most 5 characters."}
+    _, errors = parse_edit(schema, {"arg:tags": text_value('{"not": "a list"}')})
+    assert errors == {"arg:tags": "Enter a JSON array."}
+
+
+def test_tampered_select_value_is_rejected() -> None:
+    _, errors = parse_edit(
+        UPDATE_TICKET_SCHEMA,
+        {"arg:ticket_id": text_value("PAY-1"), "arg:status": select_value('"deleted"')},
+    )
+    assert errors == {"arg:status": "Choose one of the listed values."}
+
+
+def test_core_errors_on_unknown_fields_land_on_the_first_input() -> None:
+    errors = field_errors_to_blocks(
+        {"tool": "cannot change", "status": "bad"}, UPDATE_TICKET_SCHEMA
+    )
+    assert errors == {"arg:ticket_id": "cannot change", "arg:status": "bad"}

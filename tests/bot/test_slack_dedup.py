@@ -1,0 +1,68 @@
+"""Deduplication on ``event_id`` in the shared database: one answer across instances."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bot.slack.store import SqlApprovalMessages, SqlProcessedEvents
+from tests.bot.conftest import ALICE, RunApp
+from tests.bot.fake_assistant import FakeAssistant
+from tests.fixtures.slack import mention
+
+
+async def test_claim_is_true_once_even_when_concurrent(engine: AsyncEngine) -> None:
+    store = SqlProcessedEvents(engine)
+    results = await asyncio.gather(*(store.claim("Ev1") for _ in range(8)))
+    assert results.count(True) == 1
+    assert await store.claim("Ev2") is True
+    assert await store.claim("Ev1") is False
+
+
+async def test_prune_forgets_only_old_ids(engine: AsyncEngine) -> None:
+    now = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+    clock = [now - timedelta(hours=2)]
+    store = SqlProcessedEvents(engine, clock=lambda: clock[0])
+    await store.claim("EvOld")
+    clock[0] = now
+    await store.claim("EvNew")
+    assert await store.prune(timedelta(hours=1)) == 1
+    assert await store.claim("EvOld") is True
+    assert await store.claim("EvNew") is False
+
+
+async def test_approval_messages_first_save_wins(engine: AsyncEngine) -> None:
+    store = SqlApprovalMessages(engine)
+    await store.save("ap1", "T1", ("C1", "1.0"), ("C2", "2.0"))
+    await store.save("ap1", "T1", ("C9", "9.0"), ("C9", "9.0"))
+    saved = await store.get("ap1")
+    assert saved is not None
+    assert (saved.card_channel_id, saved.card_ts) == ("C1", "1.0")
+    assert (saved.requester_channel_id, saved.requester_thread_ts) == ("C2", "2.0")
+    assert saved.created_at.tzinfo is not None
+    assert await store.get("nope") is None
+
+
+@pytest.mark.postgres
+async def test_retries_across_two_instances_get_one_answer(
+    run_app: RunApp, fake_assistant: FakeAssistant, postgres_url: str
+) -> None:
+    async with (
+        run_app(fake_assistant, database_url=postgres_url) as one,
+        run_app(fake_assistant, database_url=postgres_url) as two,
+    ):
+        event = mention(ALICE.user_id, "which jobs failed?", ts="1700000200.0001")
+        replies = await asyncio.gather(
+            *(
+                sender.post_event(event, event_id="EvSHARED", retry_num=n)
+                for n, sender in enumerate([one.sender, two.sender, one.sender, two.sender])
+            )
+        )
+        assert all(r == (200, "") for r in replies)
+        await one.fake.wait_for("chat.update")
+        await one.fake.settle()
+    assert len(fake_assistant.messages) == 1
+    assert len(one.fake.calls_to("chat.update")) == 1
