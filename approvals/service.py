@@ -1,0 +1,317 @@
+"""Deciding approvals exactly once and resuming the requester's thread.
+
+The flow of a decision: check the approver (group, self-approval, expiry) → validate edits →
+**claim** (``pending → deciding``, one winner) → record the decision → make sure the
+*requester* can still get tokens (fresh, never the approver's) → resume the thread through
+the agent core with the decisions and the approval id (from which the write's idempotency key
+is derived) → record the outcome. A requester whose access was revoked gets a rejection
+instead: nothing is written and the approval ends ``failed`` with the reason.
+
+Example::
+
+    service = ApprovalService(store, audit_log, tools, agent, identities, broker)
+    approval = await service.open(interrupt, requester)
+    report = await service.decide(approver, approval.approval_id, ActionDecision("approve"))
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from agent_core.answer import Interrupt
+from agent_core.clock import Clock, IdFactory, random_id, utc_now
+from agent_core.policy import ToolPolicy
+from approvals.errors import (
+    AlreadyDecidedError,
+    ApprovalError,
+    ApprovalNotFoundError,
+    InvalidEditError,
+)
+from approvals.records import (
+    EXPIRY_DECIDER,
+    ActionDecision,
+    ActionRequest,
+    Approval,
+    ApprovalStatus,
+    ReadRef,
+)
+from approvals.rules import check_decider, validate_edit
+from approvals.store import ApprovalStore
+from audit.log import AuditLog, EventKind, error_outcome
+from broker.errors import BrokerError
+from broker.types import Broker, Identity
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_AGE = timedelta(hours=1)
+
+
+class Resumer(Protocol):
+    """Resumes a paused thread with HITL decisions, as ``identity`` (the requester)."""
+
+    async def resume(
+        self,
+        identity: Identity,
+        thread_id: str,
+        decisions: list[dict[str, Any]],
+        *,
+        approval_id: str,
+    ) -> Any: ...
+
+
+class ToolCatalog(Protocol):
+    """What the approvals need to know about tools: policy, allowlist, input schemas."""
+
+    @property
+    def policy(self) -> ToolPolicy: ...
+
+    def input_schema(self, tool: str) -> Mapping[str, Any] | None:
+        """The schema an approver's edit is validated against (without ``idempotency_key``)."""
+        ...
+
+
+IdentityLookup = Callable[[str], Awaitable[Identity]]
+"""The requester's current identity (groups from the IdP directory) by subject."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionReport:
+    """What happened: the approval in its final state and the requester's resumed result."""
+
+    approval: Approval
+    result: Any = None  # agent_core RunResult, or None when the resume itself failed
+
+
+class ApprovalService:
+    """Opens approvals from interrupts, decides them exactly once, expires old ones."""
+
+    def __init__(
+        self,
+        store: ApprovalStore,
+        audit: AuditLog,
+        tools: ToolCatalog,
+        resumer: Resumer,
+        identities: IdentityLookup,
+        broker: Broker,
+        *,
+        clock: Clock = utc_now,
+        new_id: IdFactory = random_id,
+    ) -> None:
+        self.store = store
+        self.audit = audit
+        self.tools = tools
+        self._resumer = resumer
+        self._identities = identities
+        self._broker = broker
+        self._clock = clock
+        self._new_id = new_id
+
+    async def open(self, interrupt: Interrupt, requester: Identity) -> Approval:
+        """Record a pending approval for ``interrupt`` (one per interrupt)."""
+        now = self._clock()
+        actions = []
+        ages = []
+        for request in interrupt.action_requests:
+            cls = self.tools.policy.classify(request.name)
+            ages.append(cls.max_approval_age or DEFAULT_MAX_AGE)
+            actions.append(
+                ActionRequest(
+                    tool=request.name,
+                    server=request.server or request.name.split("_", 1)[0],
+                    args=dict(request.args),
+                    description=request.description,
+                    tool_call_id=request.tool_call_id,
+                    approver_group=cls.approver_group or "",
+                    sensitive=cls.sensitive,
+                )
+            )
+        reads = tuple(ReadRef(step.tool, ref) for step in interrupt.reads for ref in step.ids)
+        approval = Approval(
+            approval_id=self._new_id(),
+            thread_id=interrupt.thread_id,
+            requester_subject=requester.subject,
+            requester_chat_user=requester.chat_user,
+            actions=tuple(actions),
+            reads=reads,
+            created_at=now,
+            expires_at=now + min(ages, default=DEFAULT_MAX_AGE),
+        )
+        await self.store.create(approval)
+        for action in approval.actions:
+            await self.audit.record(
+                EventKind.APPROVAL_REQUESTED,
+                requester=requester.subject,
+                thread_id=approval.thread_id,
+                tool=action.tool,
+                approval_id=approval.approval_id,
+                args=action.args,
+                model_used=interrupt.model_used or None,
+                detail={"reads": [f"{r.tool} {r.ref_id}" for r in reads]},
+            )
+        return approval
+
+    async def decide(
+        self,
+        approver: Identity,
+        approval_id: str,
+        decision: ActionDecision,
+        *,
+        edited_tool: str | None = None,
+    ) -> DecisionReport:
+        """Decide every action of the approval (an edit changes the first one).
+
+        Raises ``ApprovalNotFoundError``, ``AlreadyDecidedError``, ``ApprovalExpiredError``,
+        ``NotAuthorisedError`` or ``InvalidEditError``; nothing is claimed when it does.
+        """
+        approval = await self.store.get(approval_id)
+        if approval is None:
+            raise ApprovalNotFoundError(f"no approval {approval_id!r}")
+        now = self._clock()
+        check_decider(approval, approver, now)
+        decisions = self._decisions(approval, decision, edited_tool)
+        claimed = await self.store.claim(approval_id, approver.subject, decisions, now)
+        await self._record_decisions(claimed)
+        return await self._execute(claimed)
+
+    async def sweep(self, now: datetime | None = None, limit: int = 100) -> list[DecisionReport]:
+        """Reject every pending approval past its maximum age and answer its requester."""
+        at = now or self._clock()
+        reports = []
+        for approval in await self.store.find(
+            statuses=[ApprovalStatus.PENDING], expired_at=at, limit=limit
+        ):
+            minutes = int((approval.expires_at - approval.created_at).total_seconds() // 60)
+            reject = ActionDecision(
+                "reject",
+                message=f"Expired: no approver decided within {minutes} minutes. Nothing was done.",
+            )
+            try:
+                claimed = await self.store.claim(
+                    approval.approval_id,
+                    EXPIRY_DECIDER,
+                    [reject] * len(approval.actions),
+                    at,
+                )
+            except ApprovalError:
+                continue  # decided meanwhile by a person: not the sweeper's any more
+            await self._record_decisions(claimed)
+            reports.append(await self._execute(claimed))
+        return reports
+
+    async def retry(self, approval_id: str) -> DecisionReport:
+        """Finish an approval left in ``deciding`` by a crash; the idempotency key (derived
+        from the approval id) makes the server drop a write that already happened."""
+        approval = await self.store.get(approval_id)
+        if approval is None:
+            raise ApprovalNotFoundError(f"no approval {approval_id!r}")
+        if approval.status is not ApprovalStatus.DECIDING:
+            raise AlreadyDecidedError(approval.decided_by, approval.status.value)
+        return await self._execute(approval)
+
+    def _decisions(
+        self, approval: Approval, decision: ActionDecision, edited_tool: str | None
+    ) -> list[ActionDecision]:
+        if decision.type != "edit":
+            return [decision] * len(approval.actions)
+        first = approval.actions[0]
+        args = validate_edit(
+            first,
+            decision.args or {},
+            input_schema=self.tools.input_schema(first.tool),
+            allowed=self.tools.policy.is_allowed(first.tool),
+            edited_tool=edited_tool,
+        )
+        if args == first.args:
+            return [ActionDecision("approve")] * len(approval.actions)
+        return [ActionDecision("edit", args=args)] + [ActionDecision("approve")] * (
+            len(approval.actions) - 1
+        )
+
+    async def _record_decisions(self, approval: Approval) -> None:
+        for action, decision in zip(approval.actions, approval.decisions, strict=True):
+            await self.audit.record(
+                EventKind.DECISION,
+                requester=approval.requester_subject,
+                thread_id=approval.thread_id,
+                tool=action.tool,
+                approval_id=approval.approval_id,
+                approver=approval.decided_by,
+                decision="expired" if approval.decided_by == EXPIRY_DECIDER else decision.type,
+                args=action.args,
+                edited_args=decision.args if decision.type == "edit" else None,
+                detail={"message": decision.message} if decision.message else None,
+            )
+
+    async def _execute(self, approval: Approval) -> DecisionReport:
+        decisions = list(approval.decisions)
+        writes = any(d.type != "reject" for d in decisions)
+        failure: str | None = None
+        try:
+            requester = await self._identities(approval.requester_subject)
+        except BrokerError as exc:
+            requester = Identity(approval.requester_subject, approval.requester_chat_user)
+            failure = f"the requester's access could not be confirmed: {exc}"
+        if writes and failure is None:
+            failure = await self._requester_can_act(requester, approval)
+        if failure is not None:
+            decisions = [
+                ActionDecision("reject", message=f"Not executed: {failure}") for _ in decisions
+            ]
+        hitl = [d.to_hitl(a, None) for a, d in zip(approval.actions, decisions, strict=True)]
+        result: Any = None
+        try:
+            result = await self._resumer.resume(
+                requester, approval.thread_id, hitl, approval_id=approval.approval_id
+            )
+        except Exception as exc:  # recorded; the approval ends failed
+            log.warning("resume of approval %s failed: %s", approval.approval_id, type(exc))
+            failure = failure or f"resuming the thread failed ({error_outcome(exc)})"
+        status = self._final_status(approval, failure)
+        outcome: dict[str, Any] = {"reason": failure} if failure else {"result": "resumed"}
+        done = await self.store.finish(approval.approval_id, status, outcome)
+        await self.audit.record(
+            EventKind.APPROVAL_FINISHED,
+            requester=approval.requester_subject,
+            thread_id=approval.thread_id,
+            tool=approval.actions[0].tool,
+            approval_id=approval.approval_id,
+            approver=approval.decided_by,
+            outcome=status.value,
+            detail=outcome,
+        )
+        return DecisionReport(done, result)
+
+    async def _requester_can_act(self, requester: Identity, approval: Approval) -> str | None:
+        """Mint fresh tokens for the requester (never the approver) on each write's server."""
+        for server in sorted({a.server for a in approval.actions}):
+            try:
+                await self._broker.invalidate(requester, server)
+                await self._broker.get_token(requester, server)
+            except BrokerError as exc:
+                return f"the requester's access to {server} was refused ({type(exc).__name__})"
+        return None
+
+    @staticmethod
+    def _final_status(approval: Approval, failure: str | None) -> ApprovalStatus:
+        if approval.decided_by == EXPIRY_DECIDER:
+            return ApprovalStatus.EXPIRED
+        if failure is not None:
+            return ApprovalStatus.FAILED
+        types = {d.type for d in approval.decisions}
+        if types == {"reject"}:
+            return ApprovalStatus.REJECTED
+        return ApprovalStatus.EDITED if "edit" in types else ApprovalStatus.APPROVED
+
+
+__all__ = [
+    "ApprovalService",
+    "DecisionReport",
+    "IdentityLookup",
+    "InvalidEditError",
+    "Resumer",
+    "ToolCatalog",
+]

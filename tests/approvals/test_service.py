@@ -1,0 +1,227 @@
+"""Deciding approvals: approver rules, edits, exactly-once execution, revocation, expiry."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from approval_fakes import Harness, identity
+
+from approvals import (
+    ActionDecision,
+    AlreadyDecidedError,
+    ApprovalExpiredError,
+    ApprovalStatus,
+    InvalidEditError,
+    NotAuthorisedError,
+)
+from audit import AuditQuery, EventKind
+
+APPROVE = ActionDecision("approve")
+
+
+async def test_ids_are_opaque_and_unguessable(harness: Harness) -> None:
+    ids = {await harness.open(thread_id=f"thr-{i}") for i in range(30)}
+    assert len(ids) == 30
+    assert all(len(i) >= 26 and "thr" not in i for i in ids)
+
+
+async def test_an_approval_records_the_actions_policy_and_read_chain(harness: Harness) -> None:
+    approval_id = await harness.open()
+    approval = await harness.store.get(approval_id)
+    assert approval is not None
+    assert approval.status is ApprovalStatus.PENDING
+    [action] = approval.actions
+    assert (action.tool, action.server, action.approver_group, action.sensitive) == (
+        "ticketing_close_ticket",
+        "ticketing",
+        "ticket-leads",
+        True,
+    )
+    assert [(r.tool, r.ref_id) for r in approval.reads] == [("ticketing_get_ticket", "PAY-7")]
+    # ticketing_close_ticket's max age in the default policy: 1800 s.
+    assert (approval.expires_at - approval.created_at).total_seconds() == 1800
+
+
+async def test_approve_runs_the_write_once_as_the_requester(harness: Harness) -> None:
+    approval_id = await harness.open("alice")
+    report = await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    assert report.approval.status is ApprovalStatus.APPROVED
+    assert report.approval.decided_by == "bob"
+    assert harness.executor.executions == 1
+    [(subject, tool, args, _key)] = harness.executor.calls
+    assert (subject, tool, args) == (
+        "alice",
+        "ticketing_close_ticket",
+        {"key": "PAY-7", "resolution": "fixed"},
+    )
+    # Fresh tokens were minted for the requester, never the approver.
+    assert harness.broker.invalidated == [("alice", "ticketing")]
+    assert harness.broker.minted == [("alice", "ticketing")]
+    assert [r[0] for r in harness.resumer.resumes] == ["alice"]
+
+
+async def test_a_second_decision_is_told_who_decided(harness: Harness) -> None:
+    approval_id = await harness.open("alice")
+    await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    with pytest.raises(AlreadyDecidedError) as lost:
+        await harness.service.decide(identity("carol"), approval_id, ActionDecision("reject"))
+    assert lost.value.decided_by == "bob"
+    assert harness.executor.executions == 1
+    assert len(harness.resumer.resumes) == 1
+
+
+async def test_concurrent_approvals_execute_once(harness: Harness) -> None:
+    approval_id = await harness.open("alice")
+    approvers = ["bob", "carol"] * 25
+    results = await asyncio.gather(
+        *(harness.service.decide(identity(a), approval_id, APPROVE) for a in approvers),
+        return_exceptions=True,
+    )
+    wins = [r for r in results if not isinstance(r, BaseException)]
+    assert len(wins) == 1
+    assert all(isinstance(r, AlreadyDecidedError) for r in results if r not in wins)
+    assert len(harness.executor.calls) == 1
+
+
+async def test_self_approval_of_a_sensitive_tool_is_refused(harness: Harness) -> None:
+    approval_id = await harness.open("bob")  # bob is a ticket lead himself
+    with pytest.raises(NotAuthorisedError, match="your own request"):
+        await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    assert (await harness.store.get(approval_id)).status is ApprovalStatus.PENDING  # type: ignore[union-attr]
+    assert harness.executor.executions == 0
+
+
+async def test_self_approval_of_a_non_sensitive_tool_is_allowed(harness: Harness) -> None:
+    approval_id = await harness.open(
+        "bob", tool="ticketing_add_comment", args={"key": "PAY-7", "body": "on it"}
+    )
+    report = await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    assert report.approval.status is ApprovalStatus.APPROVED
+
+
+async def test_an_approver_outside_the_group_is_refused(harness: Harness) -> None:
+    approval_id = await harness.open("alice")
+    for outsider in ("dave", "mallory", "alice"):
+        with pytest.raises(NotAuthorisedError, match="ticket-leads"):
+            await harness.service.decide(identity(outsider), approval_id, APPROVE)
+    assert harness.executor.executions == 0
+
+
+async def test_an_expired_approval_is_refused(harness: Harness) -> None:
+    approval_id = await harness.open("alice")
+    harness.clock.advance(minutes=30)
+    with pytest.raises(ApprovalExpiredError):
+        await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    assert harness.executor.executions == 0
+
+
+async def test_the_sweeper_rejects_expired_approvals_and_answers_the_requester(
+    harness: Harness,
+) -> None:
+    old = await harness.open("alice", thread_id="thr-old")
+    harness.clock.advance(minutes=20)
+    young = await harness.open("dave", thread_id="thr-young")
+    harness.clock.advance(minutes=10)  # old is 30 min (max 30), young 10 min
+    reports = await harness.service.sweep()
+    assert [r.approval.approval_id for r in reports] == [old]
+    [report] = reports
+    assert report.approval.status is ApprovalStatus.EXPIRED
+    assert report.approval.decided_by == "system:expiry"
+    # The requester's thread was resumed with a rejection that says why.
+    [(subject, thread_id, decisions)] = harness.resumer.resumes
+    assert (subject, thread_id) == ("alice", "thr-old")
+    assert decisions[0]["type"] == "reject"
+    assert "Expired" in decisions[0]["message"]
+    assert harness.executor.executions == 0
+    assert (await harness.store.get(young)).status is ApprovalStatus.PENDING  # type: ignore[union-attr]
+    assert await harness.service.sweep() == []
+
+
+async def test_reject_resumes_with_the_reason_and_writes_nothing(harness: Harness) -> None:
+    approval_id = await harness.open("alice")
+    report = await harness.service.decide(
+        identity("carol"), approval_id, ActionDecision("reject", message="not this week")
+    )
+    assert report.approval.status is ApprovalStatus.REJECTED
+    assert harness.resumer.resumes[0][2] == [{"type": "reject", "message": "not this week"}]
+    assert harness.executor.executions == 0
+
+
+async def test_a_valid_edit_runs_the_edited_arguments(harness: Harness) -> None:
+    approval_id = await harness.open("alice")
+    edit = ActionDecision("edit", args={"key": "PAY-7", "resolution": "duplicate"})
+    report = await harness.service.decide(identity("bob"), approval_id, edit)
+    assert report.approval.status is ApprovalStatus.EDITED
+    assert harness.executor.calls[0][2] == {"key": "PAY-7", "resolution": "duplicate"}
+    [decision] = await harness.sink.query(AuditQuery(kinds=(EventKind.DECISION,)))
+    assert decision.args_summary == {"key": "PAY-7", "resolution": "fixed"}
+    assert decision.edited_args_summary == {"key": "PAY-7", "resolution": "duplicate"}
+    assert (decision.approver, decision.decision) == ("bob", "edit")
+
+
+@pytest.mark.parametrize(
+    ("args", "tool", "field"),
+    [
+        ({"key": "PAY-7", "resolution": "deleted"}, None, "resolution"),
+        ({"key": "not a key", "resolution": "fixed"}, None, "key"),
+        ({"key": "PAY-7"}, None, "resolution"),
+        ({"key": "PAY-7", "resolution": "fixed", "assignee": "eve"}, None, "assignee"),
+        ({"key": "PAY-7", "resolution": "fixed", "idempotency_key": "x"}, None, "idempotency_key"),
+        ({"key": "PAY-7", "resolution": "fixed"}, "ticketing_delete_ticket", "tool"),
+    ],
+)
+async def test_invalid_edits_are_refused_field_by_field(
+    harness: Harness, args: dict[str, str], tool: str | None, field: str
+) -> None:
+    approval_id = await harness.open("alice")
+    with pytest.raises(InvalidEditError) as refused:
+        await harness.service.decide(
+            identity("bob"), approval_id, ActionDecision("edit", args=args), edited_tool=tool
+        )
+    assert field in refused.value.field_errors
+    assert (await harness.store.get(approval_id)).status is ApprovalStatus.PENDING  # type: ignore[union-attr]
+    assert harness.executor.executions == 0
+
+
+async def test_a_revoked_requester_writes_nothing_and_the_approval_fails(
+    harness: Harness,
+) -> None:
+    approval_id = await harness.open("alice")
+    harness.broker.revoked.add("alice")
+    report = await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    assert report.approval.status is ApprovalStatus.FAILED
+    assert "access to ticketing was refused" in report.approval.outcome["reason"]
+    assert harness.executor.executions == 0
+    # The thread still gets an answer: resumed with a rejection carrying the reason.
+    [(subject, _thread, decisions)] = harness.resumer.resumes
+    assert subject == "alice"
+    assert decisions[0]["type"] == "reject"
+    assert "Not executed" in decisions[0]["message"]
+
+
+async def test_a_failed_resume_ends_failed_and_is_audited(harness: Harness) -> None:
+    approval_id = await harness.open("alice")
+    harness.resumer.fail_with = ConnectionError("checkpointer down")
+    report = await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    assert report.approval.status is ApprovalStatus.FAILED
+    assert report.approval.outcome["reason"] == "resuming the thread failed (error:ConnectionError)"
+    finished = await harness.sink.query(AuditQuery(kinds=(EventKind.APPROVAL_FINISHED,)))
+    assert [e.outcome for e in finished] == ["failed"]
+
+
+async def test_retry_finishes_a_stuck_claim_without_a_second_effect(harness: Harness) -> None:
+    approval_id = await harness.open("alice")
+    # A crash after the claim and the write, before the approval was finished:
+    await harness.store.claim(approval_id, "bob", [APPROVE], harness.clock())
+    interrupt = harness.resumer.interrupts["thr-1"]
+    await harness.resumer.resume(
+        identity("alice"), "thr-1", [{"type": "approve"}], approval_id=approval_id
+    )
+    assert interrupt is harness.resumer.interrupts["thr-1"]
+    report = await harness.service.retry(approval_id)
+    assert report.approval.status is ApprovalStatus.APPROVED
+    assert len(harness.executor.calls) == 2  # the write was replayed with the same key ...
+    assert harness.executor.executions == 1  # ... and the server dropped it
+    with pytest.raises(AlreadyDecidedError):
+        await harness.service.retry(approval_id)
