@@ -24,7 +24,7 @@ from opsbot.storage import create_engine, metadata, migrate
 
 T = TypeVar("T")
 
-pytest_plugins = ["tests.fixtures.slack", "tests.fixtures.identity"]
+pytest_plugins = ["tests.fixtures.slack", "tests.fixtures.identity", "tests.fixtures.mcp"]
 
 DATABASE_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 

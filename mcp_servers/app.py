@@ -1,0 +1,138 @@
+"""The factory every reference server uses: FastMCP with our verifier, the auth gate, tool scopes.
+
+``ScopedServer.tool(scope=..., read_only=...)`` registers a FastMCP tool, records its scope for
+the gate's 403 check and annotates it (``readOnlyHint``, ``destructiveHint``,
+``idempotentHint``). Tool bodies raise ``ToolRefusedError`` for refusals the caller should read;
+any other exception becomes a generic "internal error" result (logged here, not sent), so
+database details never reach the client, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
+from urllib.parse import urlparse
+
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import AnyHttpUrl
+from starlette.types import ASGIApp
+
+from mcp_servers.auth import JwksClient, JwtVerifier
+from mcp_servers.errors import ToolRefusedError
+from mcp_servers.gate import AuthGate
+
+logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """What a server trusts: the issuer, where its keys are, and this server's audience."""
+
+    issuer: str
+    audience: str  # this server's canonical URI, e.g. http://127.0.0.1:8101/mcp
+    jwks_url: str | None = None  # default: OIDC discovery from the issuer
+    leeway_seconds: int = 0
+
+
+@dataclass
+class ScopedServer:
+    """One MCP server: FastMCP plus the scope of each tool, served behind ``AuthGate``."""
+
+    name: str
+    auth: AuthConfig
+    base_scope: str
+    instructions: str
+    jwks: JwksClient | None = None
+    host: str = "127.0.0.1"
+    tool_scopes: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.jwks is None:
+            self.jwks = JwksClient(issuer=self.auth.issuer, jwks_url=self.auth.jwks_url)
+        self.verifier = JwtVerifier(
+            issuer=self.auth.issuer,
+            audience=self.auth.audience,
+            jwks=self.jwks,
+            leeway_seconds=self.auth.leeway_seconds,
+        )
+        self.mcp = FastMCP(
+            self.name,
+            instructions=self.instructions,
+            token_verifier=self.verifier,
+            auth=AuthSettings(
+                issuer_url=AnyHttpUrl(self.auth.issuer),
+                resource_server_url=AnyHttpUrl(self.auth.audience),
+                required_scopes=[self.base_scope],
+                validate_token_resource=True,
+            ),
+            host=self.host,
+            streamable_http_path=urlparse(self.auth.audience).path.rstrip("/") or "/mcp",
+        )
+
+    def tool(
+        self,
+        *,
+        scope: str,
+        read_only: bool,
+        destructive: bool = False,
+        idempotent: bool | None = None,
+        title: str | None = None,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+        """Register an async tool with its required scope and annotations."""
+
+        def register(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+            name = fn.__name__
+            # Resolve annotations now: FastMCP reads the signature through the wrapper.
+            fn.__annotations__ = typing.get_type_hints(fn, include_extras=True)
+
+            @functools.wraps(fn)
+            async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+                try:
+                    return await fn(*args, **kwargs)
+                except ToolRefusedError as exc:
+                    raise ToolError(str(exc)) from exc
+                except ToolError:
+                    raise
+                except Exception as exc:
+                    logger.exception("tool %s failed", name)
+                    raise ToolError(
+                        f"internal error in {name} ({type(exc).__name__}); nothing was changed "
+                        "unless the change log says so"
+                    ) from exc
+
+            self.tool_scopes[name] = scope
+            self.mcp.tool(
+                name=name,
+                title=title,
+                annotations=ToolAnnotations(
+                    title=title,
+                    readOnlyHint=read_only,
+                    destructiveHint=destructive if not read_only else None,
+                    idempotentHint=read_only if idempotent is None else idempotent,
+                    openWorldHint=False,
+                ),
+            )(guarded)
+            return guarded
+
+        return register
+
+    def asgi_app(self) -> ASGIApp:
+        """The streamable-HTTP app behind the auth gate (build once per server)."""
+        return AuthGate(
+            self.mcp.streamable_http_app(),
+            verifier=self.verifier,
+            resource=self.auth.audience,
+            authorization_servers=[self.auth.issuer],
+            tool_scopes=self.tool_scopes,
+            resource_name=self.name,
+        )

@@ -1,0 +1,267 @@
+"""Bearer-token verification for the reference MCP servers.
+
+The MCP SDK does not check a token's audience, so this verifier does all of it: signature
+against the IdP's JWKS (fetched over HTTP and cached, refetched once on an unknown ``kid``),
+``iss``, **exact** ``aud`` (this server's canonical URI, and nothing else), ``exp``/``nbf``
+against an injected clock, and a ``sub``. Scopes come from ``scope`` (RFC 9068, space-separated)
+or ``scp``; teams from the ``groups`` claim (groups named ``team-<x>``); the acting client from
+``act.sub`` (RFC 8693 delegation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import jwt
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import AccessToken
+
+from mcp_servers.errors import JwksUnavailableError, TokenRejectedError, ToolRefusedError
+
+Clock = Callable[[], datetime]
+
+ALLOWED_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class JwksClient:
+    """Fetches and caches an IdP's signing keys; ``jwks_url`` or OIDC discovery from ``issuer``."""
+
+    def __init__(
+        self,
+        *,
+        issuer: str,
+        jwks_url: str | None = None,
+        cache_seconds: float = 300.0,
+        min_refetch_seconds: float = 5.0,
+        clock: Clock = utc_now,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._issuer = issuer.rstrip("/")
+        self._jwks_url = jwks_url
+        self._cache_seconds = cache_seconds
+        self._min_refetch_seconds = min_refetch_seconds
+        self._clock = clock
+        self._http = http
+        self._keys: dict[str, jwt.PyJWK] = {}
+        self._fetched_at: datetime | None = None
+        self._lock = asyncio.Lock()
+
+    async def get_key(self, kid: str | None) -> jwt.PyJWK:
+        """The signing key for ``kid`` (the only key when ``kid`` is absent and there is one)."""
+        if self._stale():
+            await self._refresh()
+        key = self._pick(kid)
+        if key is None and self._may_refetch():
+            await self._refresh()  # the IdP may have rotated its keys
+            key = self._pick(kid)
+        if key is None:
+            raise TokenRejectedError("token signed with an unknown key")
+        return key
+
+    def _pick(self, kid: str | None) -> jwt.PyJWK | None:
+        if kid is None:
+            return next(iter(self._keys.values())) if len(self._keys) == 1 else None
+        return self._keys.get(kid)
+
+    def _age(self) -> float | None:
+        if self._fetched_at is None:
+            return None
+        return (self._clock() - self._fetched_at).total_seconds()
+
+    def _stale(self) -> bool:
+        age = self._age()
+        return age is None or age >= self._cache_seconds
+
+    def _may_refetch(self) -> bool:
+        age = self._age()
+        return age is None or age >= self._min_refetch_seconds
+
+    async def _refresh(self) -> None:
+        async with self._lock:
+            try:
+                async with self._client() as http:
+                    url = self._jwks_url or await self._discover(http)
+                    response = await http.get(url)
+                    response.raise_for_status()
+                    document = response.json()
+            except (httpx.HTTPError, ValueError) as exc:
+                raise JwksUnavailableError(
+                    f"could not fetch the signing keys of {self._issuer}: {type(exc).__name__}"
+                ) from exc
+            keys: dict[str, jwt.PyJWK] = {}
+            for raw in document.get("keys", []):
+                if raw.get("use", "sig") != "sig":
+                    continue
+                try:
+                    key = jwt.PyJWK(raw)
+                except jwt.PyJWTError:
+                    continue  # a key type we cannot use must not hide the others
+                keys[str(raw.get("kid", ""))] = key
+            self._keys = keys
+            self._fetched_at = self._clock()
+
+    async def _discover(self, http: httpx.AsyncClient) -> str:
+        response = await http.get(f"{self._issuer}/.well-known/openid-configuration")
+        response.raise_for_status()
+        url = response.json().get("jwks_uri")
+        if not isinstance(url, str):
+            raise ValueError("OIDC discovery document has no jwks_uri")
+        self._jwks_url = url
+        return url
+
+    @contextlib.asynccontextmanager
+    async def _client(self) -> AsyncIterator[httpx.AsyncClient]:
+        if self._http is not None:
+            yield self._http
+            return
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            yield http
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is calling, from a verified token: the user (``sub``) and, if delegated, the actor."""
+
+    subject: str
+    actor: str | None
+    client_id: str | None
+    scopes: frozenset[str]
+    groups: frozenset[str]
+
+    @property
+    def teams(self) -> frozenset[str]:
+        return frozenset(g.removeprefix("team-") for g in self.groups if g.startswith("team-"))
+
+    @classmethod
+    def from_claims(cls, claims: Mapping[str, Any]) -> Caller:
+        act = claims.get("act")
+        actor = str(act["sub"]) if isinstance(act, dict) and "sub" in act else None
+        groups = claims.get("groups") or []
+        client_id = claims.get("client_id") or claims.get("azp")
+        return cls(
+            subject=str(claims["sub"]),
+            actor=actor,
+            client_id=str(client_id) if client_id else None,
+            scopes=frozenset(scopes_of(claims)),
+            groups=frozenset(str(g) for g in groups if isinstance(g, str)),
+        )
+
+
+def scopes_of(claims: Mapping[str, Any]) -> list[str]:
+    raw = claims.get("scope", claims.get("scp", ""))
+    if isinstance(raw, str):
+        return raw.split()
+    if isinstance(raw, list):
+        return [str(s) for s in raw]
+    return []
+
+
+class JwtVerifier:
+    """Verifies bearer JWTs for one resource server; implements the SDK's ``TokenVerifier``."""
+
+    def __init__(
+        self,
+        *,
+        issuer: str,
+        audience: str,
+        jwks: JwksClient,
+        clock: Clock = utc_now,
+        leeway_seconds: int = 0,
+    ) -> None:
+        self.issuer = issuer
+        self.audience = audience
+        self._jwks = jwks
+        self._clock = clock
+        self._leeway = leeway_seconds
+
+    async def verify(self, token: str) -> dict[str, Any]:
+        """The token's claims, or ``TokenRejectedError`` saying why it is not acceptable."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as exc:
+            raise TokenRejectedError("malformed token") from exc
+        alg = header.get("alg")
+        if alg not in ALLOWED_ALGORITHMS:
+            raise TokenRejectedError("token algorithm not accepted")
+        key = await self._jwks.get_key(header.get("kid"))
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key.key,
+                algorithms=[alg],
+                issuer=self.issuer,
+                options={
+                    "require": ["iss", "sub", "aud", "exp"],
+                    "verify_aud": False,  # checked below: exactly one audience, ours
+                    "verify_exp": False,  # checked below against the injected clock
+                    "verify_nbf": False,
+                    "verify_iat": False,
+                },
+            )
+        except jwt.InvalidSignatureError as exc:
+            raise TokenRejectedError("token signature is invalid") from exc
+        except jwt.InvalidIssuerError as exc:
+            raise TokenRejectedError("token was not issued by the trusted issuer") from exc
+        except jwt.MissingRequiredClaimError as exc:
+            raise TokenRejectedError(f"token lacks the {exc.claim!r} claim") from exc
+        except jwt.PyJWTError as exc:
+            raise TokenRejectedError("token is invalid") from exc
+        self._check_audience(claims.get("aud"))
+        self._check_times(claims)
+        return claims
+
+    def _check_audience(self, aud: object) -> None:
+        if isinstance(aud, list) and len(aud) == 1:
+            aud = aud[0]
+        if aud != self.audience:
+            raise TokenRejectedError("token was not issued for this server (audience)")
+
+    def _check_times(self, claims: Mapping[str, Any]) -> None:
+        now = self._clock().timestamp()
+        exp = claims.get("exp")
+        if not isinstance(exp, int | float) or now >= exp + self._leeway:
+            raise TokenRejectedError("token has expired")
+        nbf = claims.get("nbf")
+        if isinstance(nbf, int | float) and now < nbf - self._leeway:
+            raise TokenRejectedError("token is not valid yet")
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        """The SDK hook: ``None`` for any unacceptable token (the auth gate explains why)."""
+        try:
+            claims = await self.verify(token)
+        except (TokenRejectedError, JwksUnavailableError):
+            return None
+        client_id = claims.get("client_id") or claims.get("azp") or claims["sub"]
+        return AccessToken(
+            token=token,
+            client_id=str(client_id),
+            scopes=scopes_of(claims),
+            expires_at=int(claims["exp"]),
+            resource=self.audience,
+            subject=str(claims["sub"]),
+            claims=claims,
+        )
+
+
+def current_caller(required_scope: str) -> Caller:
+    """The verified caller of the current tool call; refuses it without ``required_scope``.
+
+    The HTTP gate already answered 403 for a missing tool scope; this is the second check.
+    """
+    token = get_access_token()
+    if token is None or token.claims is None:
+        raise ToolRefusedError("not authenticated")
+    caller = Caller.from_claims(token.claims)
+    if required_scope not in caller.scopes:
+        raise ToolRefusedError(f"insufficient_scope: this tool needs {required_scope!r}")
+    return caller

@@ -1,0 +1,111 @@
+"""Start the reference servers in-process on loopback (tests, the sandbox, ``opsbot mcp``).
+
+Sockets are bound first so each server knows its own URL — its audience — before it is built.
+
+Example::
+
+    async with start_reference_servers(issuer=..., jwks_url=...) as servers:
+        servers.ticketing.url        # http://127.0.0.1:<port>/mcp
+        servers.tickets              # the TicketStore, for assertions
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from mcp_servers.app import AuthConfig, ScopedServer
+from mcp_servers.auth import JwksClient
+from mcp_servers.database import DatabaseConfig, DatabaseGateway, build_database, open_gateway
+from mcp_servers.docs import DocStore, build_docs
+from mcp_servers.docs import seed_docs as docs_seed
+from mcp_servers.ticketing import TicketStore, build_ticketing, seed_data
+from opsbot.serving import bind_socket, serve_asgi, socket_url
+
+SERVER_NAMES = ("ticketing", "docs", "database")
+
+
+@dataclass(frozen=True, slots=True)
+class RunningServer:
+    """One running server: its name (the tool prefix), endpoint URL and token audience."""
+
+    name: str
+    url: str
+    audience: str
+    server: ScopedServer
+
+    @property
+    def tool_scopes(self) -> dict[str, str]:
+        return dict(self.server.tool_scopes)
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceServers:
+    ticketing: RunningServer
+    docs: RunningServer
+    database: RunningServer
+    tickets: TicketStore
+    doc_store: DocStore
+    db: DatabaseGateway
+
+    def __iter__(self) -> Iterator[RunningServer]:
+        return iter((self.ticketing, self.docs, self.database))
+
+    def by_name(self, name: str) -> RunningServer:
+        server: RunningServer = getattr(self, name)
+        return server
+
+
+def audience_for(sock: socket.socket) -> str:
+    return f"{socket_url(sock)}/mcp"
+
+
+@contextlib.asynccontextmanager
+async def serve_server(server: ScopedServer, sock: socket.socket) -> AsyncIterator[RunningServer]:
+    async with serve_asgi(server.asgi_app(), sock) as base:  # type: ignore[arg-type]
+        yield RunningServer(server.name, f"{base}/mcp", server.auth.audience, server)
+
+
+@contextlib.asynccontextmanager
+async def start_reference_servers(
+    *,
+    issuer: str,
+    jwks_url: str | None = None,
+    host: str = "127.0.0.1",
+    ticket_store_url: str = "sqlite+aiosqlite://",
+    docs_store_url: str = "sqlite+aiosqlite://",
+    database: DatabaseConfig | None = None,
+    data_dir: Path | None = None,
+) -> AsyncIterator[ReferenceServers]:
+    """All three servers on free loopback ports, seeded, trusting ``issuer``'s keys."""
+    socks = {name: bind_socket(host, 0) for name in SERVER_NAMES}
+    jwks = JwksClient(issuer=issuer, jwks_url=jwks_url)
+
+    def auth(name: str) -> AuthConfig:
+        return AuthConfig(issuer=issuer, audience=audience_for(socks[name]), jwks_url=jwks_url)
+
+    tickets = await TicketStore.open(ticket_store_url)
+    docs = await DocStore.open(docs_store_url, base_url=socket_url(socks["docs"]))
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(tickets.close)
+        stack.push_async_callback(docs.close)
+        await tickets.seed(seed_data())
+        await docs.seed(docs_seed())
+        db_config = database or DatabaseConfig()
+        db = await stack.enter_async_context(open_gateway(db_config, data_dir=data_dir))
+        running = [
+            await stack.enter_async_context(serve_server(server, socks[server.name]))
+            for server in (
+                build_ticketing(tickets, auth("ticketing"), jwks=jwks),
+                build_docs(docs, auth("docs"), jwks=jwks),
+                build_database(
+                    db, auth("database"), jwks=jwks, enable_query=db_config.enable_query
+                ),
+            )
+        ]
+        yield ReferenceServers(
+            running[0], running[1], running[2], tickets=tickets, doc_store=docs, db=db
+        )

@@ -1,0 +1,482 @@
+"""The ticketing server's own storage (SQLite by default, separate from opsbot's tables).
+
+Every write runs in one transaction with its idempotency record and its change-log line, under
+one lock: a repeated key either returns the stored first result or is refused, and a failed
+write leaves nothing behind. The change log is append-only (no update/delete API; on SQLite,
+triggers refuse UPDATE and DELETE on it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import StaticPool
+
+from mcp_servers.auth import Caller, Clock, utc_now
+from mcp_servers.errors import ForbiddenError, IdempotencyConflictError, NotFoundError
+from mcp_servers.ticketing.models import (
+    ChangeEntry,
+    Comment,
+    Priority,
+    SearchResult,
+    Status,
+    Ticket,
+    TicketSummary,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+metadata = sa.MetaData()
+
+projects = sa.Table(
+    "projects",
+    metadata,
+    sa.Column("key", sa.String(16), primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("team", sa.String(64), nullable=False),
+)
+tickets = sa.Table(
+    "tickets",
+    metadata,
+    sa.Column("key", sa.String(32), primary_key=True),
+    sa.Column("project", sa.ForeignKey("projects.key"), nullable=False),
+    sa.Column("number", sa.Integer, nullable=False),
+    sa.Column("title", sa.String(300), nullable=False),
+    sa.Column("description", sa.Text, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("priority", sa.String(16), nullable=False),
+    sa.Column("assignee", sa.String(128)),
+    sa.Column("created_by", sa.String(128), nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+)
+comments = sa.Table(
+    "comments",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("ticket_key", sa.ForeignKey("tickets.key"), nullable=False),
+    sa.Column("author", sa.String(128), nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)
+idempotency = sa.Table(
+    "idempotency_keys",
+    metadata,
+    sa.Column("subject", sa.String(128), primary_key=True),
+    sa.Column("key", sa.String(200), primary_key=True),
+    sa.Column("tool", sa.String(64), nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("result", sa.Text, nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)
+change_log = sa.Table(
+    "change_log",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.String(40), nullable=False),
+    sa.Column("subject", sa.String(128), nullable=False),
+    sa.Column("actor", sa.String(128)),
+    sa.Column("tool", sa.String(64), nullable=False),
+    sa.Column("ticket_key", sa.String(32)),
+    sa.Column("idempotency_key", sa.String(200)),
+    sa.Column("change", sa.Text, nullable=False),
+)
+
+_APPEND_ONLY = [
+    "CREATE TRIGGER IF NOT EXISTS change_log_no_update BEFORE UPDATE ON change_log "
+    "BEGIN SELECT RAISE(ABORT, 'change_log is append-only'); END",
+    "CREATE TRIGGER IF NOT EXISTS change_log_no_delete BEFORE DELETE ON change_log "
+    "BEGIN SELECT RAISE(ABORT, 'change_log is append-only'); END",
+]
+
+
+def fingerprint(tool: str, args: dict[str, Any]) -> str:
+    canonical = json.dumps({"tool": tool, "args": args}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    ticket_key: str
+    change: dict[str, Any]
+
+
+class TicketStore:
+    """Projects, tickets, comments, idempotency records and the change log."""
+
+    def __init__(self, engine: AsyncEngine, *, clock: Clock = utc_now) -> None:
+        self.engine = engine
+        self._clock = clock
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, url: str = "sqlite+aiosqlite://", *, clock: Clock = utc_now) -> TicketStore:
+        """Open (and create) the store; the default is a private in-memory SQLite database."""
+        if url in ("sqlite+aiosqlite://", "sqlite+aiosqlite:///:memory:"):
+            engine = create_async_engine(url, poolclass=StaticPool)
+        else:
+            engine = create_async_engine(url)
+        async with engine.begin() as conn:
+            await conn.run_sync(metadata.create_all)
+            if engine.dialect.name == "sqlite":
+                for statement in _APPEND_ONLY:
+                    await conn.execute(sa.text(statement))
+        return cls(engine, clock=clock)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    def _now(self) -> str:
+        return self._clock().isoformat()
+
+    # --- reads ---------------------------------------------------------------------------
+
+    async def search(
+        self,
+        caller: Caller,
+        *,
+        query: str = "",
+        project: str | None = None,
+        status: Status | None = None,
+        assignee: str | None = None,
+        limit: int = 20,
+    ) -> SearchResult:
+        stmt = (
+            sa.select(tickets)
+            .join(projects, projects.c.key == tickets.c.project)
+            .where(projects.c.team.in_(sorted(caller.teams)))
+        )
+        if project is not None:
+            stmt = stmt.where(tickets.c.project == project.upper())
+        if status is not None:
+            stmt = stmt.where(tickets.c.status == status)
+        if assignee is not None:
+            stmt = stmt.where(tickets.c.assignee == assignee)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(stmt)).mappings().all()
+        terms = [t for t in re.findall(r"\w+", query.lower()) if t]
+        scored = []
+        for row in rows:
+            text_title = str(row["title"]).lower()
+            text_body = str(row["description"]).lower()
+            score = sum(3 * text_title.count(t) + text_body.count(t) for t in terms)
+            if terms and score == 0 and query.lower() not in str(row["key"]).lower():
+                continue
+            scored.append((score, str(row["updated_at"]), row))
+        scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
+        return SearchResult(
+            tickets=[_summary(row) for _, _, row in scored[:limit]], total_matches=len(scored)
+        )
+
+    async def get(self, caller: Caller, key: str) -> Ticket:
+        async with self.engine.connect() as conn:
+            return await self._visible_ticket(conn, caller, key)
+
+    async def changes(
+        self,
+        caller: Caller,
+        *,
+        idempotency_key: str | None = None,
+        ticket_key: str | None = None,
+        limit: int = 50,
+    ) -> list[ChangeEntry]:
+        """Change-log lines the caller may see: their own, and those on their teams' tickets."""
+        visible = sa.select(tickets.c.key).join(projects, projects.c.key == tickets.c.project)
+        visible = visible.where(projects.c.team.in_(sorted(caller.teams)))
+        stmt = sa.select(change_log).where(
+            sa.or_(change_log.c.subject == caller.subject, change_log.c.ticket_key.in_(visible))
+        )
+        if idempotency_key is not None:
+            stmt = stmt.where(change_log.c.idempotency_key == idempotency_key)
+        if ticket_key is not None:
+            stmt = stmt.where(change_log.c.ticket_key == ticket_key.upper())
+        stmt = stmt.order_by(change_log.c.id.desc()).limit(limit)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(stmt)).mappings().all()
+        return [_entry(row) for row in rows]
+
+    # --- writes --------------------------------------------------------------------------
+
+    async def create(
+        self,
+        caller: Caller,
+        *,
+        project: str,
+        title: str,
+        description: str,
+        priority: Priority,
+        assignee: str | None,
+        idempotency_key: str,
+    ) -> Ticket:
+        args = {
+            "project": project,
+            "title": title,
+            "description": description,
+            "priority": priority,
+            "assignee": assignee,
+        }
+
+        async def action(conn: AsyncConnection) -> tuple[Ticket, _Change]:
+            project_key = project.upper()
+            row = (
+                (await conn.execute(sa.select(projects).where(projects.c.key == project_key)))
+                .mappings()
+                .first()
+            )
+            if row is None or row["team"] not in caller.teams:
+                raise NotFoundError(f"no project {project!r} that you can create tickets in")
+            number = (
+                await conn.execute(
+                    sa.select(sa.func.coalesce(sa.func.max(tickets.c.number), 0)).where(
+                        tickets.c.project == project_key
+                    )
+                )
+            ).scalar_one() + 1
+            key = f"{project_key}-{number}"
+            now = self._now()
+            await conn.execute(
+                tickets.insert().values(
+                    key=key,
+                    project=project_key,
+                    number=number,
+                    title=title,
+                    description=description,
+                    status="open",
+                    priority=priority,
+                    assignee=assignee,
+                    created_by=caller.subject,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            ticket = await self._visible_ticket(conn, caller, key)
+            return ticket, _Change(key, {"created": args})
+
+        return await self._write(caller, "create_ticket", args, idempotency_key, Ticket, action)
+
+    async def update(
+        self, caller: Caller, key: str, changes: dict[str, Any], idempotency_key: str
+    ) -> Ticket:
+        changes = {k: v for k, v in changes.items() if v is not None}
+        args = {"key": key, **changes}
+
+        async def action(conn: AsyncConnection) -> tuple[Ticket, _Change]:
+            before = await self._visible_ticket(conn, caller, key)
+            if not changes:
+                raise ForbiddenError("nothing to change: give at least one field")
+            if before.status == "closed":
+                raise ForbiddenError(f"{before.key} is closed; it cannot be updated")
+            await conn.execute(
+                tickets.update()
+                .where(tickets.c.key == before.key)
+                .values(**changes, updated_at=self._now())
+            )
+            old = before.model_dump(include=set(changes))
+            after = await self._visible_ticket(conn, caller, key)
+            return after, _Change(before.key, {"from": old, "to": changes})
+
+        return await self._write(caller, "update_ticket", args, idempotency_key, Ticket, action)
+
+    async def add_comment(
+        self, caller: Caller, key: str, body: str, idempotency_key: str
+    ) -> Ticket:
+        args = {"key": key, "body": body}
+
+        async def action(conn: AsyncConnection) -> tuple[Ticket, _Change]:
+            ticket = await self._visible_ticket(conn, caller, key)
+            now = self._now()
+            await conn.execute(
+                comments.insert().values(
+                    ticket_key=ticket.key, author=caller.subject, body=body, created_at=now
+                )
+            )
+            await conn.execute(
+                tickets.update().where(tickets.c.key == ticket.key).values(updated_at=now)
+            )
+            after = await self._visible_ticket(conn, caller, key)
+            return after, _Change(ticket.key, {"comment": body})
+
+        return await self._write(caller, "add_comment", args, idempotency_key, Ticket, action)
+
+    async def close_ticket(
+        self, caller: Caller, key: str, resolution: str, idempotency_key: str
+    ) -> Ticket:
+        args = {"key": key, "resolution": resolution}
+
+        async def action(conn: AsyncConnection) -> tuple[Ticket, _Change]:
+            ticket = await self._visible_ticket(conn, caller, key)
+            if ticket.status == "closed":
+                raise ForbiddenError(f"{ticket.key} is already closed")
+            now = self._now()
+            await conn.execute(
+                tickets.update()
+                .where(tickets.c.key == ticket.key)
+                .values(status="closed", updated_at=now)
+            )
+            await conn.execute(
+                comments.insert().values(
+                    ticket_key=ticket.key,
+                    author=caller.subject,
+                    body=f"Closed: {resolution}",
+                    created_at=now,
+                )
+            )
+            after = await self._visible_ticket(conn, caller, key)
+            change = {"from": {"status": ticket.status}, "to": {"status": "closed"}}
+            return after, _Change(ticket.key, {**change, "resolution": resolution})
+
+        return await self._write(caller, "close_ticket", args, idempotency_key, Ticket, action)
+
+    async def _write(
+        self,
+        caller: Caller,
+        tool: str,
+        args: dict[str, Any],
+        idempotency_key: str,
+        model: type[M],
+        action: Callable[[AsyncConnection], Awaitable[tuple[M, _Change]]],
+    ) -> M:
+        digest = fingerprint(tool, args)
+        async with self._lock, self.engine.begin() as conn:
+            previous = (
+                (
+                    await conn.execute(
+                        sa.select(idempotency).where(
+                            idempotency.c.subject == caller.subject,
+                            idempotency.c.key == idempotency_key,
+                        )
+                    )
+                )
+                .mappings()
+                .first()
+            )
+            if previous is not None:
+                if previous["tool"] != tool or previous["fingerprint"] != digest:
+                    raise IdempotencyConflictError(
+                        f"idempotency key {idempotency_key!r} was already used for a different "
+                        f"call ({previous['tool']}); use a new key for a new change"
+                    )
+                return model.model_validate_json(previous["result"])
+            result, change = await action(conn)
+            now = self._now()
+            await conn.execute(
+                idempotency.insert().values(
+                    subject=caller.subject,
+                    key=idempotency_key,
+                    tool=tool,
+                    fingerprint=digest,
+                    result=result.model_dump_json(),
+                    created_at=now,
+                )
+            )
+            await conn.execute(
+                change_log.insert().values(
+                    at=now,
+                    subject=caller.subject,
+                    actor=caller.actor,
+                    tool=tool,
+                    ticket_key=change.ticket_key,
+                    idempotency_key=idempotency_key,
+                    change=json.dumps(change.change, sort_keys=True),
+                )
+            )
+            return result
+
+    async def _visible_ticket(self, conn: AsyncConnection, caller: Caller, key: str) -> Ticket:
+        stmt = (
+            sa.select(tickets, projects.c.team)
+            .join(projects, projects.c.key == tickets.c.project)
+            .where(tickets.c.key == key.strip().upper())
+        )
+        row = (await conn.execute(stmt)).mappings().first()
+        if row is None or row["team"] not in caller.teams:
+            # Other teams' tickets look exactly like missing ones.
+            raise NotFoundError(f"no ticket {key!r} that you can see")
+        found = (
+            await conn.execute(
+                sa.select(comments)
+                .where(comments.c.ticket_key == row["key"])
+                .order_by(comments.c.id)
+            )
+        ).mappings()
+        return Ticket(
+            **_summary(row).model_dump(),
+            description=row["description"],
+            created_by=row["created_by"],
+            created_at=row["created_at"],
+            comments=[
+                Comment(author=c["author"], body=c["body"], created_at=c["created_at"])
+                for c in found
+            ],
+        )
+
+    # --- seeding and inspection (not exposed as tools) -----------------------------------
+
+    async def seed(self, rows: SeedData) -> None:
+        async with self.engine.begin() as conn:
+            if rows.projects:
+                await conn.execute(projects.insert(), rows.projects)
+            if rows.tickets:
+                await conn.execute(tickets.insert(), rows.tickets)
+            if rows.comments:
+                await conn.execute(comments.insert(), rows.comments)
+
+    async def all_tickets(self) -> list[Ticket]:
+        """Every ticket, unfiltered: for tests and operators, never for a tool."""
+        async with self.engine.connect() as conn:
+            teams = (await conn.execute(sa.select(projects.c.team).distinct())).scalars().all()
+            keys = (await conn.execute(sa.select(tickets.c.key))).scalars().all()
+            everyone = Caller(
+                "admin", None, None, frozenset(), frozenset(f"team-{t}" for t in teams)
+            )
+            return [await self._visible_ticket(conn, everyone, key) for key in keys]
+
+    async def all_changes(self) -> list[ChangeEntry]:
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(sa.select(change_log).order_by(change_log.c.id))).mappings()
+            return [_entry(row) for row in rows]
+
+
+@dataclass
+class SeedData:
+    projects: list[dict[str, Any]]
+    tickets: list[dict[str, Any]]
+    comments: list[dict[str, Any]]
+
+
+def _summary(row: Any) -> TicketSummary:
+    return TicketSummary(
+        key=row["key"],
+        project=row["project"],
+        title=row["title"],
+        status=row["status"],
+        priority=row["priority"],
+        assignee=row["assignee"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _entry(row: Any) -> ChangeEntry:
+    return ChangeEntry(
+        id=row["id"],
+        at=row["at"],
+        subject=row["subject"],
+        actor=row["actor"],
+        tool=row["tool"],
+        ticket_key=row["ticket_key"],
+        idempotency_key=row["idempotency_key"],
+        change=json.loads(row["change"]),
+    )
+
+
+def keys_of(items: Iterable[TicketSummary]) -> list[str]:
+    return [item.key for item in items]
