@@ -56,9 +56,7 @@ class IdpSettings(BaseModel):
     exchange_target_param: Literal["audience", "resource"] = "audience"
     token_url: str | None = None  # default: from OIDC discovery
     directory_path: Path | None = None  # dev IdP only: users, teams, groups (YAML)
-    client_auth_method: Literal["client_secret_basic", "client_secret_post"] = (
-        "client_secret_basic"
-    )
+    client_auth_method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
     # Dev IdP only: bearer token for /admin/users/{sub}/revoke|restore (empty disables them).
     dev_admin_token: SecretStr | None = SecretStr("opsbot-dev-admin")
 
@@ -81,6 +79,13 @@ class BrokerSettings(BaseModel):
 class SlackSettings(BaseModel):
     approvals_channel: str = "ops-approvals"
     allowed_team_ids: list[str] = Field(default_factory=list)
+    # Processed event ids are kept this long (Slack retries within minutes) and then pruned.
+    event_retention_hours: int = 24
+    # How long an Edit submission waits for the core before the modal closes (Slack: 3 s).
+    submission_wait_seconds: float = Field(default=2.0, gt=0, lt=3)
+    # Web API retries: on 429 (after Retry-After) and on 500/503.
+    rate_limit_retries: int = 3
+    server_error_retries: int = 2
 
 
 class Settings(BaseSettings):

@@ -75,9 +75,7 @@ class SlackAdapter:
         """Users of the installing workspace, plus explicitly configured teams (Slack Connect)."""
         if not user_team:
             return False
-        if user_team in self.config.allowed_team_ids:
-            return True
-        return not self.config.allowed_team_ids and user_team == home_team
+        return user_team == home_team or user_team in self.config.allowed_team_ids
 
     # -- conversations ----------------------------------------------------------------
 

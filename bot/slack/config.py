@@ -19,7 +19,7 @@ class SlackBotConfig:
     signing_secret: str = field(repr=False)
     api_url: str = "https://slack.com/api/"
     approvals_channel: str = "ops-approvals"
-    # Empty: only users of the workspace the app is installed in (no Slack Connect guests).
+    # Teams served besides the installing workspace (Slack Connect guests are refused otherwise).
     allowed_team_ids: frozenset[str] = frozenset()
     app_token: str | None = field(default=None, repr=False)
     working_text: str = "Working on it…"

@@ -57,6 +57,28 @@ HELP_TEXT = (
 )
 
 
+# What the app manifest must declare (tests/bot/test_slack_manifest.py checks manifest.yml).
+SUBSCRIBED_EVENTS = ("app_home_opened", "app_mention", "message.im")
+SLASH_COMMAND = "/ops"
+# Bot scope each Web API method needs; views.* need none.
+METHOD_SCOPES: dict[str, str | None] = {
+    "auth.test": None,
+    "chat.postMessage": "chat:write",
+    "chat.update": "chat:write",
+    "chat.delete": "chat:write",
+    "chat.postEphemeral": "chat:write",
+    "views.open": None,
+    "views.publish": None,
+    "assistant.threads.setStatus": "assistant:write",
+    "assistant.threads.setSuggestedPrompts": "assistant:write",
+}
+EVENT_SCOPES = {
+    "app_mention": "app_mentions:read",
+    "message.im": "im:history",
+    "app_home_opened": None,
+}
+
+
 def strip_mentions(text: str) -> str:
     return _MENTION.sub("", text).strip()
 
@@ -135,7 +157,7 @@ def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
 
 
 def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
-    @app.command("/ops")
+    @app.command(SLASH_COMMAND)
     async def ops(ack: AsyncAck, command: dict[str, Any], client: AsyncWebClient) -> None:
         team = str(command.get("team_id"))
         chat_user = ChatUser("slack", team, str(command["user_id"]))
@@ -335,4 +357,11 @@ def _notice_view(text: str) -> dict[str, Any]:
     }
 
 
-__all__ = ["register", "strip_mentions"]
+__all__ = [
+    "EVENT_SCOPES",
+    "METHOD_SCOPES",
+    "SLASH_COMMAND",
+    "SUBSCRIBED_EVENTS",
+    "register",
+    "strip_mentions",
+]

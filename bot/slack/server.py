@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
+import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
@@ -22,9 +24,15 @@ from slack_bolt.async_app import AsyncApp
 from opsbot.serving import socket_url
 
 EVENTS_PATH = "/slack/events"
+OAUTH_CALLBACK_PATH = "/oauth/callback"
+log = logging.getLogger(__name__)
 
 
-def web_application(app: AsyncApp) -> web.Application:
+# Finishes an account link from the IdP's redirect (state, code) → who was connected.
+LinkCallback = Callable[[str, str], Awaitable[str]]
+
+
+def web_application(app: AsyncApp, link_callback: LinkCallback | None = None) -> web.Application:
     async def events(request: web.Request) -> web.Response:
         bolt_response = await app.async_dispatch(await to_bolt_request(request))
         return await to_aiohttp_response(bolt_response)
@@ -35,13 +43,44 @@ def web_application(app: AsyncApp) -> web.Application:
     application = web.Application()
     application.router.add_post(EVENTS_PATH, events)
     application.router.add_get("/healthz", health)
+    if link_callback is not None:
+        application.router.add_get(OAUTH_CALLBACK_PATH, _oauth_callback(link_callback))
     return application
 
 
+def _oauth_callback(
+    link_callback: LinkCallback,
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def callback(request: web.Request) -> web.Response:
+        state, code = request.query.get("state", ""), request.query.get("code", "")
+        if not state or not code:
+            return _page(400, "This link is incomplete. Start again from Slack with /ops link.")
+        try:
+            who = await link_callback(state, code)
+        except Exception:
+            log.warning("account link could not be completed", exc_info=True)
+            return _page(
+                400,
+                "This link has expired or was already used. Start again from Slack with /ops link.",
+            )
+        return _page(200, f"Connected as {who}. You can go back to Slack.")
+
+    return callback
+
+
+def _page(status: int, message: str) -> web.Response:
+    body = f"<!doctype html><title>opsbot</title><p>{html.escape(message, quote=False)}</p>"
+    return web.Response(status=status, text=body, content_type="text/html")
+
+
 @contextlib.asynccontextmanager
-async def serve_http(app: AsyncApp, sock: socket.socket) -> AsyncIterator[str]:
+async def serve_http(
+    app: AsyncApp, sock: socket.socket, link_callback: LinkCallback | None = None
+) -> AsyncIterator[str]:
     """Serve ``app`` on a pre-bound socket until the block exits; yields the base URL."""
-    runner = web.AppRunner(web_application(app), access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        web_application(app, link_callback), access_log=None, handle_signals=False
+    )
     await runner.setup()
     site = web.SockSite(runner, sock)
     await site.start()

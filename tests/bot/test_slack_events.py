@@ -145,7 +145,7 @@ async def test_configured_other_team_is_served(
 ) -> None:
     guest = type(ALICE)("slack", "T0PARTNER", "U0GUEST")
     fake_assistant.link(guest, "guest")
-    async with run_app(fake_assistant, allowed_team_ids=frozenset({"T0TEAM", "T0PARTNER"})) as env:
+    async with run_app(fake_assistant, allowed_team_ids=frozenset({"T0PARTNER"})) as env:
         await env.sender.post_event(mention("U0GUEST", "hi", team="T0PARTNER"))
         await env.fake.wait_for("chat.update")
     assert fake_assistant.messages[0][0] == guest
