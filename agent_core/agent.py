@@ -1,0 +1,492 @@
+"""``Agent``: one run for one user — and its resume after human review.
+
+Example::
+
+    agent = Agent(config, model=model, broker=broker, threads=threads, checkpointer=saver,
+                  policy=ToolPolicy.load())
+    result = await agent.run(identity, thread_id, "show ticket PAY-1")
+    if isinstance(result, Interrupt):
+        result = await agent.resume(identity, thread_id, [{"type": "approve"}],
+                                    approval_id=approval.id)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    HumanInTheLoopMiddleware,
+    InterruptOnConfig,
+    LLMToolSelectorMiddleware,
+    ModelCallLimitMiddleware,
+    ModelFallbackMiddleware,
+    SummarizationMiddleware,
+    ToolRetryMiddleware,
+)
+from langchain.agents.middleware.human_in_the_loop import DecisionType
+from langchain.agents.structured_output import ToolStrategy
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall, ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command
+
+from agent_core.answer import (
+    ActionRequest,
+    Answer,
+    FinalAnswer,
+    Interrupt,
+    ReadStep,
+    ReviewConfig,
+    RunResult,
+    collect_ids,
+    fallback_answer,
+    verify_sources,
+)
+from agent_core.binding import RunContext, ToolObserver
+from agent_core.decisions import validate_decisions
+from agent_core.errors import CredentialError, NoPendingApprovalError, ToolCallError
+from agent_core.guards import (
+    BULK_KEY,
+    BulkWriteFlag,
+    EditGuard,
+    RepeatGuard,
+    not_already_answered,
+)
+from agent_core.health import ServerHealth
+from agent_core.middleware import (
+    BindRunMiddleware,
+    ModelRecorder,
+    PromptMiddleware,
+    ToolErrorMapper,
+    is_transient,
+    model_name,
+)
+from agent_core.pii import pii_middleware
+from agent_core.policy import ToolPolicy
+from agent_core.sessions import RunSessions, ServerConfig, SessionStats
+from agent_core.threads import ThreadStore
+from agent_core.tools import DiscoveryCache, ToolDefinition, build_tool, visible_definitions
+from broker import Broker, BrokerError, Identity
+
+ALLOWED_DECISIONS: list[DecisionType] = ["approve", "edit", "reject"]
+LIMIT_TEXT = "Model call limits exceeded"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """Limits and thresholds for runs (from ``Settings.agent``)."""
+
+    servers: tuple[ServerConfig, ...]
+    run_model_call_limit: int = 12
+    thread_model_call_limit: int = 200
+    read_timeout: float = 20.0
+    write_timeout: float = 30.0
+    read_retries: int = 2
+    retry_initial_delay: float = 0.5
+    summarize_trigger_tokens: int = 4000
+    summarize_keep_messages: int = 20
+    tool_selector_threshold: int = 15
+    tool_selector_max_tools: int = 8
+    bulk_write_threshold: int = 3
+    health_check_interval: float = 10.0
+    breaker_threshold: int = 3
+    breaker_open_seconds: float = 30.0
+
+
+def interrupt_on_for(
+    tools: Sequence[str], policy: ToolPolicy
+) -> dict[str, bool | InterruptOnConfig]:
+    """Every tool that is not a classified read needs review (fail closed)."""
+    return {
+        name: InterruptOnConfig(
+            allowed_decisions=list(ALLOWED_DECISIONS),
+            description=_describe,
+            when=not_already_answered,
+        )
+        for name in tools
+        if not policy.is_read(name)
+    }
+
+
+def _describe(tool_call: ToolCall, state: Any, runtime: Any) -> str:
+    args = json.dumps(tool_call["args"], sort_keys=True, default=str)
+    return f"Run {tool_call['name']} with {args}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Toolset:
+    definitions: tuple[ToolDefinition, ...]
+    unavailable: tuple[str, ...]
+    no_access: tuple[str, ...]
+
+    @property
+    def by_name(self) -> dict[str, ToolDefinition]:
+        return {d.prefixed_name: d for d in self.definitions}
+
+
+class Agent:
+    """Runs the agent for one identity at a time; shared by all users, holding no tokens."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        model: BaseChatModel,
+        broker: Broker,
+        threads: ThreadStore,
+        checkpointer: BaseCheckpointSaver[str],
+        policy: ToolPolicy,
+        fallbacks: Sequence[BaseChatModel] = (),
+        summary_model: BaseChatModel | None = None,
+        selector_model: BaseChatModel | None = None,
+        observer: ToolObserver | None = None,
+        health: ServerHealth | None = None,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self._model = model
+        self._fallbacks = list(fallbacks)
+        self._summary_model = summary_model or model
+        self._selector_model = selector_model or model
+        self._broker = broker
+        self._threads = threads
+        self.threads = threads
+        self._checkpointer = checkpointer
+        self._observer = observer
+        self._servers = {s.name: s for s in config.servers}
+        self.health = health or ServerHealth(
+            {s.name: s.url for s in config.servers},
+            failure_threshold=config.breaker_threshold,
+            open_seconds=config.breaker_open_seconds,
+            check_interval=config.health_check_interval,
+        )
+        self.cache = DiscoveryCache()
+        self.stats = SessionStats()
+        self._graphs: dict[tuple[str, ...], CompiledStateGraph[Any, Any, Any, Any]] = {}
+        self._tools: dict[str, BaseTool] = {}
+
+    # --- public API --------------------------------------------------------------------
+
+    async def run(self, identity: Identity, thread_id: str, message: str) -> RunResult:
+        """Answer ``message`` on ``thread_id`` for ``identity`` (who must own the thread)."""
+        await self._threads.require_owner(thread_id, identity.subject)
+        payload = {"messages": [HumanMessage(content=message)]}
+        return await self._invoke(identity, thread_id, lambda: payload, None)
+
+    async def resume(
+        self,
+        identity: Identity,
+        thread_id: str,
+        decisions: Sequence[Mapping[str, Any]],
+        *,
+        approval_id: str | None = None,
+    ) -> RunResult:
+        """Continue a paused run with one decision per pending action, in order.
+
+        ``identity`` is the requester (the thread's owner): writes run with their fresh
+        tokens, never the approver's. ``approval_id`` scopes the writes' idempotency keys.
+        """
+        await self._threads.require_owner(thread_id, identity.subject)
+        pending = await self.pending(identity, thread_id)
+        if pending is None:
+            raise NoPendingApprovalError(f"thread {thread_id!r} is not waiting for a decision")
+
+        # Fresh tokens for the requester: a revoked user must fail the exchange now, not
+        # ride on a token cached before the revocation.
+        for server in self._servers:
+            with contextlib.suppress(BrokerError):
+                await self._broker.invalidate(identity, server)
+
+        def payload() -> Any:
+            # After tool discovery, so edited arguments are checked against current schemas.
+            checked = validate_decisions(pending, decisions, self)
+            return Command(resume={"decisions": checked})
+
+        return await self._invoke(identity, thread_id, payload, approval_id)
+
+    async def pending(self, identity: Identity, thread_id: str) -> Interrupt | None:
+        """The interrupt the thread is waiting on, if any (owner only)."""
+        await self._threads.require_owner(thread_id, identity.subject)
+        graph = self._graph(tuple(sorted(self._tools)))
+        state = await graph.aget_state(self._config(thread_id))
+        if not state.interrupts:
+            return None
+        return self._interrupt(thread_id, state.values, state.interrupts[0].value, model_used="")
+
+    def tool_schema(self, name: str) -> dict[str, Any] | None:
+        """The input JSON schema an edit of ``name`` (a prefixed tool) must satisfy."""
+        for entry in (self.cache.get(s) for s in self._servers):
+            for d in entry.tools if entry else ():
+                if d.prefixed_name == name:
+                    return d.model_schema()
+        return None
+
+    def is_allowed(self, name: str) -> bool:
+        """Whether ``name`` (prefixed) is on the allowlist."""
+        return self.policy.is_allowed(name)
+
+    # --- a run -------------------------------------------------------------------------
+
+    async def _invoke(
+        self,
+        identity: Identity,
+        thread_id: str,
+        payload: Callable[[], Any],
+        approval_id: str | None,
+    ) -> RunResult:
+        sessions = RunSessions(
+            self._servers,
+            self._broker,
+            identity,
+            health=self.health,
+            cache=self.cache,
+            stats=self.stats,
+            http_timeout=self.config.write_timeout,
+        )
+        try:
+            toolset = await self._toolset(sessions)
+            ctx = RunContext(
+                identity=identity,
+                thread_id=thread_id,
+                sessions=sessions,
+                policy=self.policy,
+                definitions=toolset.by_name,
+                approval_id=approval_id,
+                unavailable=toolset.unavailable + toolset.no_access,
+                read_timeout=self.config.read_timeout,
+                write_timeout=self.config.write_timeout,
+                observer=self._observer,
+            )
+            names = tuple(sorted(d.prefixed_name for d in toolset.definitions))
+            for d in toolset.definitions:
+                if d.prefixed_name not in self._tools:
+                    self._tools[d.prefixed_name] = build_tool(d, self.policy)
+            graph = self._graph(names)
+            config = self._config(thread_id)
+            await graph.ainvoke(payload(), config, context=ctx)
+            state = await graph.aget_state(config)
+            used = ctx.models_used[-1] if ctx.models_used else model_name(self._model)
+            if state.interrupts:
+                return self._interrupt(
+                    thread_id, state.values, state.interrupts[0].value, model_used=used
+                )
+            return self._answer(state.values, toolset, used)
+        finally:
+            await sessions.aclose()
+
+    async def _toolset(self, sessions: RunSessions) -> _Toolset:
+        names = list(self._servers)
+        up = await self.health.available(names)
+        unavailable = [n for n in names if not up[n]]
+        no_access: list[str] = []
+
+        async def discover(server: str) -> None:
+            try:
+                await sessions.discover(server)
+            except CredentialError:
+                no_access.append(server)
+            except ToolCallError:
+                unavailable.append(server)
+
+        cold = [n for n in names if up[n] and self.cache.get(n) is None]
+        await asyncio.gather(*(discover(n) for n in cold))
+        defs: list[ToolDefinition] = []
+        for n in names:
+            entry = self.cache.get(n)
+            if entry is not None and n not in unavailable and n not in no_access:
+                defs.extend(entry.tools)
+        visible = visible_definitions(defs, self.policy)
+        return _Toolset(tuple(visible), tuple(sorted(unavailable)), tuple(sorted(no_access)))
+
+    def _config(self, thread_id: str) -> Any:
+        return {"configurable": {"thread_id": thread_id}, "recursion_limit": 100}
+
+    def _graph(self, names: tuple[str, ...]) -> CompiledStateGraph[Any, Any, Any, Any]:
+        graph = self._graphs.get(names)
+        if graph is None:
+            tools = [self._tools[n] for n in names]
+            graph = create_agent(
+                self._model,
+                tools=tools,
+                middleware=self._middleware(list(names)),
+                checkpointer=self._checkpointer,
+                response_format=ToolStrategy(FinalAnswer),
+                context_schema=RunContext,
+            )
+            self._graphs[names] = graph
+        return graph
+
+    def _middleware(self, names: list[str]) -> list[AgentMiddleware[Any, Any, Any]]:
+        c = self.config
+        stack: list[AgentMiddleware[Any, Any, Any]] = [*pii_middleware()]
+        stack.append(
+            SummarizationMiddleware(
+                self._summary_model,
+                trigger=("tokens", c.summarize_trigger_tokens),
+                keep=("messages", c.summarize_keep_messages),
+            )
+        )
+        stack.append(
+            ModelCallLimitMiddleware(
+                thread_limit=c.thread_model_call_limit,
+                run_limit=c.run_model_call_limit,
+                exit_behavior="end",
+            )
+        )
+        if len(names) > c.tool_selector_threshold:
+            stack.append(
+                LLMToolSelectorMiddleware(
+                    model=self._selector_model, max_tools=c.tool_selector_max_tools
+                )
+            )
+        if self._fallbacks:
+            stack.append(ModelFallbackMiddleware(*self._fallbacks))
+        stack.append(PromptMiddleware(list(self._servers)))
+        stack.append(ModelRecorder())
+        # Tool side, outermost first. after_model hooks run in reverse: the repeat guard,
+        # then the bulk flag, then the review interrupt.
+        stack.append(HumanInTheLoopMiddleware(interrupt_on=interrupt_on_for(names, self.policy)))
+        stack.append(BulkWriteFlag(self.policy, c.bulk_write_threshold))
+        stack.append(RepeatGuard())
+        stack.append(EditGuard())
+        stack.append(ToolErrorMapper())
+        retryable = [n for n in names if self.policy.classify(n).kind == "read"]
+        retryable = [n for n in retryable if self.policy.classify(n).idempotent]
+        if retryable and c.read_retries > 0:
+            stack.append(
+                ToolRetryMiddleware(
+                    max_retries=c.read_retries,
+                    tools=list(retryable),
+                    retry_on=is_transient,
+                    on_failure="error",
+                    initial_delay=c.retry_initial_delay,
+                    jitter=c.retry_initial_delay > 0,
+                )
+            )
+        stack.append(BindRunMiddleware())
+        return stack
+
+    # --- results -----------------------------------------------------------------------
+
+    def _turn(self, values: Mapping[str, Any]) -> list[AnyMessage]:
+        messages: list[AnyMessage] = list(values.get("messages", []))
+        start = 0
+        for i, m in enumerate(messages):
+            if isinstance(m, HumanMessage):
+                start = i
+        return messages[start:]
+
+    def _server_of(self, tool_name: str) -> str | None:
+        for server in sorted(self._servers, key=len, reverse=True):
+            if tool_name.startswith(f"{server}_"):
+                return server
+        return None
+
+    def _seen_ids(self, turn: list[AnyMessage]) -> dict[str, set[str]]:
+        seen: dict[str, set[str]] = {}
+        for m in turn:
+            if isinstance(m, ToolMessage) and m.status != "error" and m.name:
+                server = self._server_of(m.name)
+                if server is None:
+                    continue
+                ids = seen.setdefault(server, set())
+                collect_ids(m.artifact, ids)
+                collect_ids(m.content, ids)
+        return seen
+
+    def _answer(self, values: Mapping[str, Any], toolset: _Toolset, used: str) -> Answer:
+        turn = self._turn(values)
+        caveats = [
+            f"The {s} server was unavailable; its data is not included."
+            for s in toolset.unavailable
+        ]
+        caveats += [
+            f"You have no access to the {s} server; its data is not included."
+            for s in toolset.no_access
+        ]
+        draft = values.get("structured_response")
+        if isinstance(draft, FinalAnswer):
+            answer = verify_sources(draft, self._seen_ids(turn), model_used=used)
+            answer.caveats = [*answer.caveats, *(c for c in caveats if c not in answer.caveats)]
+            return answer
+        last = next((m for m in reversed(turn) if isinstance(m, AIMessage)), None)
+        if last is not None and LIMIT_TEXT in last.text:
+            return fallback_answer(
+                "I stopped: this request took more steps than allowed. Nothing further was "
+                "run; please narrow the request or try again.",
+                model_used=used,
+                caveats=[*caveats, "The model call limit was reached."],
+            )
+        return fallback_answer(
+            "Sorry — I could not produce a well-formed answer for this request.",
+            model_used=used,
+            caveats=[*caveats, "The model's answer did not match the expected format."],
+        )
+
+    def _interrupt(
+        self, thread_id: str, values: Mapping[str, Any], value: Any, *, model_used: str
+    ) -> Interrupt:
+        turn = self._turn(values)
+        calls: dict[str, ToolCall] = {}
+        for m in turn:
+            if isinstance(m, AIMessage):
+                for call in m.tool_calls:
+                    calls[str(call.get("id"))] = call
+        reads: list[ReadStep] = []
+        for m in turn:
+            if isinstance(m, ToolMessage) and m.name and self.policy.is_read(m.name):
+                found = calls.get(m.tool_call_id)
+                ids = collect_ids(m.artifact) | collect_ids(m.content)
+                reads.append(
+                    ReadStep(
+                        tool=m.name, args=dict(found["args"]) if found else {}, ids=sorted(ids)
+                    )
+                )
+        last = next((m for m in reversed(turn) if isinstance(m, AIMessage)), None)
+        pending_ids = [c.get("id") for c in (last.tool_calls if last else [])]
+        actions: list[ActionRequest] = []
+        for i, req in enumerate(value.get("action_requests", [])):
+            call_id = next(
+                (
+                    str(cid)
+                    for cid in pending_ids
+                    if cid in calls
+                    and calls[str(cid)]["name"] == req["name"]
+                    and calls[str(cid)]["args"] == req["args"]
+                ),
+                str(pending_ids[i]) if i < len(pending_ids) else "",
+            )
+            actions.append(
+                ActionRequest(
+                    name=req["name"],
+                    args=dict(req["args"]),
+                    description=req.get("description", ""),
+                    tool_call_id=call_id,
+                    server=self._server_of(req["name"]) or "",
+                )
+            )
+        bulk = values.get(BULK_KEY) or None
+        return Interrupt(
+            thread_id=thread_id,
+            action_requests=actions,
+            review_configs=[
+                ReviewConfig(
+                    action_name=r["action_name"], allowed_decisions=list(r["allowed_decisions"])
+                )
+                for r in value.get("review_configs", [])
+            ],
+            reads=reads,
+            bulk_write=bool(bulk) or len(actions) >= self.config.bulk_write_threshold,
+            bulk_reason=(bulk or {}).get("reason"),
+            answer_so_far=last.text if last is not None else "",
+            model_used=model_used,
+        )

@@ -1,0 +1,85 @@
+"""Errors raised by the agent core.
+
+Exception tree::
+
+    AgentError
+    ├── PolicyError              the tool policy file is invalid (bad YAML, unknown field, ...)
+    ├── ToolCollisionError       two tools share a name after server prefixing (stops start-up)
+    ├── NoPendingApprovalError   ``resume`` on a thread that is not waiting for a decision
+    ├── InvalidDecisionError     a decision does not fit the pending actions (count, type, edit)
+    └── ToolCallError            one tool call failed; mapped to an error ToolMessage, never raised
+        ├── ToolAuthError        the server refused the user's token (401) or scope (403)
+        ├── ToolTimeoutError     no answer in time (for a write: outcome unknown)
+        ├── ToolTransientError   5xx, 429, connection failure: worth a retry for idempotent reads
+        ├── ToolResultError      the tool reported an error; carries the server's text
+        ├── ServerUnavailableError  the server is down or its circuit breaker is open
+        └── CredentialError      the broker could not mint a token for this user and server
+
+Thread ownership failures are ``agent_core.threads.NotThreadOwnerError``. Messages never
+contain a token.
+"""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    """Base class for agent-core errors."""
+
+
+class PolicyError(AgentError):
+    """The tool policy could not be loaded."""
+
+
+class ToolCollisionError(AgentError):
+    """Two tools have one name after prefixing; opsbot refuses to start."""
+
+
+class NoPendingApprovalError(AgentError):
+    """The thread has no interrupt waiting for decisions."""
+
+
+class InvalidDecisionError(AgentError):
+    """A decision does not match the pending action requests.
+
+    ``field_errors`` maps an argument name (or ``"name"``/``"decisions"``) to a message.
+    """
+
+    def __init__(self, message: str, field_errors: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.field_errors = dict(field_errors or {})
+
+
+class ToolCallError(AgentError):
+    """A tool call failed in a way the error mapper turns into a message for the model."""
+
+    def __init__(self, server: str, message: str) -> None:
+        super().__init__(message)
+        self.server = server
+
+
+class ToolAuthError(ToolCallError):
+    """The server answered 401 (token refused) or 403 (missing scope)."""
+
+    def __init__(self, server: str, status: int, message: str = "") -> None:
+        super().__init__(server, message or f"{server} refused the request (HTTP {status})")
+        self.status = status
+
+
+class ToolTimeoutError(ToolCallError):
+    """The server did not answer in time."""
+
+
+class ToolTransientError(ToolCallError):
+    """A failure that may pass: 5xx, 429, connection errors."""
+
+
+class ServerUnavailableError(ToolCallError):
+    """The server is down or its circuit breaker is open."""
+
+
+class CredentialError(ToolCallError):
+    """The broker could not mint a token for this user and server (revoked, not linked, ...)."""
+
+
+class ToolResultError(ToolCallError):
+    """The tool ran and reported an error (bad arguments, unknown key, ...): the server's text."""

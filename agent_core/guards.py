@@ -1,0 +1,171 @@
+"""Guards around human review, for the known HITL failure modes.
+
+- ``EditGuard``: an approver's edit may not switch the tool (langchain#40166: an edit that
+  renamed the call ran another tool without that tool's policy). ``Agent.resume`` refuses
+  such edits first; this is the second layer at execution time.
+- ``RepeatGuard``: a call an approver rejected, or replaced by an edit, is not proposed for
+  review again with the same arguments (reject loops, deepagents#2946; the model re-issuing
+  the original call after an edit, langchain#33787). It answers the repeat itself; the
+  review middleware skips calls that already have an answer.
+- ``BulkWriteFlag``: flags a model turn proposing many writes, for the approver.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, NotRequired
+
+from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain.agents.middleware.types import PrivateStateAttr, ToolCallRequest
+from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from agent_core.middleware import ToolHandler, error_message
+from agent_core.policy import ToolPolicy
+from agent_core.tools import IDEMPOTENCY_ARG
+
+HITL_EDITS_KEY = "hitl_edited_tool_calls"
+REVIEWED_KEY = "opsbot_reviewed_calls"
+BULK_KEY = "opsbot_bulk_write"
+
+
+def call_signature(name: str, args: dict[str, Any]) -> str:
+    clean = {k: v for k, v in args.items() if k != IDEMPOTENCY_ARG}
+    return f"{name}:{json.dumps(clean, sort_keys=True, default=str)}"
+
+
+def _original_calls(messages: list[AnyMessage]) -> dict[str, ToolCall]:
+    calls: dict[str, ToolCall] = {}
+    for message in messages:
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                if call.get("id"):
+                    calls[str(call["id"])] = call
+    return calls
+
+
+def _last_ai(messages: list[AnyMessage]) -> AIMessage | None:
+    return next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+
+
+def has_answer(messages: list[AnyMessage], tool_call_id: str | None) -> bool:
+    return any(isinstance(m, ToolMessage) and m.tool_call_id == tool_call_id for m in messages)
+
+
+def not_already_answered(request: ToolCallRequest) -> bool:
+    """``interrupt_on[...]["when"]``: review only calls nothing has answered yet."""
+    messages = list(request.state.get("messages", []))
+    return not has_answer(messages, request.tool_call.get("id"))
+
+
+class EditGuard(AgentMiddleware[Any, Any, Any]):
+    """Refuses to run a call whose name differs from the model's original call."""
+
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: ToolHandler
+    ) -> ToolMessage | Command[Any]:
+        call_id = request.tool_call.get("id")
+        original = _original_calls(list(request.state.get("messages", []))).get(str(call_id))
+        if original is not None and original["name"] != request.tool_call["name"]:
+            return error_message(
+                request,
+                f"Refused: an approver's edit may not change the tool ({original['name']} → "
+                f"{request.tool_call['name']}). Nothing was run.",
+            )
+        return await handler(request)
+
+
+class _ReviewedState(AgentState[Any]):
+    opsbot_reviewed_calls: NotRequired[Annotated[dict[str, str], PrivateStateAttr]]
+
+
+class RepeatGuard(AgentMiddleware[Any, Any, Any]):
+    """Answers re-proposals of calls an approver already rejected or replaced."""
+
+    state_schema = _ReviewedState
+
+    async def aafter_model(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        messages = list(state["messages"])
+        values: dict[str, Any] = dict(state)
+        before: dict[str, str] = dict(values.get(REVIEWED_KEY) or {})
+        reviewed = dict(before)
+        calls = _original_calls(messages)
+        edits: dict[str, Any] = dict(values.get(HITL_EDITS_KEY) or {})
+        for call_id, action in edits.items():
+            original = calls.get(call_id)
+            if original is not None and call_signature(
+                original["name"], original["args"]
+            ) != call_signature(action["name"], action["args"]):
+                reviewed[call_signature(original["name"], original["args"])] = "replaced"
+        for m in messages:
+            if (
+                isinstance(m, ToolMessage)
+                and m.additional_kwargs.get("lc_source") == "hitl_interrupt_decision"
+                and (m.additional_kwargs.get("lc_data") or {}).get("decision") == "reject"
+            ):
+                original = calls.get(m.tool_call_id)
+                if original is not None:
+                    reviewed[call_signature(original["name"], original["args"])] = "rejected"
+        last = _last_ai(messages)
+        answers: list[ToolMessage] = []
+        if last is not None:
+            for call in last.tool_calls:
+                verdict = reviewed.get(call_signature(call["name"], call["args"]))
+                if verdict is None or has_answer(messages, call.get("id")):
+                    continue
+                answers.append(
+                    ToolMessage(
+                        content=(
+                            f"Not run: an approver already {verdict} this exact call to "
+                            f"{call['name']}. Do not propose it again; tell the user the outcome."
+                        ),
+                        name=call["name"],
+                        tool_call_id=call["id"],
+                        status="error",
+                    )
+                )
+        update: dict[str, Any] = {}
+        if answers:
+            update["messages"] = answers
+        if reviewed != before:
+            update[REVIEWED_KEY] = reviewed
+        return update or None
+
+
+class _BulkState(AgentState[Any]):
+    opsbot_bulk_write: NotRequired[Annotated[dict[str, Any] | None, PrivateStateAttr]]
+
+
+class BulkWriteFlag(AgentMiddleware[Any, Any, Any]):
+    """Flags a turn that proposes ``threshold`` or more writes (a sign of injected text)."""
+
+    state_schema = _BulkState
+
+    def __init__(self, policy: ToolPolicy, threshold: int = 3) -> None:
+        super().__init__()
+        self.policy = policy
+        self.threshold = threshold
+
+    async def aafter_model(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        messages = list(state["messages"])
+        last = _last_ai(messages)
+        writes = [
+            c
+            for c in (last.tool_calls if last is not None else [])
+            if self.policy.classify(c["name"]).is_write and not has_answer(messages, c.get("id"))
+        ]
+        flag: dict[str, Any] | None = None
+        if len(writes) >= self.threshold:
+            flag = {
+                "count": len(writes),
+                "tools": sorted({c["name"] for c in writes}),
+                "reason": f"{len(writes)} write calls proposed in one step",
+            }
+        if flag is None and not dict(state).get(BULK_KEY):
+            return None
+        return {BULK_KEY: flag}

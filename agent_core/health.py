@@ -1,0 +1,121 @@
+"""Per-server health checks and circuit breakers (``purgatory``) for degraded mode.
+
+A server whose breaker is open, or whose health probe fails, is left out of a run: its tools
+are not bound, the system prompt says it is unavailable and the answer carries a caveat.
+Only transport failures count against a server (connection errors, 5xx, 429, timeouts);
+a refused token or a tool error means the server is up.
+
+Example::
+
+    health = ServerHealth({"ticketing": "http://127.0.0.1:8101/mcp"})
+    up = await health.available(["ticketing"])      # {"ticketing": True}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+import httpx
+from purgatory import AsyncCircuitBreakerFactory
+from purgatory.domain.model import OpenedState
+
+from agent_core.errors import (
+    ServerUnavailableError,
+    ToolCallError,
+    ToolTimeoutError,
+    ToolTransientError,
+)
+
+
+class ServerHealth:
+    """Breakers and cached probe results, shared by every run of one agent."""
+
+    def __init__(
+        self,
+        urls: Mapping[str, str],
+        *,
+        failure_threshold: int = 3,
+        open_seconds: float = 30.0,
+        check_interval: float = 10.0,
+        probe_timeout: float = 2.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._urls = dict(urls)
+        self._breakers = AsyncCircuitBreakerFactory(
+            default_threshold=failure_threshold, default_ttl=open_seconds
+        )
+        self._interval = check_interval
+        self._probe_timeout = probe_timeout
+        self._now = monotonic
+        self._checked: dict[str, tuple[float, bool]] = {}
+        self._lock = asyncio.Lock()
+
+    async def is_open(self, server: str) -> bool:
+        breaker = await self._breakers.get_breaker(server)
+        ctx = breaker.context
+        opened_at = ctx.opened_at
+        return (
+            ctx.state == "opened" and opened_at is not None and time.time() <= opened_at + ctx.ttl
+        )
+
+    async def ensure_closed(self, server: str) -> None:
+        """Fail fast with ``ServerUnavailableError`` while the server's breaker is open."""
+        if await self.is_open(server):
+            raise ServerUnavailableError(server, f"{server} is currently unavailable")
+
+    async def record(self, server: str, failure: ToolCallError | None) -> None:
+        """Feed one call's outcome to the server's breaker."""
+        counts = isinstance(failure, ToolTransientError | ToolTimeoutError)
+        breaker = await self._breakers.get_breaker(server)
+        try:
+            async with breaker:
+                if counts and failure is not None:
+                    raise failure
+        except (ToolTransientError, ToolTimeoutError, OpenedState):
+            pass
+        if counts:
+            self._checked.pop(server, None)
+
+    async def probe(self, server: str) -> bool:
+        """One unauthenticated request: any answer below 500 means the server is up."""
+        url = self._urls.get(server)
+        if url is None:
+            return False
+        try:
+            async with httpx.AsyncClient(timeout=self._probe_timeout) as client:
+                response = await client.get(url)
+            ok = response.status_code < 500
+        except httpx.HTTPError:
+            ok = False
+        failure = None if ok else ToolTransientError(server, f"{server} health check failed")
+        await self.record(server, failure)
+        return ok
+
+    async def available(self, servers: Iterable[str]) -> dict[str, bool]:
+        """Which servers to use for a run (probes at most once per ``check_interval``)."""
+        names = list(servers)
+        result: dict[str, bool] = {}
+        stale: list[str] = []
+        now = self._now()
+        for name in names:
+            if await self.is_open(name):
+                result[name] = False
+                continue
+            seen = self._checked.get(name)
+            if seen is not None and now - seen[0] < self._interval:
+                result[name] = seen[1]
+            else:
+                stale.append(name)
+        if stale:
+            async with self._lock:
+                probed = await asyncio.gather(*(self.probe(n) for n in stale))
+            for name, ok in zip(stale, probed, strict=True):
+                self._checked[name] = (self._now(), ok)
+                result[name] = ok
+        return {n: result[n] for n in names}
+
+    def forget(self) -> None:
+        """Drop cached probe results (a test or an operator wants a fresh look)."""
+        self._checked.clear()

@@ -1,0 +1,185 @@
+"""Tool-call middleware: bind the run, map failures to messages, record the serving model.
+
+Failures are classified (see ``agent_core.errors``):
+
+- 401: the broker's token is invalidated, the session reopened with a fresh token and the
+  call retried once; a second refusal becomes a message naming the missing access.
+- 403, revoked or unlinked access: a message naming the missing access; nothing is written.
+- the tool's own error (bad arguments, unknown key): an error message with the server's text,
+  so the model can fix its arguments.
+- a timeout on a write: the outcome is unknown; the model is told to check with a read tool.
+- transient failures of idempotent reads are retried (``ToolRetryMiddleware``, inside this
+  one); what is left becomes a message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain.agents.middleware.types import ToolCallRequest
+from langchain_core.messages import ToolMessage
+from langgraph.types import Command
+
+from agent_core.binding import RunContext, bound
+from agent_core.errors import (
+    CredentialError,
+    ServerUnavailableError,
+    ToolAuthError,
+    ToolCallError,
+    ToolResultError,
+    ToolTimeoutError,
+    ToolTransientError,
+)
+
+ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
+
+WRITE_TIMEOUT_TEXT = (
+    "The call to {tool} timed out: its outcome is unknown — it may or may not have been "
+    "applied. Check with a read tool before retrying."
+)
+
+
+def _context(request: ToolCallRequest) -> RunContext:
+    ctx = request.runtime.context
+    if not isinstance(ctx, RunContext):
+        raise RuntimeError("opsbot tools need a RunContext in the runtime context")
+    return ctx
+
+
+def error_message(request: ToolCallRequest, text: str) -> ToolMessage:
+    call = request.tool_call
+    return ToolMessage(content=text, name=call["name"], tool_call_id=call["id"], status="error")
+
+
+def _access_text(ctx: RunContext, server: str, detail: str) -> str:
+    return (
+        f"Access denied: {ctx.identity.subject} has no usable access to the {server} server "
+        f"({detail}). Nothing was executed there. Tell the user which access is missing; do "
+        "not retry."
+    )
+
+
+class BindRunMiddleware(AgentMiddleware[Any, Any, Any]):
+    """Innermost: binds the run's context to the executing tool call."""
+
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: ToolHandler
+    ) -> ToolMessage | Command[Any]:
+        with bound(_context(request), request.tool_call["id"] or ""):
+            return await handler(request)
+
+
+class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
+    """Turns tool failures into error ``ToolMessage``s the model can act on."""
+
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: ToolHandler
+    ) -> ToolMessage | Command[Any]:
+        ctx = _context(request)
+        name = request.tool_call["name"]
+        if request.tool is None:
+            return error_message(request, self._unknown_tool_text(ctx, name))
+        server = str((request.tool.metadata or {}).get("server", ""))
+        is_write = ctx.policy.classify(name).is_write
+        try:
+            try:
+                return await handler(request)
+            except ToolAuthError as exc:
+                if exc.status != 401:
+                    raise
+                # One refresh: the cached token may have expired or been revoked upstream.
+                await ctx.sessions.refresh(server)
+                return await handler(request)
+        except ToolAuthError as exc:
+            detail = (
+                "token refused even after a refresh"
+                if exc.status == 401
+                else "insufficient scope for this tool"
+            )
+            return error_message(request, _access_text(ctx, server, detail))
+        except CredentialError as exc:
+            return error_message(request, _access_text(ctx, server, str(exc)))
+        except ToolResultError as exc:
+            return error_message(request, f"{name} failed: {exc}")
+        except ToolTimeoutError:
+            if is_write:
+                return error_message(request, WRITE_TIMEOUT_TEXT.format(tool=name))
+            return error_message(request, f"{name} timed out on {server}; try again later.")
+        except ServerUnavailableError:
+            return error_message(
+                request, f"The {server} server is unavailable right now; {name} was not run."
+            )
+        except ToolTransientError as exc:
+            if is_write:
+                return error_message(
+                    request,
+                    f"{exc}. "
+                    + WRITE_TIMEOUT_TEXT.format(tool=name).replace("timed out", "failed"),
+                )
+            return error_message(request, f"{name} failed on {server}: {exc}. Try again later.")
+        except ToolCallError as exc:
+            return error_message(request, f"{name} failed: {exc}")
+
+    @staticmethod
+    def _unknown_tool_text(ctx: RunContext, name: str) -> str:
+        for server in ctx.unavailable:
+            if name.startswith(f"{server}_"):
+                return (
+                    f"The {server} server is unavailable right now, so {name} cannot run. "
+                    "Tell the user; do not retry."
+                )
+        return f"{name} is not an available tool. Use only the tools you were given."
+
+
+def is_transient(exc: Exception) -> bool:
+    """Retry filter for ``ToolRetryMiddleware``: only clearly transient failures."""
+    return isinstance(exc, ToolTransientError | ToolTimeoutError)
+
+
+class ModelRecorder(AgentMiddleware[Any, Any, Any]):
+    """Records which model served each call (innermost: after fallbacks chose one)."""
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        response = await handler(request)
+        ctx = request.runtime.context
+        if isinstance(ctx, RunContext):
+            ctx.models_used.append(model_name(request.model))
+        return response
+
+
+def model_name(model: Any) -> str:
+    for attr in ("model_name", "model", "model_id"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    llm_type = getattr(model, "_llm_type", None)
+    return str(llm_type) if llm_type else type(model).__name__
+
+
+class PromptMiddleware(AgentMiddleware[Any, Any, Any]):
+    """Sets the run's system prompt: the user, the servers and which of them are down."""
+
+    def __init__(self, servers: list[str]) -> None:
+        super().__init__()
+        self.servers = servers
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        from langchain_core.messages import SystemMessage
+
+        from agent_core.prompt import system_prompt
+
+        ctx = request.runtime.context
+        if isinstance(ctx, RunContext):
+            text = system_prompt(ctx.identity.subject, self.servers, ctx.unavailable)
+            request = request.override(system_message=SystemMessage(content=text))
+        return await handler(request)

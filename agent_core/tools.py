@@ -1,0 +1,161 @@
+"""MCP tool definitions: prefixing, collision check, allowlist, the discovery cache.
+
+Discovery is the expensive part of talking to an MCP server, and nothing in it is secret, so
+it is cached per server and server version: names, descriptions, input and output schemas,
+annotations — never a token or a session. Each run binds these definitions to that run's
+user-scoped sessions (see ``agent_core.sessions``); the tools built here look the run up at
+call time, so one set of tool objects serves every user without sharing credentials.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.tools import BaseTool, StructuredTool
+
+from agent_core.errors import ToolCollisionError
+from agent_core.policy import ToolPolicy
+
+IDEMPOTENCY_ARG = "idempotency_key"
+
+
+def prefixed(server: str, tool: str) -> str:
+    """The model-visible name of ``tool`` on ``server`` (the adapters' convention)."""
+    return f"{server}_{tool}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """One tool as a server described it (never credentials)."""
+
+    server: str
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    output_schema: Mapping[str, Any] | None = None
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def prefixed_name(self) -> str:
+        return prefixed(self.server, self.name)
+
+    @property
+    def takes_idempotency_key(self) -> bool:
+        return IDEMPOTENCY_ARG in (self.input_schema.get("properties") or {})
+
+    def model_schema(self) -> dict[str, Any]:
+        """The input schema the model (and an approver's edit) sees.
+
+        ``idempotency_key`` is opsbot's to set, derived from the thread and tool call (or the
+        approval): the model never chooses it.
+        """
+        schema = copy.deepcopy(dict(self.input_schema))
+        props = dict(schema.get("properties") or {})
+        props.pop(IDEMPOTENCY_ARG, None)
+        schema["properties"] = props
+        if "required" in schema:
+            schema["required"] = [r for r in schema["required"] if r != IDEMPOTENCY_ARG]
+        schema.setdefault("type", "object")
+        return schema
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTools:
+    """The discovered tools of one server at one version."""
+
+    server: str
+    version: str
+    tools: tuple[ToolDefinition, ...]
+
+
+class DiscoveryCache:
+    """Tool definitions per server, valid while the server reports the same version."""
+
+    def __init__(self) -> None:
+        self._by_server: dict[str, ServerTools] = {}
+
+    def get(self, server: str) -> ServerTools | None:
+        return self._by_server.get(server)
+
+    def put(self, entry: ServerTools) -> None:
+        self._by_server[entry.server] = entry
+
+    def observe_version(self, server: str, version: str) -> None:
+        """Drop the entry when a session reports a different server version."""
+        entry = self._by_server.get(server)
+        if entry is not None and entry.version != version:
+            del self._by_server[server]
+
+    def clear(self) -> None:
+        self._by_server.clear()
+
+
+RESERVED_NAMES = frozenset({"FinalAnswer"})
+
+
+def check_collisions(definitions: Iterable[ToolDefinition]) -> None:
+    """Raise ``ToolCollisionError`` if two tools share a prefixed name."""
+    seen: dict[str, ToolDefinition] = {}
+    for d in definitions:
+        name = d.prefixed_name
+        if name in RESERVED_NAMES:
+            raise ToolCollisionError(f"tool {d.name!r} on {d.server!r} uses a reserved name")
+        other = seen.get(name)
+        if other is not None:
+            raise ToolCollisionError(
+                f"tool name collision after prefixing: {name!r} is both "
+                f"{other.server}:{other.name} and {d.server}:{d.name}"
+            )
+        seen[name] = d
+
+
+def visible_definitions(
+    definitions: Iterable[ToolDefinition], policy: ToolPolicy
+) -> list[ToolDefinition]:
+    """The definitions the model may see: collision-checked, then filtered by the allowlist."""
+    defs = list(definitions)
+    check_collisions(defs)
+    return [d for d in defs if policy.is_allowed(d.prefixed_name)]
+
+
+def tool_metadata(definition: ToolDefinition, policy: ToolPolicy) -> dict[str, Any]:
+    cls = policy.classify(definition.prefixed_name)
+    return {
+        "server": definition.server,
+        "mcp_name": definition.name,
+        "kind": cls.kind,
+        # Hints from the server, for display only: the policy decides.
+        "annotations": dict(definition.annotations),
+    }
+
+
+def build_tool(definition: ToolDefinition, policy: ToolPolicy) -> BaseTool:
+    """A LangChain tool that calls ``definition`` on the current run's session."""
+    from agent_core.binding import call_current_run  # the run is only known at call time
+
+    server, name = definition.server, definition.name
+
+    async def _call(**kwargs: Any) -> tuple[str, Any]:
+        return await call_current_run(server, name, kwargs)
+
+    return StructuredTool(
+        name=definition.prefixed_name,
+        description=definition.description or f"{name} on {server}",
+        args_schema=definition.model_schema(),
+        coroutine=_call,
+        response_format="content_and_artifact",
+        metadata=tool_metadata(definition, policy),
+    )
+
+
+def result_text(content: Any) -> str:
+    """Text of an MCP result's content blocks (JSON for anything else)."""
+    parts: list[str] = []
+    for block in content or []:
+        text = getattr(block, "text", None)
+        parts.append(text if isinstance(text, str) else json.dumps(block.model_dump(), default=str))
+    return "\n".join(parts)
