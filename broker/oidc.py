@@ -57,7 +57,8 @@ class OidcProvider:
         self._leeway = leeway
         self._metadata: ProviderMetadata | None = None
         self._keys: dict[str, jwt.PyJWK] = {}
-        self._lock = asyncio.Lock()
+        self._metadata_lock = asyncio.Lock()
+        self._keys_lock = asyncio.Lock()
 
     async def _get_json(self, url: str, what: str) -> dict[str, Any]:
         try:
@@ -82,7 +83,7 @@ class OidcProvider:
         """The issuer's OIDC discovery document (configured URLs take precedence)."""
         if self._metadata is not None:
             return self._metadata
-        async with self._lock:
+        async with self._metadata_lock:
             if self._metadata is None:
                 doc = await self._get_json(
                     f"{self.issuer}/.well-known/openid-configuration", "discovery"
@@ -115,7 +116,7 @@ class OidcProvider:
 
     async def _key(self, kid: str) -> jwt.PyJWK:
         if kid not in self._keys:
-            async with self._lock:
+            async with self._keys_lock:
                 if kid not in self._keys:
                     await self._load_keys()  # keys may have rotated
         key = self._keys.get(kid)
