@@ -17,7 +17,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -64,14 +64,16 @@ class Resumer(Protocol):
 
 
 class ToolCatalog(Protocol):
-    """What the approvals need to know about tools: policy, allowlist, input schemas."""
+    """What the approvals need to know about tools (``agent_core.Agent`` provides it)."""
 
     @property
     def policy(self) -> ToolPolicy: ...
 
-    def input_schema(self, tool: str) -> Mapping[str, Any] | None:
+    def tool_schema(self, name: str) -> dict[str, Any] | None:
         """The schema an approver's edit is validated against (without ``idempotency_key``)."""
         ...
+
+    def is_allowed(self, name: str) -> bool: ...
 
 
 IdentityLookup = Callable[[str], Awaitable[Identity]]
@@ -221,8 +223,8 @@ class ApprovalService:
         args = validate_edit(
             first,
             decision.args or {},
-            input_schema=self.tools.input_schema(first.tool),
-            allowed=self.tools.policy.is_allowed(first.tool),
+            input_schema=self.tools.tool_schema(first.tool),
+            allowed=self.tools.is_allowed(first.tool),
             edited_tool=edited_tool,
         )
         if args == first.args:

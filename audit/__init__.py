@@ -17,6 +17,7 @@ from audit.log import (
     SqlAuditSink,
     error_outcome,
 )
+from audit.observer import AuditObserver
 from audit.redaction import DETECTORS, detect_phone, detect_secret, redact, redact_text, summarise
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "AuditError",
     "AuditEvent",
     "AuditLog",
+    "AuditObserver",
     "AuditQuery",
     "AuditQueryError",
     "AuditSink",

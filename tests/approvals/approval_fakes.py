@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -63,7 +62,10 @@ class Catalog:
     def __init__(self) -> None:
         self.policy = ToolPolicy.load()
 
-    def input_schema(self, tool: str) -> Mapping[str, Any] | None:
+    def is_allowed(self, name: str) -> bool:
+        return self.policy.is_allowed(name)
+
+    def tool_schema(self, tool: str) -> dict[str, Any] | None:
         return {
             "ticketing_close_ticket": CLOSE_SCHEMA,
             "ticketing_add_comment": COMMENT_SCHEMA,

@@ -1,0 +1,62 @@
+"""The agent core's ``ToolObserver`` that writes the audit trail of every tool call.
+
+A write gets a ``write_pending`` record *before* it leaves the process and a
+``write_outcome`` record after (append-only, joined by the idempotency key); a read gets one
+``tool_call`` record when it finishes. Arguments are redacted by the log; outputs never logged.
+
+Example::
+
+    agent = Agent(config, ..., observer=AuditObserver(AuditLog(SqlAuditSink(engine))))
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from agent_core.binding import ToolCallEvent
+from audit.log import AuditEvent, AuditLog
+
+
+class AuditObserver:
+    """Records each tool call of every run in the audit log."""
+
+    def __init__(self, log: AuditLog) -> None:
+        self._log = log
+        self._pending: dict[tuple[str, str, str | None], AuditEvent] = {}
+        self._lock = asyncio.Lock()
+
+    async def tool_call_started(self, event: ToolCallEvent) -> None:
+        if event.kind != "write":
+            return
+        pending = await self._log.write_pending(
+            requester=event.requester,
+            thread_id=event.thread_id,
+            tool=event.tool,
+            args=dict(event.args),
+            idempotency_key=event.idempotency_key or f"nokey:{event.tool_call_id}",
+            approval_id=event.approval_id,
+        )
+        async with self._lock:
+            self._pending[_key(event)] = pending
+
+    async def tool_call_finished(
+        self, event: ToolCallEvent, outcome: str, latency_ms: float
+    ) -> None:
+        if event.kind != "write":
+            await self._log.tool_call(
+                requester=event.requester,
+                thread_id=event.thread_id,
+                tool=event.tool,
+                args=dict(event.args),
+                outcome=outcome,
+                latency_ms=latency_ms,
+            )
+            return
+        async with self._lock:
+            pending = self._pending.pop(_key(event), None)
+        if pending is not None:
+            await self._log.write_outcome(pending, outcome=outcome, latency_ms=latency_ms)
+
+
+def _key(event: ToolCallEvent) -> tuple[str, str, str | None]:
+    return (event.thread_id, event.tool_call_id, event.idempotency_key)
