@@ -24,6 +24,7 @@ async def exchange(
     subject_token: str,
     *,
     auth: tuple[str, str] | None = None,
+    http: httpx.AsyncClient | None = None,
     **form: str,
 ) -> httpx.Response:
     data = {
@@ -32,10 +33,11 @@ async def exchange(
         "subject_token_type": ACCESS_TOKEN_TYPE,
         **form,
     }
-    async with httpx.AsyncClient() as http:
-        return await http.post(
-            idp.token_url, data=data, auth=auth or (idp.client_id, idp.client_secret)
-        )
+    auth = auth or (idp.client_id, idp.client_secret)
+    if http is not None:
+        return await http.post(idp.token_url, data=data, auth=auth)
+    async with httpx.AsyncClient() as own:
+        return await own.post(idp.token_url, data=data, auth=auth)
 
 
 def claims_of(token: str) -> dict[str, Any]:
@@ -230,8 +232,9 @@ async def test_exchanged_exp_never_exceeds_the_subject_tokens(
     ) as idp:
         tokens = await login_user(idp, "carol")
         subject_exp = claims_of(tokens.access_token)["exp"]
-        for step in range(0, int(access_ttl.total_seconds()), 50):
-            clock.advance(50 if step else 0)
+        step = int(access_ttl.total_seconds()) // 12
+        for i in range(12):
+            clock.advance(step if i else 0)
             response = await exchange(idp, tokens.access_token, audience=idp.audience("database"))
             claims = claims_of(response.json()["access_token"])
             assert claims["exp"] <= subject_exp
@@ -249,6 +252,7 @@ async def test_no_user_ever_receives_a_scope_their_groups_do_not_grant(
 ) -> None:
     directory = dev_idp.provider.directory
     requests = [[], ALL_SCOPES, *([s] for s in ALL_SCOPES)]
+    http = httpx.AsyncClient()
     for user in directory.users.values():
         tokens = await login_user(dev_idp, user.subject)
         for name, resource in directory.resources.items():
@@ -257,6 +261,7 @@ async def test_no_user_ever_receives_a_scope_their_groups_do_not_grant(
                 response = await exchange(
                     dev_idp,
                     tokens.access_token,
+                    http=http,
                     audience=dev_idp.audience(name),
                     **({"scope": " ".join(requested)} if requested else {}),
                 )
@@ -268,6 +273,7 @@ async def test_no_user_ever_receives_a_scope_their_groups_do_not_grant(
                 got = set(claims_of(response.json()["access_token"])["scope"].split())
                 assert got == expected, (user.subject, name, requested)
                 assert got <= granted
+    await http.aclose()
     # Spot checks that the directory is what the team relies on.
     erin = await login_user(dev_idp, "erin")
     write = await exchange(
