@@ -3,14 +3,14 @@ results into Block Kit. No business rules live here.
 
 Public API::
 
-    from bot.slack import SlackBotConfig, build_app, serve_http, run_socket_mode
+    from bot.slack import SlackBotConfig, open_app, serve_http, run_socket_mode
 
 Exception tree: this package raises no exceptions of its own. Web API failures surface as
 ``slack_sdk.errors.SlackApiError`` after the client's retries (429, 5xx, connection), and are
 logged by Bolt; the user is told when a run fails.
 """
 
-from bot.slack.app import build_app, dedup_middleware
+from bot.slack.app import build_app, dedup_middleware, open_app
 from bot.slack.client import make_web_client
 from bot.slack.config import SlackBotConfig
 from bot.slack.core import AssistantPort
@@ -26,6 +26,7 @@ __all__ = [
     "build_app",
     "dedup_middleware",
     "make_web_client",
+    "open_app",
     "run_socket_mode",
     "serve_http",
     "web_application",

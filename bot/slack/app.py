@@ -2,16 +2,18 @@
 
 Example::
 
-    app = build_app(config, assistant, engine)
-    # HTTP: bot.slack.server.serve_http(app, sock); Socket Mode: run_socket_mode(app, token)
+    async with open_app(config, assistant, engine) as app:
+        # HTTP: bot.slack.server.serve_http(app, sock); Socket Mode: run_socket_mode(app, token)
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
@@ -47,6 +49,27 @@ def dedup_middleware(
         return await next()
 
     return deduplicate
+
+
+@contextlib.asynccontextmanager
+async def open_app(
+    config: SlackBotConfig,
+    assistant: AssistantPort,
+    engine: AsyncEngine,
+    *,
+    clock: Clock = utc_now,
+    socket_mode: bool = False,
+) -> AsyncIterator[AsyncApp]:
+    """``build_app`` with one pooled HTTP session for the Web API, closed on exit."""
+    async with aiohttp.ClientSession() as session:
+        yield build_app(
+            config,
+            assistant,
+            engine,
+            client=make_web_client(config, session),
+            clock=clock,
+            socket_mode=socket_mode,
+        )
 
 
 def build_app(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import aiohttp
 from slack_sdk.http_retry.async_handler import AsyncRetryHandler
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
@@ -21,11 +22,15 @@ def retry_handlers(config: SlackBotConfig) -> list[AsyncRetryHandler]:
     ]
 
 
-def make_web_client(config: SlackBotConfig) -> AsyncWebClient:
+def make_web_client(
+    config: SlackBotConfig, session: aiohttp.ClientSession | None = None
+) -> AsyncWebClient:
+    """Without ``session`` every call opens a new connection; pass one to reuse connections."""
     base_url = config.api_url if config.api_url.endswith("/") else config.api_url + "/"
     return AsyncWebClient(
         token=config.bot_token,
         base_url=base_url,
         retry_handlers=retry_handlers(config),
         timeout=30,
+        session=session,
     )

@@ -143,6 +143,8 @@ def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
                 prompts=[{"title": t, "message": m} for t, m in adapter.config.suggested_prompts],
             )
             return
+        if event.get("tab") != "home":
+            return
         status = await adapter.assistant.status(chat_user)
         if not status.linked and status.login_url is None:
             status = type(status)(

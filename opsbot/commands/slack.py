@@ -54,7 +54,7 @@ def slack_config(settings: Settings) -> SlackBotConfig:
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.slack import SqlProcessedEvents, build_app, run_socket_mode, serve_http
+    from bot.slack import SqlProcessedEvents, open_app, run_socket_mode, serve_http
     from opsbot import assistant as assistant_module
     from opsbot.serving import bind_socket
     from opsbot.storage import create_engine
@@ -71,8 +71,10 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
         loop.add_signal_handler(sig, stop.set)
     engine = create_engine(settings.resolved_database_url)
     try:
-        async with open_assistant(settings) as assistant:
-            app = build_app(config, assistant, engine, socket_mode=args.socket_mode)
+        async with (
+            open_assistant(settings) as assistant,
+            open_app(config, assistant, engine, socket_mode=args.socket_mode) as app,
+        ):
             pruner = asyncio.create_task(
                 _prune_forever(
                     SqlProcessedEvents(engine),

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.slack import SlackBotConfig, build_app, serve_http
+from bot.slack import SlackBotConfig, open_app, serve_http
 from bot.slack.core import AssistantPort, ChatUser
 from opsbot.serving import bind_socket
 from opsbot.storage import create_engine
@@ -69,9 +69,9 @@ def run_app(fake_slack: FakeSlack, sqlite_url: str) -> RunApp:
         assistant: AssistantPort, database_url: str | None = None, **config: object
     ) -> AsyncIterator[SlackEnv]:
         engine = create_engine(database_url or sqlite_url)
-        app = build_app(slack_config(fake_slack, **config), assistant, engine)
         try:
             async with (
+                open_app(slack_config(fake_slack, **config), assistant, engine) as app,
                 serve_http(app, bind_socket("127.0.0.1", 0)) as url,
                 aiohttp.ClientSession() as session,
             ):
