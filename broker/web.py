@@ -1,0 +1,57 @@
+"""Starlette route for account linking: ``/oauth/callback``, where the IdP sends the browser.
+
+A chat adapter gives the user ``await linking.start(chat_user)`` (the IdP's login URL, carrying
+a signed single-use state) as a button, and mounts these routes on the app's web server.
+
+Example::
+
+    app = Starlette(routes=link_routes(linking, on_linked=notify_chat))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from html import escape
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from broker.errors import BrokerError, InvalidStateError
+from broker.linking import LinkingService, LinkResult
+
+OnLinked = Callable[[LinkResult], Awaitable[None]]
+
+
+def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{escape(title)}</title></head><body><h1>{escape(title)}</h1>"
+        f"<p>{escape(body)}</p></body></html>",
+        status,
+        headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"},
+    )
+
+
+def link_routes(linking: LinkingService, on_linked: OnLinked | None = None) -> list[Route]:
+    """The callback route the IdP redirects to after login."""
+
+    async def callback(request: Request) -> Response:
+        params = request.query_params
+        if "error" in params:
+            return _page("Not connected", "The sign-in was cancelled or refused.", 400)
+        state, code = params.get("state"), params.get("code")
+        if not state or not code:
+            return _page("Not connected", "The sign-in response is incomplete.", 400)
+        try:
+            result = await linking.complete(state, code)
+        except InvalidStateError as exc:
+            return _page("Link expired or already used", f"{exc}. Ask opsbot for a new link.", 400)
+        except BrokerError as exc:
+            return _page("Not connected", str(exc), 502)
+        if on_linked is not None:
+            await on_linked(result)
+        who = result.link.email or result.link.subject
+        return _page("Account connected", f"Connected as {who}. You can return to the chat.")
+
+    return [Route("/oauth/callback", callback, methods=["GET"])]
