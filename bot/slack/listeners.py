@@ -36,6 +36,7 @@ from bot.slack.modals import (
 )
 from bot.slack.render import (
     CONNECT_ACTION_ID,
+    Message,
     connect_prompt,
     escape,
     home_view,
@@ -261,7 +262,14 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
             return
         ctx = ModalContext(approval_id, channel, ts)
         modal = edit_modal(view, ctx) if kind == "edit" else reject_modal(view, ctx)
-        await client.views_open(trigger_id=str(body["trigger_id"]), view=modal)
+        opened = await client.views_open(trigger_id=str(body["trigger_id"]), view=modal)
+        # The modal opens first (the trigger id dies in 3 s); then, if the core says this
+        # clicker cannot decide it, the modal turns into the refusal. decide() checks again.
+        refusal = await _refusal(adapter, clicker, approval_id)
+        if refusal is not None:
+            view_id = str((opened.get("view") or {}).get("id", ""))
+            await client.views_update(view_id=view_id, view=_notice_view(refusal.text))
+            await adapter.ephemeral(channel, clicker.user_id, refusal)
 
     @app.action(EDIT_ACTION_ID)
     async def edit(
@@ -337,6 +345,19 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
         await adapter.apply_outcome(
             outcome, ctx.approval_id, clicker, ctx.channel_id, ctx.message_ts
         )
+
+
+async def _refusal(adapter: SlackAdapter, clicker: ChatUser, approval_id: str) -> Message | None:
+    """Why ``clicker`` may not decide ``approval_id`` (per the core), or ``None``."""
+    status = await adapter.assistant.status(clicker)
+    if not status.linked:
+        return connect_prompt(status.login_url or await adapter.assistant.link_url(clicker))
+    waiting = await adapter.assistant.awaiting_approver(clicker)
+    if any(v.approval_id == approval_id for v in waiting):
+        return None
+    return text_message(
+        ":no_entry_sign: You can't decide this request: it is not waiting for your approval."
+    )
 
 
 async def _decide(

@@ -155,6 +155,8 @@ async def test_edit_opens_a_modal_generated_from_the_tool_schema(
     assert inputs["arg:priority"]["optional"] is True
     assert json.loads(modal["private_metadata"])["a"] == "ap1"
     assert "PAY-1" not in modal["private_metadata"]  # arguments stay server-side
+    await env.fake.settle()
+    assert env.fake.calls_to("views.update") == []  # an approver keeps the form
 
 
 async def test_edit_invalid_values_come_back_as_field_errors_valid_ones_run(
@@ -238,3 +240,28 @@ async def test_forged_click_is_refused(env: SlackEnv, fake_assistant: FakeAssist
     assert status == 401
     await asyncio.sleep(0.3)
     assert fake_assistant.decisions == []
+
+
+async def test_edit_or_reject_by_a_non_approver_turns_the_modal_into_a_refusal(
+    env: SlackEnv, fake_assistant: FakeAssistant
+) -> None:
+    card = await _request_write(env)
+    modal = await _open_edit(env, DAVE.user_id, card)
+    updated = (await env.fake.wait_for("views.update"))[0]
+    assert "You can't decide this request" in _texts(updated["view"]["blocks"])
+    note = (await env.fake.wait_for("chat.postEphemeral"))[0]
+    assert note["user"] == DAVE.user_id
+    # Submitting anyway (a stale modal) is refused by the core, shown in the modal.
+    status, body = await env.sender.post_interaction(
+        view_submission(DAVE.user_id, modal, _edit_values("open", "1"))
+    )
+    assert status == 200
+    assert json.loads(body)["response_action"] == "update"
+    await _click(env, ERIN.user_id, "approval_reject", card)
+    connect = await env.fake.wait_for(
+        "chat.postEphemeral", where=lambda p: p["user"] == ERIN.user_id
+    )
+    assert connect[0]["blocks"][1]["elements"][0]["url"].endswith("user=U0ERIN")
+    await env.fake.settle()
+    assert fake_assistant.executed == []
+    assert _buttons(env.fake.messages[(APPROVALS_CHANNEL_ID, card["ts"])])
