@@ -91,9 +91,14 @@ class SlackAdapter:
             except SlackApiError as exc:
                 # Not an assistant thread (or the scope is missing): use a placeholder.
                 log.info("setStatus unavailable: %s", exc.response.get("error"))
-        response = await self.client.chat_postMessage(
-            channel=channel, thread_ts=thread_ts, text=self.config.working_text
-        )
+        try:
+            response = await self.client.chat_postMessage(
+                channel=channel, thread_ts=thread_ts, text=self.config.working_text
+            )
+        except SlackApiError as exc:
+            # No indicator is better than no answer; the reply is posted afresh later.
+            log.warning("could not post a placeholder: %s", exc.response.get("error"))
+            return indicator
         indicator.placeholder_ts = str(response["ts"])
         return indicator
 

@@ -245,3 +245,13 @@ async def test_rate_limited_and_failing_web_api_calls_are_retried(
     final = env.fake.thread("C0GENERAL", "1700000000.000100")
     assert "PAY-1 is open" in _texts(final[0]["blocks"])
     assert fake_assistant.messages[0][0] == ALICE
+
+
+async def test_placeholder_failure_still_delivers_the_answer(
+    env: SlackEnv, fake_assistant: FakeAssistant
+) -> None:
+    env.fake.fail_next("chat.postMessage", 200, error="msg_too_long")
+    await env.sender.post_event(mention(ALICE.user_id, "hello", ts="1700000500.0001"))
+    answers = await env.fake.wait_for("chat.postMessage", 2)
+    assert "PAY-1 is open" in _texts(answers[1]["blocks"])
+    assert env.fake.calls_to("chat.update") == []
