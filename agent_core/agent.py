@@ -38,6 +38,7 @@ from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
+from pydantic import ValidationError
 
 from agent_core.answer import (
     ActionRequest,
@@ -53,7 +54,12 @@ from agent_core.answer import (
 )
 from agent_core.binding import RunContext, ToolObserver
 from agent_core.decisions import validate_decisions
-from agent_core.errors import CredentialError, NoPendingApprovalError, ToolCallError
+from agent_core.errors import (
+    CredentialError,
+    NoPendingApprovalError,
+    ToolAuthError,
+    ToolCallError,
+)
 from agent_core.guards import (
     BULK_KEY,
     BulkWriteFlag,
@@ -173,6 +179,7 @@ class Agent:
         self.stats = SessionStats()
         self._graphs: dict[tuple[str, ...], CompiledStateGraph[Any, Any, Any, Any]] = {}
         self._tools: dict[str, BaseTool] = {}
+        self._discovery_locks: dict[str, asyncio.Lock] = {}
 
     # --- public API --------------------------------------------------------------------
 
@@ -290,9 +297,22 @@ class Agent:
         no_access: list[str] = []
 
         async def discover(server: str) -> None:
+            lock = self._discovery_locks.setdefault(server, asyncio.Lock())
+            async with lock:  # one discovery per server, however many cold runs start at once
+                if self.cache.get(server) is not None:
+                    return
+                await discover_now(server)
+
+        async def discover_now(server: str) -> None:
             try:
-                await sessions.discover(server)
-            except CredentialError:
+                try:
+                    await sessions.discover(server)
+                except ToolAuthError as exc:
+                    if exc.status != 401:
+                        raise
+                    await sessions.refresh(server)  # one fresh token, as for tool calls
+                    await sessions.discover(server)
+            except (CredentialError, ToolAuthError):
                 no_access.append(server)
             except ToolCallError:
                 unavailable.append(server)
@@ -413,8 +433,8 @@ class Agent:
             f"You have no access to the {s} server; its data is not included."
             for s in toolset.no_access
         ]
-        draft = values.get("structured_response")
-        if isinstance(draft, FinalAnswer):
+        draft = self._final_answer(turn)
+        if draft is not None:
             answer = verify_sources(draft, self._seen_ids(turn), model_used=used)
             answer.caveats = [*answer.caveats, *(c for c in caveats if c not in answer.caveats)]
             return answer
@@ -431,6 +451,19 @@ class Agent:
             model_used=used,
             caveats=[*caveats, "The model's answer did not match the expected format."],
         )
+
+    @staticmethod
+    def _final_answer(turn: list[AnyMessage]) -> FinalAnswer | None:
+        # From this turn's last model message only: `structured_response` outlives the
+        # run in the thread's state and would replay an earlier answer.
+        last = next((m for m in reversed(turn) if isinstance(m, AIMessage)), None)
+        for tc in last.tool_calls if last is not None else []:
+            if tc["name"] == FinalAnswer.__name__:
+                try:
+                    return FinalAnswer.model_validate(tc["args"])
+                except ValidationError:
+                    return None
+        return None
 
     def _interrupt(
         self, thread_id: str, values: Mapping[str, Any], value: Any, *, model_used: str
