@@ -28,7 +28,10 @@ class PortInUseError(OSError):
 
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     """A listening TCP socket; ``port=0`` picks a free one. Raises ``PortInUseError``."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP,
+    # and accepted connections inherit it. Without it, Nagle + delayed ACK add ~40 ms to every
+    # keep-alive request (uvicorn writes headers and body separately).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
