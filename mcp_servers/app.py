@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import functools
 import logging
+import reprlib
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlparse
 
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
-from mcp.types import ToolAnnotations
-from pydantic import AnyHttpUrl
+from mcp.types import ContentBlock, ToolAnnotations
+from pydantic import AnyHttpUrl, ValidationError
 from starlette.types import ASGIApp
 
 from mcp_servers.auth import JwksClient, JwtVerifier
@@ -32,6 +33,31 @@ logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class _FastMCP(FastMCP):
+    """FastMCP whose argument-validation errors read as one line per bad field."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any]
+    ) -> Sequence[ContentBlock] | dict[str, Any]:
+        try:
+            return await super().call_tool(name, arguments)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(readable_validation_error(name, exc.__cause__)) from exc
+            raise
+
+
+def readable_validation_error(tool: str, error: ValidationError) -> str:
+    problems = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(part) for part in item["loc"]) or "arguments"
+        problem = f"{where}: {item['msg']}"
+        if item["type"] != "missing":
+            problem += f" (got {reprlib.repr(item.get('input'))})"
+        problems.append(problem)
+    return f"invalid arguments for {tool}: " + "; ".join(problems)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +91,7 @@ class ScopedServer:
             jwks=self.jwks,
             leeway_seconds=self.auth.leeway_seconds,
         )
-        self.mcp = FastMCP(
+        self.mcp = _FastMCP(
             self.name,
             instructions=self.instructions,
             token_verifier=self.verifier,

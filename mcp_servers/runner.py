@@ -16,12 +16,14 @@ import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 from mcp_servers.app import AuthConfig, ScopedServer
 from mcp_servers.auth import JwksClient
 from mcp_servers.database import DatabaseConfig, DatabaseGateway, build_database, open_gateway
 from mcp_servers.docs import DocStore, build_docs
 from mcp_servers.docs import seed_docs as docs_seed
+from mcp_servers.errors import ConfigError
 from mcp_servers.ticketing import TicketStore, build_ticketing, seed_data
 from opsbot.serving import bind_socket, serve_asgi, socket_url
 
@@ -67,6 +69,41 @@ def audience_for(sock: socket.socket) -> str:
 async def serve_server(server: ScopedServer, sock: socket.socket) -> AsyncIterator[RunningServer]:
     async with serve_asgi(server.asgi_app(), sock) as base:  # type: ignore[arg-type]
         yield RunningServer(server.name, f"{base}/mcp", server.auth.audience, server)
+
+
+@contextlib.asynccontextmanager
+async def open_server(
+    name: str,
+    auth: AuthConfig,
+    *,
+    store_url: str = "sqlite+aiosqlite://",
+    database: DatabaseConfig | None = None,
+    data_dir: Path | None = None,
+    host: str = "127.0.0.1",
+) -> AsyncIterator[ScopedServer]:
+    """One seeded server by name (``opsbot mcp NAME``); its stores close with the block."""
+    jwks = JwksClient(issuer=auth.issuer, jwks_url=auth.jwks_url)
+    if name == "ticketing":
+        tickets = await TicketStore.open(store_url)
+        try:
+            await tickets.seed(seed_data())
+            yield build_ticketing(tickets, auth, jwks=jwks, host=host)
+        finally:
+            await tickets.close()
+    elif name == "docs":
+        parsed = urlparse(auth.audience)
+        docs = await DocStore.open(store_url, base_url=f"{parsed.scheme}://{parsed.netloc}")
+        try:
+            await docs.seed(docs_seed())
+            yield build_docs(docs, auth, jwks=jwks, host=host)
+        finally:
+            await docs.close()
+    elif name == "database":
+        config = database or DatabaseConfig()
+        async with open_gateway(config, data_dir=data_dir) as db:
+            yield build_database(db, auth, jwks=jwks, enable_query=config.enable_query, host=host)
+    else:
+        raise ConfigError(f"unknown server {name!r}; choose one of {', '.join(SERVER_NAMES)}")
 
 
 @contextlib.asynccontextmanager

@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "opsbot.commands.dev",
     "opsbot.commands.idp",
     "opsbot.commands.slack",
+    "opsbot.commands.mcp",
     "opsbot.commands.audit",
 )
 

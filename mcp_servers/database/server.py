@@ -36,8 +36,9 @@ def build_database(
     jwks: JwksClient | None = None,
     enable_query: bool = False,
     clock: Clock = utc_now,
+    host: str = "127.0.0.1",
 ) -> ScopedServer:
-    server = ScopedServer("database", auth, READ, INSTRUCTIONS, jwks=jwks)
+    server = ScopedServer("database", auth, READ, INSTRUCTIONS, jwks=jwks, host=host)
 
     @server.tool(scope=READ, read_only=True, title="Order status")
     async def get_order_status(

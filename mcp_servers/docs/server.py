@@ -18,9 +18,9 @@ INSTRUCTIONS = (
 
 
 def build_docs(
-    store: DocStore, auth: AuthConfig, *, jwks: JwksClient | None = None
+    store: DocStore, auth: AuthConfig, *, jwks: JwksClient | None = None, host: str = "127.0.0.1"
 ) -> ScopedServer:
-    server = ScopedServer("docs", auth, READ, INSTRUCTIONS, jwks=jwks)
+    server = ScopedServer("docs", auth, READ, INSTRUCTIONS, jwks=jwks, host=host)
 
     @server.tool(scope=READ, read_only=True, title="Search docs")
     async def search_docs(

@@ -85,7 +85,10 @@ class DocStore:
         return f"{self.base_url}/docs/{slug}"
 
     async def seed(self, rows: list[dict[str, Any]]) -> None:
+        """Load demo docs into an empty store (a store with docs is left as it is)."""
         async with self.engine.begin() as conn:
+            if (await conn.execute(sa.select(sa.func.count()).select_from(docs_table))).scalar():
+                return
             await conn.execute(docs_table.insert(), rows)
 
     async def _visible(self, caller: Caller) -> list[Any]:

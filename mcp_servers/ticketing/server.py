@@ -38,9 +38,9 @@ INSTRUCTIONS = (
 
 
 def build_ticketing(
-    store: TicketStore, auth: AuthConfig, *, jwks: JwksClient | None = None
+    store: TicketStore, auth: AuthConfig, *, jwks: JwksClient | None = None, host: str = "127.0.0.1"
 ) -> ScopedServer:
-    server = ScopedServer("ticketing", auth, READ, INSTRUCTIONS, jwks=jwks)
+    server = ScopedServer("ticketing", auth, READ, INSTRUCTIONS, jwks=jwks, host=host)
 
     @server.tool(scope=READ, read_only=True, title="Search tickets")
     async def search_tickets(

@@ -422,7 +422,10 @@ class TicketStore:
     # --- seeding and inspection (not exposed as tools) -----------------------------------
 
     async def seed(self, rows: SeedData) -> None:
+        """Load demo data into an empty store (a store that has projects is left as it is)."""
         async with self.engine.begin() as conn:
+            if (await conn.execute(sa.select(sa.func.count()).select_from(projects))).scalar():
+                return
             if rows.projects:
                 await conn.execute(projects.insert(), rows.projects)
             if rows.tickets:

@@ -1,0 +1,84 @@
+"""``opsbot mcp ticketing|docs|database --port N``: run one reference MCP server.
+
+The server trusts the configured IdP (``OPSBOT_IDP__ISSUER``; keys by OIDC discovery unless
+``--jwks-url``). Its audience is its canonical URI: ``--audience``, else the configured
+``mcp_servers`` entry of that name when the port matches, else ``http://<host>:<port>/mcp``.
+Ticketing and docs keep their data in SQLite files in the data directory (seeded once);
+the database server uses SQLite there too, or PostgreSQL with ``--postgres-url``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+from urllib.parse import urlparse
+
+from opsbot.settings import Settings
+
+DEFAULT_PORTS = {"ticketing": 8101, "docs": 8102, "database": 8103}
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "mcp", help="run a reference MCP server (ticketing, docs or database)"
+    )
+    parser.add_argument("server", choices=sorted(DEFAULT_PORTS))
+    parser.add_argument("--port", type=int, default=None, help="default: 8101/8102/8103; 0 = any")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--audience", default=None, help="this server's canonical URI")
+    parser.add_argument("--issuer", default=None, help="default: the configured IdP issuer")
+    parser.add_argument("--jwks-url", default=None, help="default: OIDC discovery")
+    parser.add_argument("--store-url", default=None, help="SQLAlchemy URL (ticketing, docs)")
+    parser.add_argument("--postgres-url", default=None, help="database server: gateway login")
+    parser.add_argument("--role-prefix", default="opsbot_ro_")
+    parser.add_argument("--enable-query", action="store_true", help="offer run_readonly_query")
+    parser.set_defaults(handler=handle)
+
+
+def _audience(args: argparse.Namespace, settings: Settings, port: int) -> str:
+    if args.audience:
+        return str(args.audience)
+    for configured in settings.mcp_servers:
+        if configured.name == args.server and urlparse(configured.audience).port == port:
+            return configured.audience
+    return f"http://{args.host}:{port}/mcp"
+
+
+async def handle(args: argparse.Namespace, settings: Settings) -> int:
+    from mcp_servers import AuthConfig, DatabaseConfig
+    from mcp_servers.runner import open_server
+    from opsbot.serving import bind_socket, serve_asgi
+
+    sock = bind_socket(args.host, DEFAULT_PORTS[args.server] if args.port is None else args.port)
+    port = sock.getsockname()[1]
+    auth = AuthConfig(
+        issuer=args.issuer or settings.idp.issuer,
+        audience=_audience(args, settings, port),
+        jwks_url=args.jwks_url,
+    )
+    data_dir = settings.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    store_url = (
+        args.store_url or f"sqlite+aiosqlite:///{(data_dir / f'mcp-{args.server}.db').as_posix()}"
+    )
+    database = DatabaseConfig(
+        backend="postgres" if args.postgres_url else "sqlite",
+        postgres_url=args.postgres_url,
+        sqlite_path=None if args.postgres_url else data_dir / "mcp-database.sqlite",
+        role_prefix=args.role_prefix,
+        enable_query=args.enable_query,
+    )
+    async with (
+        open_server(
+            args.server, auth, store_url=store_url, database=database, host=args.host
+        ) as server,
+        serve_asgi(server.asgi_app(), sock, log_level="info") as base,  # type: ignore[arg-type]
+    ):
+        print(
+            f"opsbot mcp {args.server}: serving {base}/mcp "
+            f"(audience {auth.audience}, issuer {auth.issuer})",
+            flush=True,
+        )
+        await asyncio.Event().wait()
+    return 0

@@ -1,0 +1,71 @@
+"""``opsbot mcp NAME`` as its own process: starts, verifies tokens, serves the real MCP client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+from pathlib import Path
+
+from tests.fixtures.mcp import TestIssuer, directory_grants, http_refusal, mcp_session
+from tests.mcp_servers.test_ticketing import data
+
+OPSBOT = str(Path(sys.executable).parent / "opsbot")
+
+
+async def _start(
+    name: str, issuer: TestIssuer, data_dir: Path
+) -> tuple[asyncio.subprocess.Process, str]:
+    process = await asyncio.create_subprocess_exec(
+        OPSBOT,
+        "mcp",
+        name,
+        "--port",
+        "0",
+        "--issuer",
+        issuer.issuer,
+        "--jwks-url",
+        issuer.jwks_url,
+        env={**os.environ, "OPSBOT_DATA_DIR": str(data_dir)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    line = (await asyncio.wait_for(process.stdout.readline(), timeout=60)).decode()
+    match = re.search(r"serving (\S+) \(audience (\S+),", line)
+    assert match, line
+    return process, match.group(1)
+
+
+async def test_each_server_runs_as_its_own_process(
+    mcp_test_issuer: TestIssuer, tmp_path: Path
+) -> None:
+    calls = {
+        "ticketing": ("get_ticket", {"key": "PAY-101"}),
+        "docs": ("get_doc", {"doc_id": "payments-refund-stuck"}),
+        "database": ("get_order_status", {"order_id": "ORD-10041"}),
+    }
+    for name, (tool, args) in calls.items():
+        process, url = await _start(name, mcp_test_issuer, tmp_path)
+        try:
+            groups, scopes = directory_grants("alice", name)
+            token = mcp_test_issuer.mint(sub="alice", aud=url, scope=scopes, groups=groups)
+            async with mcp_session(url, token) as session:
+                assert data(await session.call_tool(tool, args))
+            wrong = mcp_test_issuer.mint(sub="alice", aud="http://127.0.0.1:1/mcp", scope=scopes)
+            assert (await http_refusal(url, wrong)).status_code == 401
+        finally:
+            process.terminate()
+            await process.wait()
+    # File-backed stores are seeded once: a restart keeps (and does not duplicate) the data.
+    process, url = await _start("ticketing", mcp_test_issuer, tmp_path)
+    try:
+        groups, scopes = directory_grants("alice", "ticketing")
+        token = mcp_test_issuer.mint(sub="alice", aud=url, scope=scopes, groups=groups)
+        async with mcp_session(url, token) as session:
+            found = data(await session.call_tool("search_tickets", {"limit": 100}))
+            assert found["total_matches"] == 4
+    finally:
+        process.terminate()
+        await process.wait()
