@@ -328,7 +328,10 @@ class Agent:
         return _Toolset(tuple(visible), tuple(sorted(unavailable)), tuple(sorted(no_access)))
 
     def _config(self, thread_id: str) -> Any:
-        return {"configurable": {"thread_id": thread_id}, "recursion_limit": 100}
+        # Each model step passes through ~15 middleware nodes; the model call limit is the
+        # real bound, this only keeps LangGraph's own guard out of its way.
+        limit = 25 * (self.config.run_model_call_limit + 2)
+        return {"configurable": {"thread_id": thread_id}, "recursion_limit": limit}
 
     def _graph(self, names: tuple[str, ...]) -> CompiledStateGraph[Any, Any, Any, Any]:
         graph = self._graphs.get(names)
