@@ -4,27 +4,34 @@ Each event is delivered once, and a share of them a second time as Slack's retry
 ``event_id``, ``X-Slack-Retry-Num``). Reports p50/p99 time to the HTTP ack and ``lost``:
 events that did not get exactly one answer in their thread (must be 0).
 
-    uv run python -m bench slack_ack            # N=300 on SQLite
-    OPSBOT_BENCH_SLACK_N=1000 uv run python -m bench slack_ack
+    uv run python -m bench slack_ack                       # N=300, 50 in flight, PostgreSQL
+    uv run python -m bench slack_ack --database-url sqlite
+    uv run python -m bench slack_ack --n 1000 --database-url postgresql://...
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
+import secrets
 import statistics
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
+import psycopg
+from sqlalchemy.engine import make_url
 
 from bot.slack import SlackBotConfig, open_app, serve_http
 from broker.types import ChatUser
 from opsbot.serving import bind_socket
+from opsbot.settings import Settings
 from opsbot.storage import create_engine, migrate
 from tests.bot.fake_assistant import FakeAssistant
 from tests.fixtures.slack import (
@@ -50,13 +57,52 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--n", type=int, default=DEFAULT_N, help="distinct events")
+    parser.add_argument(
+        "--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="requests in flight"
+    )
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="default: a throwaway PostgreSQL database on the test server if reachable, "
+        "else SQLite; 'sqlite' forces a throwaway SQLite file",
+    )
+
+
 async def run(args: Any) -> dict[str, Any]:
     n = int(getattr(args, "n", None) or DEFAULT_N)
     concurrency = int(getattr(args, "concurrency", None) or DEFAULT_CONCURRENCY)
     database_url = getattr(args, "database_url", None)
-    with tempfile.TemporaryDirectory() as tmp:
-        url = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
+    if database_url == "sqlite" or (database_url is None and not _postgres_reachable()):
+        with tempfile.TemporaryDirectory() as tmp:
+            return await _bench(n, concurrency, f"sqlite:///{Path(tmp) / 'bench.db'}")
+    if database_url:
+        return await _bench(n, concurrency, database_url)
+    with _throwaway_postgres() as url:
         return await _bench(n, concurrency, url)
+
+
+def _postgres_reachable() -> bool:
+    try:
+        psycopg.connect(Settings().test_database_url, connect_timeout=3).close()
+    except psycopg.OperationalError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _throwaway_postgres() -> Iterator[str]:
+    """A fresh database on the test server (production runs on PostgreSQL), dropped after."""
+    admin_url = Settings().test_database_url
+    name = f"opsbot_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 class _OtherLoop:
