@@ -24,7 +24,12 @@ from opsbot.storage import create_engine, metadata, migrate
 
 T = TypeVar("T")
 
-pytest_plugins = ["tests.fixtures.slack", "tests.fixtures.identity", "tests.fixtures.mcp"]
+pytest_plugins = [
+    "tests.fixtures.slack",
+    "tests.fixtures.identity",
+    "tests.fixtures.mcp",
+    "tests.fixtures.audit",
+]
 
 DATABASE_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 

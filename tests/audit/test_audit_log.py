@@ -201,3 +201,37 @@ async def _assert_append_only(url: str) -> None:
         assert event.outcome == "success"
     finally:
         await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_the_suite_scan_finds_a_planted_token_and_email(postgres_url: str) -> None:
+    from tests.fixtures.audit import audit_leaks
+
+    engine = create_engine(postgres_url)
+    try:
+        log = make_log(SqlAuditSink(engine))
+        await log.tool_call(
+            requester="alice",
+            thread_id="t1",
+            tool="ticketing_get_ticket",
+            args={"note": f"mail carol@example.com {JWT}"},
+            outcome="success",
+            latency_ms=1.0,
+        )
+        assert audit_leaks(postgres_url) == []  # redacted on the way in
+        # Bypassing the log (as a buggy writer would) is caught by the scan.
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO audit_events (event_id, at, kind, detail)"
+                    " VALUES ('planted', now(), 'tool_call', CAST(:d AS json))"
+                ),
+                {"d": f'{{"x": "carol@example.com {SLACK_TOKEN}"}}'},
+            )
+        assert len(audit_leaks(postgres_url)) == 1
+        # Leave the table clean for the suite-wide scan (superuser bypass, like the fixture).
+        async with engine.begin() as conn:
+            await conn.exec_driver_sql("SET LOCAL session_replication_role = replica")
+            await conn.execute(sa.text("DELETE FROM audit_events WHERE event_id = 'planted'"))
+    finally:
+        await engine.dispose()
