@@ -58,6 +58,35 @@ def _option(value: Any) -> dict[str, Any]:
     return {"text": _plain(str(label), 75), "value": json.dumps(value)[:150]}
 
 
+def _resolve(spec: Any, root: dict[str, Any]) -> dict[str, Any]:
+    """One property's schema, flattened: local ``$ref`` followed, ``anyOf``/``oneOf`` with
+    ``null`` (pydantic's ``X | None``) reduced to the non-null branch."""
+    if not isinstance(spec, dict):
+        return {}
+    ref = spec.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        merged = {**_resolve(target, root), **{k: v for k, v in spec.items() if k != "$ref"}}
+        return merged
+    for key in ("anyOf", "oneOf"):
+        branches = spec.get(key)
+        if isinstance(branches, list):
+            real = [b for b in branches if not (isinstance(b, dict) and b.get("type") == JSON_NULL)]
+            if len(real) == 1:
+                rest = {k: v for k, v in spec.items() if k != key}
+                return {**_resolve(real[0], root), **rest}
+    return spec
+
+
+def _properties(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    props = schema.get("properties", {})
+    if not isinstance(props, dict):
+        return {}
+    return {str(name): _resolve(spec, schema) for name, spec in props.items()}
+
+
 def _kind(spec: dict[str, Any]) -> str:
     kind = spec.get("type")
     if isinstance(kind, list):  # ["string", "null"]: the first non-null type
@@ -106,7 +135,7 @@ def _element(spec: dict[str, Any], current: Any) -> dict[str, Any]:
 
 
 def edit_modal(view: ApprovalView, ctx: ModalContext) -> dict[str, Any]:
-    properties: dict[str, Any] = view.input_schema.get("properties", {})
+    properties = _properties(view.input_schema)
     required = set(view.input_schema.get("required", []))
     blocks: list[Block] = [
         section(
@@ -117,7 +146,6 @@ def edit_modal(view: ApprovalView, ctx: ModalContext) -> dict[str, Any]:
     for name, spec in properties.items():
         if len(blocks) >= MODAL_BLOCK_LIMIT:
             break
-        spec = spec if isinstance(spec, dict) else {}
         block: Block = {
             "type": "input",
             "block_id": block_id_for(name),
@@ -188,12 +216,11 @@ def parse_edit(
     schema: dict[str, Any], values: dict[str, dict[str, Any]]
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Submitted state → (arguments, errors by block id)."""
-    properties: dict[str, Any] = schema.get("properties", {})
+    properties = _properties(schema)
     required = set(schema.get("required", []))
     args: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for name, spec in properties.items():
-        spec = spec if isinstance(spec, dict) else {}
         block_id = block_id_for(name)
         state = values.get(block_id, {})
         raw = _raw_value(state)

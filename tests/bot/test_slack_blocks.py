@@ -120,3 +120,46 @@ def test_core_errors_on_unknown_fields_land_on_the_first_input() -> None:
         {"tool": "cannot change", "status": "bad"}, UPDATE_TICKET_SCHEMA
     )
     assert errors == {"arg:ticket_id": "cannot change", "arg:status": "bad"}
+
+
+def test_modal_from_a_pydantic_schema_with_optional_literals_and_enum_refs() -> None:
+    import enum
+    from typing import Literal
+
+    from pydantic import BaseModel, Field
+
+    class Colour(enum.Enum):
+        RED = "red"
+        BLUE = "blue"
+
+    class Args(BaseModel):
+        key: str = Field(pattern=r"^[A-Z]+-\d+$")
+        status: Literal["open", "closed"] | None = None
+        colour: Colour = Colour.RED
+        limit: int | None = Field(default=None, ge=1)
+
+    schema = Args.model_json_schema()
+    modal = edit_modal(_view({"key": "PAY-1", "status": "open"}, schema), ModalContext("ap9"))
+    inputs = {b["block_id"]: b for b in modal["blocks"] if b["type"] == "input"}
+    assert inputs["arg:key"]["optional"] is False
+    assert [o["value"] for o in inputs["arg:status"]["element"]["options"]] == [
+        '"open"',
+        '"closed"',
+    ]
+    assert inputs["arg:status"]["element"]["initial_option"]["value"] == '"open"'
+    assert [o["value"] for o in inputs["arg:colour"]["element"]["options"]] == [
+        '"red"',
+        '"blue"',
+    ]
+    assert inputs["arg:limit"]["element"]["type"] == "number_input"
+    args, errors = parse_edit(
+        schema,
+        {
+            "arg:key": text_value("PAY-2"),
+            "arg:status": select_value('"closed"'),
+            "arg:colour": select_value('"blue"'),
+            "arg:limit": number_value("3"),
+        },
+    )
+    assert errors == {}
+    assert args == {"key": "PAY-2", "status": "closed", "colour": "blue", "limit": 3}
