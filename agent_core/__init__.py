@@ -36,6 +36,7 @@ from agent_core.errors import (
     ToolTimeoutError,
     ToolTransientError,
 )
+from agent_core.factory import agent_config, build_agent
 from agent_core.policy import ToolClass, ToolPolicy
 from agent_core.sessions import ServerConfig
 from agent_core.threads import NotThreadOwnerError, ThreadNotFoundError
@@ -70,6 +71,8 @@ __all__ = [
     "ToolResultError",
     "ToolTimeoutError",
     "ToolTransientError",
+    "agent_config",
+    "build_agent",
     "idempotency_key",
     "interrupt_on_for",
     "validate_decisions",

@@ -88,6 +88,24 @@ class SlackSettings(BaseModel):
     server_error_retries: int = 2
 
 
+class AgentSettings(BaseModel):
+    """Limits and thresholds of one agent run (see ``agent_core.AgentConfig``)."""
+
+    run_model_call_limit: int = Field(default=12, ge=1)
+    thread_model_call_limit: int = Field(default=200, ge=1)
+    read_timeout_seconds: float = Field(default=20.0, gt=0)
+    write_timeout_seconds: float = Field(default=30.0, gt=0)
+    read_retries: int = Field(default=2, ge=0)
+    summarize_trigger_tokens: int = Field(default=4000, ge=100)
+    summarize_keep_messages: int = Field(default=20, ge=1)
+    tool_selector_threshold: int = Field(default=15, ge=1)
+    tool_selector_max_tools: int = Field(default=8, ge=1)
+    bulk_write_threshold: int = Field(default=3, ge=2)
+    health_check_interval_seconds: float = Field(default=10.0, gt=0)
+    breaker_threshold: int = Field(default=3, ge=1)
+    breaker_open_seconds: float = Field(default=30.0, gt=0)
+
+
 class Settings(BaseSettings):
     """Everything opsbot can be configured with. See ``.env.example`` for each variable."""
 
@@ -113,6 +131,7 @@ class Settings(BaseSettings):
     idp: IdpSettings = Field(default_factory=IdpSettings)
     broker: BrokerSettings = Field(default_factory=BrokerSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
 
     slack_bot_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN", "slack_bot_token")
