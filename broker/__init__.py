@@ -2,8 +2,14 @@
 
 Public API::
 
-    from broker import Identity, ChatUser, AccessToken, Broker
+    from broker import Identity, ChatUser, AccessToken, Broker, IdentityService
     from broker import BrokerError, NotLinkedError, AccessRevokedError
+    from broker import InProcessBroker, ServerTarget, RemoteBroker, LocalIdentityService
+    from broker import LinkStore, MemoryLinkStore, SqlLinkStore, TokenCipher, LinkingService
+    from broker import OidcProvider, open_identity_service
+
+``open_identity_service(settings, engine)`` gives the configured service (in-process or the
+remote broker service). The development IdP lives in ``broker.dev_idp`` (dev/test only).
 """
 
 from broker.errors import (
@@ -11,18 +17,63 @@ from broker.errors import (
     BrokerError,
     BrokerUnavailableError,
     ExchangeFailedError,
+    InvalidStateError,
+    LinkingError,
     NotLinkedError,
+    TokenVerificationError,
 )
-from broker.types import AccessToken, Broker, ChatUser, Identity
+from broker.factory import (
+    load_link_cipher,
+    open_identity_service,
+    open_inprocess_broker,
+    open_token_client,
+)
+from broker.inprocess import InProcessBroker, ServerTarget
+from broker.linking import LinkingService, LinkResult
+from broker.links import (
+    AccountLink,
+    LinkStore,
+    MemoryLinkStore,
+    PendingLogin,
+    SqlLinkStore,
+    TokenCipher,
+)
+from broker.local import LocalIdentityService
+from broker.metrics import BrokerMetrics
+from broker.oidc import OidcProvider
+from broker.remote import RemoteBroker
+from broker.types import AccessToken, Broker, ChatUser, Identity, IdentityService
 
 __all__ = [
     "AccessRevokedError",
     "AccessToken",
+    "AccountLink",
     "Broker",
     "BrokerError",
+    "BrokerMetrics",
     "BrokerUnavailableError",
     "ChatUser",
     "ExchangeFailedError",
     "Identity",
+    "IdentityService",
+    "InProcessBroker",
+    "InvalidStateError",
+    "LinkResult",
+    "LinkStore",
+    "LinkingError",
+    "LinkingService",
+    "LocalIdentityService",
+    "MemoryLinkStore",
     "NotLinkedError",
+    "OidcProvider",
+    "PendingLogin",
+    "RemoteBroker",
+    "ServerTarget",
+    "SqlLinkStore",
+    "TokenCipher",
+    "TokenVerificationError",
+    "load_link_cipher",
+    "open_identity_service",
+    "open_inprocess_broker",
+    "open_token_client",
 ]

@@ -8,15 +8,24 @@ import os
 from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from broker.clock import Clock, utc_now
 from broker.exchange import ClientAuthMethod, ClientCredentials, TargetParam, TokenEndpointClient
 from broker.inprocess import InProcessBroker, ServerTarget
-from broker.links import LinkStore, TokenCipher
+from broker.linking import LinkingService
+from broker.links import LinkStore, SqlLinkStore, TokenCipher
+from broker.local import LocalIdentityService
 from broker.metrics import BrokerMetrics
 from broker.oidc import OidcProvider
+from broker.remote import RemoteBroker
+from broker.types import IdentityService
+
+if TYPE_CHECKING:
+    from opsbot.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -101,3 +110,57 @@ def load_link_cipher(key: str | None, data_dir: Path) -> TokenCipher:
             out.write(TokenCipher.generate_key())
         log.warning("no link encryption key configured: generated one at %s (development)", path)
     return TokenCipher(path.read_text().strip())
+
+
+@contextlib.asynccontextmanager
+async def open_identity_service(
+    settings: Settings, engine: AsyncEngine | None = None, *, clock: Clock = utc_now
+) -> AsyncIterator[IdentityService]:
+    """The configured ``IdentityService``: in-process (needs ``engine``) or the remote service.
+
+    In-process, the result is a ``LocalIdentityService``; mount
+    ``broker.web.link_routes(service.linking)`` on the app that serves
+    ``settings.broker.link_callback_url``.
+    """
+    if settings.broker.mode == "remote":
+        async with httpx.AsyncClient(timeout=DEFAULT_TIMEOUT) as http:
+            yield RemoteBroker(
+                settings.broker.service_url,
+                settings.broker.service_secret.get_secret_value(),
+                http,
+            )
+        return
+    if engine is None:
+        raise ValueError("the in-process broker needs the database engine for account links")
+    key = settings.broker.link_encryption_key
+    cipher = load_link_cipher(key.get_secret_value() if key else None, settings.data_dir)
+    links = SqlLinkStore(engine, cipher, clock)
+    idp = settings.idp
+    common: dict[str, Any] = {
+        "issuer": idp.issuer,
+        "client_id": idp.client_id,
+        "client_secret": idp.client_secret.get_secret_value(),
+        "auth_method": idp.client_auth_method,
+        "token_url": idp.token_url,
+        "clock": clock,
+    }
+    targets = [ServerTarget(s.name, s.audience) for s in settings.mcp_servers]
+    async with (
+        open_inprocess_broker(
+            **common,
+            servers=targets,
+            links=links,
+            target_param=idp.exchange_target_param,
+            cache_margin=timedelta(seconds=settings.broker.cache_margin_seconds),
+        ) as broker,
+        open_token_client(**common) as login_client,
+    ):
+        linking = LinkingService(
+            links=links,
+            client=login_client,
+            cipher=cipher,
+            redirect_uri=settings.broker.link_callback_url,
+            clock=clock,
+            state_ttl=timedelta(seconds=settings.broker.link_state_ttl_seconds),
+        )
+        yield LocalIdentityService(broker, linking)

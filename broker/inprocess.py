@@ -32,7 +32,7 @@ from broker.errors import (
 from broker.exchange import TokenEndpointClient, TokenEndpointError
 from broker.links import LinkStore
 from broker.metrics import BrokerMetrics
-from broker.types import AccessToken, Identity
+from broker.types import AccessToken, ChatUser, Identity
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ class ServerTarget:
 class _SubjectToken:
     value: str = field(repr=False)
     expires_at: datetime
+    groups: frozenset[str] = frozenset()
 
 
 class InProcessBroker:
@@ -192,4 +193,42 @@ class InProcessBroker:
             await self._links.set_refresh_token(chat_user, response.refresh_token)
         lifetime = timedelta(seconds=response.expires_in or 60)
         expires_at = self._clock() + lifetime
-        return _SubjectToken(response.access_token, expires_at), expires_at - self._margin
+        groups = await self._groups(response.id_token, identity.subject)
+        subject = _SubjectToken(response.access_token, expires_at, groups)
+        return subject, expires_at - self._margin
+
+    async def _groups(self, id_token: str | None, subject: str) -> frozenset[str]:
+        """The user's current groups from the refreshed ID token; none if it cannot be trusted."""
+        if id_token is None:
+            return frozenset()
+        try:
+            claims = await self._client.provider.verify(id_token, audience=self._client.client_id)
+        except TokenVerificationError:
+            log.warning("ID token from refresh failed validation; no groups for %s", subject)
+            return frozenset()
+        groups = claims.get("groups")
+        if claims.get("sub") != subject or not isinstance(groups, list):
+            return frozenset()
+        return frozenset(str(g) for g in groups)
+
+    async def resolve(self, chat_user: ChatUser) -> Identity | None:
+        """The chat user's identity with current groups (from the IdP), or ``None`` if unlinked.
+
+        Raises ``AccessRevokedError`` when the IdP no longer honours the sign-in.
+        """
+        link = await self._links.get(chat_user)
+        if link is None:
+            return None
+        identity = Identity(link.subject, chat_user, link.email)
+        subject = await self._subject_token(identity)
+        return Identity(link.subject, chat_user, link.email, subject.groups)
+
+    async def resolve_subject(self, subject: str) -> Identity:
+        """The identity of a linked subject (e.g. an approval's requester), current groups."""
+        found = await self._links.links_for_subject(subject)
+        if not found:
+            raise NotLinkedError(f"{subject!r} has not connected their account")
+        identity = await self.resolve(found[0].chat_user)
+        if identity is None:  # unlinked in between
+            raise NotLinkedError(f"{subject!r} has not connected their account")
+        return identity

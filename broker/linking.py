@@ -60,7 +60,7 @@ class LinkingService:
         state_ttl: timedelta = timedelta(minutes=10),
         scope: str = LOGIN_SCOPE,
     ) -> None:
-        self._links = links
+        self.links = links
         self._client = client
         self._state_key = Fernet(cipher.derive(b"opsbot link state v1"))
         self.redirect_uri = redirect_uri
@@ -76,7 +76,7 @@ class LinkingService:
         now = self._clock()
         nonce = secrets.token_urlsafe(24)
         verifier = secrets.token_urlsafe(48)
-        await self._links.add_login(PendingLogin(nonce, chat_user, verifier, now + self.state_ttl))
+        await self.links.add_login(PendingLogin(nonce, chat_user, verifier, now + self.state_ttl))
         payload = json.dumps(
             {"n": nonce, "p": chat_user.platform, "t": chat_user.team_id, "u": chat_user.user_id}
         ).encode()
@@ -112,7 +112,7 @@ class LinkingService:
         nonce, chat_user = self._read_state(state)
         if expected_chat_user is not None and expected_chat_user != chat_user:
             raise InvalidStateError("login state belongs to another chat user")
-        pending = await self._links.take_login(nonce, self._clock())
+        pending = await self.links.take_login(nonce, self._clock())
         if pending is None:
             raise InvalidStateError("login link was already used or has expired")
         if pending.chat_user != chat_user:
@@ -136,7 +136,7 @@ class LinkingService:
         link = AccountLink(
             chat_user, str(claims["sub"]), str(claims.get("email", "")), self._clock()
         )
-        await self._links.save(link, tokens.refresh_token)
+        await self.links.save(link, tokens.refresh_token)
         groups = claims.get("groups", [])
         return LinkResult(
             link=link,
@@ -146,8 +146,8 @@ class LinkingService:
 
     async def unlink(self, chat_user: ChatUser) -> bool:
         """Delete the link and its refresh token (also revoked at the IdP, best effort)."""
-        refresh_token = await self._links.refresh_token(chat_user)
-        removed = await self._links.delete(chat_user)
+        refresh_token = await self.links.refresh_token(chat_user)
+        removed = await self.links.delete(chat_user)
         if refresh_token is not None:
             # Best effort: the local copy is gone either way.
             with contextlib.suppress(BrokerError):

@@ -51,3 +51,26 @@ class Broker(Protocol):
     async def get_token(self, identity: Identity, server: str) -> AccessToken: ...
 
     async def invalidate(self, identity: Identity, server: str) -> None: ...
+
+
+class IdentityService(Broker, Protocol):
+    """The broker plus what chat-facing code needs: who a chat user is, linking, unlinking.
+
+    Implemented in-process (``LocalIdentityService``) and over HTTP (``RemoteBroker``).
+    """
+
+    async def resolve(self, chat_user: ChatUser) -> Identity | None:
+        """The linked identity with current groups, or ``None`` when not linked."""
+        ...
+
+    async def resolve_subject(self, subject: str) -> Identity:
+        """The identity of a linked subject; ``NotLinkedError`` otherwise."""
+        ...
+
+    async def link_url(self, chat_user: ChatUser) -> str:
+        """A single-use, short-lived login URL linking this chat user."""
+        ...
+
+    async def unlink(self, chat_user: ChatUser) -> bool:
+        """Delete the link and its refresh token; ``True`` if there was one."""
+        ...

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "opsbot.commands.migrate",
     "opsbot.commands.dev",
     "opsbot.commands.idp",
+    "opsbot.commands.broker",
     "opsbot.commands.slack",
     "opsbot.commands.mcp",
     "opsbot.commands.audit",

@@ -1,0 +1,37 @@
+"""``LocalIdentityService``: the in-process broker and linking behind ``IdentityService``."""
+
+from __future__ import annotations
+
+from broker.inprocess import InProcessBroker
+from broker.linking import LinkingService
+from broker.types import AccessToken, ChatUser, Identity
+
+
+class LocalIdentityService:
+    """Tokens, identities and links, all in this process (the embedded default)."""
+
+    def __init__(self, broker: InProcessBroker, linking: LinkingService) -> None:
+        self.broker = broker
+        self.linking = linking
+
+    async def get_token(self, identity: Identity, server: str) -> AccessToken:
+        return await self.broker.get_token(identity, server)
+
+    async def invalidate(self, identity: Identity, server: str) -> None:
+        await self.broker.invalidate(identity, server)
+
+    async def resolve(self, chat_user: ChatUser) -> Identity | None:
+        return await self.broker.resolve(chat_user)
+
+    async def resolve_subject(self, subject: str) -> Identity:
+        return await self.broker.resolve_subject(subject)
+
+    async def link_url(self, chat_user: ChatUser) -> str:
+        return await self.linking.start(chat_user)
+
+    async def unlink(self, chat_user: ChatUser) -> bool:
+        link = await self.linking.links.get(chat_user)
+        removed = await self.linking.unlink(chat_user)
+        if link is not None:
+            await self.broker.invalidate_user(link.subject)
+        return removed

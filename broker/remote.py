@@ -1,0 +1,134 @@
+"""``RemoteBroker``: the ``IdentityService`` of a broker service over HTTP.
+
+Example::
+
+    async with httpx.AsyncClient() as http:
+        broker = RemoteBroker("http://127.0.0.1:8099", secret, http)
+        token = await broker.get_token(identity, "ticketing")
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from broker.errors import (
+    AccessRevokedError,
+    BrokerError,
+    BrokerUnavailableError,
+    ExchangeFailedError,
+    NotLinkedError,
+)
+from broker.types import AccessToken, ChatUser, Identity
+
+
+def _chat_user_json(chat_user: ChatUser | None) -> dict[str, str] | None:
+    if chat_user is None:
+        return None
+    return {
+        "platform": chat_user.platform,
+        "team_id": chat_user.team_id,
+        "user_id": chat_user.user_id,
+    }
+
+
+def _identity(data: dict[str, Any]) -> Identity:
+    cu = data.get("chat_user")
+    return Identity(
+        subject=str(data["subject"]),
+        chat_user=ChatUser(cu["platform"], cu["team_id"], cu["user_id"]) if cu else None,
+        email=str(data.get("email", "")),
+        groups=frozenset(data.get("groups", [])),
+    )
+
+
+class RemoteBroker:
+    """Calls a broker service (``broker.service``); holds no refresh tokens itself."""
+
+    def __init__(self, base_url: str, secret: str, http: httpx.AsyncClient) -> None:
+        self._base = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {secret}"}
+        self._http = http
+
+    @property
+    def base_url(self) -> str:
+        return self._base
+
+    def __repr__(self) -> str:
+        return f"RemoteBroker({self._base!r})"
+
+    async def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = await self._http.post(
+                f"{self._base}{path}", json=body, headers=self._headers
+            )
+        except httpx.HTTPError as exc:
+            raise BrokerUnavailableError(
+                f"broker service unreachable: {type(exc).__name__}"
+            ) from None
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise BrokerUnavailableError(f"broker service answered {response.status_code}")
+        if response.status_code == 200:
+            return data
+        error, message = str(data.get("error")), str(data.get("message", ""))
+        if error == "not_linked":
+            raise NotLinkedError(message)
+        if error == "access_revoked":
+            raise AccessRevokedError(message)
+        if error == "exchange_failed":
+            raise ExchangeFailedError(str(data.get("server", body.get("server", "?"))), message)
+        if error == "unavailable" or response.status_code >= 500:
+            raise BrokerUnavailableError(message or f"broker service error {response.status_code}")
+        if error == "unauthorized":
+            raise BrokerError("the broker service refused opsbot's service credentials")
+        raise BrokerError(f"broker service refused the request: {error}: {message}")
+
+    async def get_token(self, identity: Identity, server: str) -> AccessToken:
+        data = await self._call(
+            "/v1/token",
+            {
+                "subject": identity.subject,
+                "chat_user": _chat_user_json(identity.chat_user),
+                "email": identity.email,
+                "server": server,
+            },
+        )
+        return AccessToken(
+            value=str(data["access_token"]),
+            audience=str(data["audience"]),
+            expires_at=datetime.fromisoformat(str(data["expires_at"])),
+            scopes=frozenset(data.get("scopes", [])),
+        )
+
+    async def invalidate(self, identity: Identity, server: str) -> None:
+        await self._call(
+            "/v1/invalidate",
+            {
+                "subject": identity.subject,
+                "chat_user": _chat_user_json(identity.chat_user),
+                "server": server,
+            },
+        )
+
+    async def resolve(self, chat_user: ChatUser) -> Identity | None:
+        data = await self._call("/v1/resolve", {"chat_user": _chat_user_json(chat_user)})
+        found = data.get("identity")
+        return _identity(found) if isinstance(found, dict) else None
+
+    async def resolve_subject(self, subject: str) -> Identity:
+        data = await self._call("/v1/resolve_subject", {"subject": subject})
+        return _identity(data["identity"])
+
+    async def link_url(self, chat_user: ChatUser) -> str:
+        data = await self._call("/v1/link_url", {"chat_user": _chat_user_json(chat_user)})
+        return str(data["url"])
+
+    async def unlink(self, chat_user: ChatUser) -> bool:
+        data = await self._call("/v1/unlink", {"chat_user": _chat_user_json(chat_user)})
+        return bool(data["removed"])

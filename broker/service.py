@@ -1,0 +1,169 @@
+"""The broker as its own HTTP service, so agent instances never hold refresh tokens.
+
+Every ``/v1`` call needs ``Authorization: Bearer <service secret>`` (service-to-service
+authentication; compare in constant time). The IdP's browser redirect lands on
+``/oauth/callback``, served here too, so refresh tokens only ever reach this service.
+
+Routes (JSON bodies; chat users as ``{"platform", "team_id", "user_id"}``)::
+
+    POST /v1/token        {subject, chat_user?, email?, server}  -> {access_token, audience,
+                                                                     expires_at, scopes}
+    POST /v1/invalidate   {subject, chat_user?, server}
+    POST /v1/resolve      {chat_user}        -> {identity: {...} | null}
+    POST /v1/resolve_subject {subject}       -> {identity: {...}}
+    POST /v1/link_url     {chat_user}        -> {url}
+    POST /v1/unlink       {chat_user}        -> {removed}
+    GET  /healthz
+
+Errors: ``{"error": not_linked|access_revoked|exchange_failed|unavailable|bad_request,
+"message", "server"?}`` with 404/403/502/503/400.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from broker.errors import (
+    AccessRevokedError,
+    BrokerError,
+    BrokerUnavailableError,
+    ExchangeFailedError,
+    NotLinkedError,
+)
+from broker.types import ChatUser, Identity, IdentityService
+
+
+class ChatUserModel(BaseModel):
+    platform: str
+    team_id: str
+    user_id: str
+
+    def to_chat_user(self) -> ChatUser:
+        return ChatUser(self.platform, self.team_id, self.user_id)
+
+
+class TokenRequest(BaseModel):
+    subject: str
+    server: str
+    chat_user: ChatUserModel | None = None
+    email: str = ""
+
+
+class ChatUserRequest(BaseModel):
+    chat_user: ChatUserModel
+
+
+class SubjectRequest(BaseModel):
+    subject: str
+
+
+def identity_json(identity: Identity) -> dict[str, Any]:
+    cu = identity.chat_user
+    return {
+        "subject": identity.subject,
+        "email": identity.email,
+        "groups": sorted(identity.groups),
+        "chat_user": None
+        if cu is None
+        else {"platform": cu.platform, "team_id": cu.team_id, "user_id": cu.user_id},
+    }
+
+
+def error_json(exc: BrokerError) -> tuple[dict[str, Any], int]:
+    if isinstance(exc, NotLinkedError):
+        return {"error": "not_linked", "message": str(exc)}, 404
+    if isinstance(exc, AccessRevokedError):
+        return {"error": "access_revoked", "message": str(exc)}, 403
+    if isinstance(exc, ExchangeFailedError):
+        return {"error": "exchange_failed", "server": exc.server, "message": exc.reason}, 502
+    if isinstance(exc, BrokerUnavailableError):
+        return {"error": "unavailable", "message": str(exc)}, 503
+    return {"error": "broker_error", "message": str(exc)}, 500
+
+
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def build_service_app(
+    service: IdentityService, secret: str, *, extra_routes: list[Route] | None = None
+) -> Starlette:
+    """The broker service ASGI app; ``extra_routes`` typically ``link_routes(linking)``."""
+    expected = f"Bearer {secret}".encode()
+
+    def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            given = request.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return JSONResponse(
+                    {"error": "unauthorized", "message": "service authentication failed"}, 401
+                )
+            try:
+                body = await request.json()
+                if not isinstance(body, dict):
+                    raise ValueError("expected a JSON object")
+                return JSONResponse(await handler(body), headers={"Cache-Control": "no-store"})
+            except (ValueError, ValidationError) as exc:
+                message = str(exc).splitlines()[0][:200]
+                return JSONResponse({"error": "bad_request", "message": message}, 400)
+            except BrokerError as exc:
+                payload, status = error_json(exc)
+                return JSONResponse(payload, status)
+
+        return run
+
+    async def token(body: dict[str, Any]) -> dict[str, Any]:
+        req = TokenRequest.model_validate(body)
+        cu = req.chat_user.to_chat_user() if req.chat_user else None
+        got = await service.get_token(Identity(req.subject, cu, req.email), req.server)
+        return {
+            "access_token": got.value,
+            "audience": got.audience,
+            "expires_at": got.expires_at.isoformat(),
+            "scopes": sorted(got.scopes),
+        }
+
+    async def invalidate(body: dict[str, Any]) -> dict[str, Any]:
+        req = TokenRequest.model_validate(body)
+        cu = req.chat_user.to_chat_user() if req.chat_user else None
+        await service.invalidate(Identity(req.subject, cu), req.server)
+        return {"ok": True}
+
+    async def resolve(body: dict[str, Any]) -> dict[str, Any]:
+        found = await service.resolve(ChatUserRequest.model_validate(body).chat_user.to_chat_user())
+        return {"identity": identity_json(found) if found else None}
+
+    async def resolve_subject(body: dict[str, Any]) -> dict[str, Any]:
+        found = await service.resolve_subject(SubjectRequest.model_validate(body).subject)
+        return {"identity": identity_json(found)}
+
+    async def link_url(body: dict[str, Any]) -> dict[str, Any]:
+        cu = ChatUserRequest.model_validate(body).chat_user.to_chat_user()
+        return {"url": await service.link_url(cu)}
+
+    async def unlink(body: dict[str, Any]) -> dict[str, Any]:
+        cu = ChatUserRequest.model_validate(body).chat_user.to_chat_user()
+        return {"removed": await service.unlink(cu)}
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"ok": True, "at": datetime.now().astimezone().isoformat()})
+
+    routes = [
+        Route("/v1/token", endpoint(token), methods=["POST"]),
+        Route("/v1/invalidate", endpoint(invalidate), methods=["POST"]),
+        Route("/v1/resolve", endpoint(resolve), methods=["POST"]),
+        Route("/v1/resolve_subject", endpoint(resolve_subject), methods=["POST"]),
+        Route("/v1/link_url", endpoint(link_url), methods=["POST"]),
+        Route("/v1/unlink", endpoint(unlink), methods=["POST"]),
+        Route("/healthz", healthz),
+        *(extra_routes or []),
+    ]
+    return Starlette(routes=routes)

@@ -1,0 +1,54 @@
+"""``opsbot broker serve``: the token broker as its own HTTP service.
+
+Agents then run with ``OPSBOT_BROKER__MODE=remote`` and never hold refresh tokens. Point
+``OPSBOT_BROKER__LINK_CALLBACK_URL`` at this service's ``/oauth/callback``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+from urllib.parse import urlsplit
+
+from opsbot.settings import Settings
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser("broker", help="the token broker service")
+    sub = parser.add_subparsers(dest="broker_command", metavar="ACTION", required=True)
+    serve = sub.add_parser("serve", help="serve the broker over HTTP (service-to-service auth)")
+    serve.add_argument("--host", default=None, help="default: the service URL's host")
+    serve.add_argument("--port", type=int, default=None, help="default: the service URL's port")
+    serve.set_defaults(handler=handle_serve)
+
+
+async def handle_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from broker.factory import open_identity_service
+    from broker.local import LocalIdentityService
+    from broker.service import build_service_app
+    from broker.web import link_routes
+    from opsbot.serving import bind_socket, serve_asgi
+    from opsbot.storage import create_engine, migrate
+
+    url = urlsplit(settings.broker.service_url)
+    sock = bind_socket(args.host or url.hostname or "127.0.0.1", args.port or url.port or 8099)
+    local = settings.model_copy(
+        update={"broker": settings.broker.model_copy(update={"mode": "inprocess"})}
+    )
+    engine = create_engine(settings.resolved_database_url)
+    try:
+        await migrate(engine)
+        async with open_identity_service(local, engine) as service:
+            assert isinstance(service, LocalIdentityService)
+            app: Any = build_service_app(
+                service,
+                settings.broker.service_secret.get_secret_value(),
+                extra_routes=link_routes(service.linking),
+            )
+            async with serve_asgi(app, sock) as base:
+                print(f"token broker service at {base}; Ctrl-C to stop")
+                await asyncio.Event().wait()
+    finally:
+        await engine.dispose()
+    return 0

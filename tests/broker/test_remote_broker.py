@@ -1,0 +1,103 @@
+"""The broker as its own HTTP service, behind the same protocol (``RemoteBroker``)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import jwt
+import pytest
+
+from broker import (
+    AccessRevokedError,
+    BrokerError,
+    ChatUser,
+    ExchangeFailedError,
+    Identity,
+    IdentityService,
+    LocalIdentityService,
+    NotLinkedError,
+    RemoteBroker,
+)
+from tests.fixtures.identity import BrokerHarness, serve_broker_service, sign_in_at_login_page
+
+
+async def test_remote_get_token_single_flight_and_invalidate(
+    identity_broker: BrokerHarness,
+) -> None:
+    alice = await identity_broker.link("alice")
+    stats = identity_broker.idp.provider.stats
+    async with serve_broker_service(identity_broker) as remote:
+        tokens = await asyncio.gather(*(remote.get_token(alice, "docs") for _ in range(100)))
+        assert len({t.value for t in tokens}) == 1
+        assert stats.exchanges == 1
+        claims = jwt.decode(tokens[0].value, options={"verify_signature": False})
+        assert claims["sub"] == "alice"
+        assert claims["aud"] == tokens[0].audience == identity_broker.idp.audience("docs")
+        assert tokens[0].scopes == {"docs:read"}
+        assert tokens[0].expires_at.timestamp() == claims["exp"]
+        await remote.invalidate(alice, "docs")
+        await remote.get_token(alice, "docs")
+        assert stats.exchanges == 2
+        assert tokens[0].value not in repr(tokens[0])
+
+
+async def test_remote_errors_keep_their_class(identity_broker: BrokerHarness) -> None:
+    erin = await identity_broker.link("erin")
+    async with serve_broker_service(identity_broker) as remote:
+        with pytest.raises(NotLinkedError):
+            await remote.get_token(Identity("zed", ChatUser("slack", "T", "U-zed")), "docs")
+        with pytest.raises(ExchangeFailedError) as failed:
+            await remote.get_token(erin, "database")
+        assert failed.value.server == "database"
+        await identity_broker.idp.revoke("erin")
+        await remote.invalidate(erin, "docs")
+        with pytest.raises(AccessRevokedError):
+            await remote.get_token(erin, "docs")
+
+
+async def test_service_requires_its_secret(identity_broker: BrokerHarness) -> None:
+    alice = await identity_broker.link("alice")
+    async with serve_broker_service(identity_broker) as remote, httpx.AsyncClient() as http:
+        impostor = RemoteBroker(remote.base_url, "wrong-secret", http)
+        with pytest.raises(BrokerError, match="refused") as refused:
+            await impostor.get_token(alice, "docs")
+        assert not isinstance(refused.value, NotLinkedError)
+        anonymous = await http.post(f"{remote.base_url}/v1/token", json={"subject": "alice"})
+        assert anonymous.status_code == 401
+        garbage = await http.post(
+            f"{remote.base_url}/v1/token",
+            content=b"not json",
+            headers={"Authorization": "Bearer opsbot-test-broker-secret"},
+        )
+        assert garbage.status_code == 400
+    assert identity_broker.idp.provider.stats.exchanges == 0
+
+
+@pytest.mark.parametrize("kind", ["local", "remote"])
+async def test_identity_service_resolve_link_and_unlink(
+    identity_broker: BrokerHarness, kind: str
+) -> None:
+    carol_chat = ChatUser("slack", "T1", "U-carol")
+    local = LocalIdentityService(identity_broker.broker, identity_broker.linking)
+    async with serve_broker_service(identity_broker) as remote:
+        service: IdentityService = remote if kind == "remote" else local
+        assert await service.resolve(carol_chat) is None
+        url = await service.link_url(carol_chat)
+        async with httpx.AsyncClient() as http:
+            reply = await sign_in_at_login_page(http, url, "carol")
+        await identity_broker.linking.complete(reply["state"], reply["code"])
+        carol = await service.resolve(carol_chat)
+        assert carol is not None
+        assert carol.subject == "carol"
+        assert carol.email == "carol@example.com"
+        assert carol.groups == {"team-platform", "ticket-leads", "sre"}
+        assert (await service.resolve_subject("carol")).groups == carol.groups
+        token = await service.get_token(carol, "database")
+        assert token.scopes == {"db:read", "db:query"}
+        assert await service.unlink(carol_chat) is True
+        assert await service.resolve(carol_chat) is None
+        with pytest.raises(NotLinkedError):
+            await service.get_token(carol, "database")
+        with pytest.raises(NotLinkedError):
+            await service.resolve_subject("carol")
