@@ -27,6 +27,8 @@ RESERVED_ARGS = frozenset({"idempotency_key"})
 
 def check_decider(approval: Approval, approver: Identity, now: datetime) -> None:
     """Raise unless ``approver`` may decide ``approval`` at ``now``."""
+    if approval.status is ApprovalStatus.EXPIRED:
+        raise ApprovalExpiredError("this approval expired without a decision")
     if approval.status is not ApprovalStatus.PENDING:
         raise AlreadyDecidedError(approval.decided_by, approval.status.value)
     if approval.is_expired(now):

@@ -14,12 +14,31 @@ Example::
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from agent_core.threads import PlatformRef
-from broker.types import ChatUser
+from agent_core import answer as core
+from agent_core.clock import Clock, utc_now
+from agent_core.errors import AgentError
+from agent_core.threads import NotThreadOwnerError, PlatformRef, ThreadError, ThreadStore
+from approvals.errors import (
+    AlreadyDecidedError,
+    ApprovalExpiredError,
+    ApprovalNotFoundError,
+    InvalidEditError,
+    NotAuthorisedError,
+)
+from approvals.records import EXPIRY_DECIDER, ActionDecision, Approval, ApprovalStatus
+from approvals.rules import check_decider
+from approvals.service import ApprovalService, DecisionReport
+from broker.errors import BrokerError
+from broker.types import ChatUser, Identity, IdentityService
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_CHARS = 4000
 
 __all__ = [
     "AlreadyDecided",
@@ -29,6 +48,7 @@ __all__ = [
     "ApprovalSummary",
     "ApprovalView",
     "Approve",
+    "Assistant",
     "AssistantPort",
     "ChatUser",
     "Decided",
@@ -225,3 +245,232 @@ class AssistantPort(Protocol):
     async def unlink(self, chat_user: ChatUser) -> bool: ...
 
     async def status(self, chat_user: ChatUser) -> UserStatus: ...
+
+
+class AgentPort(Protocol):
+    """What the façade needs from ``agent_core.Agent``."""
+
+    async def run(self, identity: Identity, thread_id: str, message: str) -> core.RunResult: ...
+
+    def tool_schema(self, name: str) -> dict[str, Any] | None: ...
+
+
+class Assistant:
+    """The one object a chat adapter talks to. Implements ``AssistantPort``.
+
+    Everything is checked here or below: the chat user's link (→ identity with current
+    groups), thread ownership, the approver's rights; nothing is taken from the platform on
+    trust but the (verified) chat user id.
+    """
+
+    def __init__(
+        self,
+        identities: IdentityService,
+        threads: ThreadStore,
+        agent: AgentPort,
+        approvals: ApprovalService,
+        *,
+        clock: Clock = utc_now,
+    ) -> None:
+        self._identities = identities
+        self._threads = threads
+        self._agent = agent
+        self._approvals = approvals
+        self._clock = clock
+
+    # --- messages -------------------------------------------------------------------
+
+    async def handle_message(self, chat_user: ChatUser, ref: PlatformRef, text: str) -> Reply:
+        text = text.strip()
+        if not text:
+            return Refused("Send a question or a request, e.g. 'show ticket PAY-101'.")
+        if len(text) > MAX_MESSAGE_CHARS:
+            return Refused(f"That message is too long (over {MAX_MESSAGE_CHARS} characters).")
+        identity = await self._identity(chat_user)
+        if not isinstance(identity, Identity):
+            return identity
+        try:
+            thread = await self._threads.get_or_create(ref, identity.subject)
+            result = await self._agent.run(identity, thread.thread_id, text)
+        except NotThreadOwnerError:
+            return Refused("This conversation belongs to another user: start your own thread.")
+        except (AgentError, ThreadError, BrokerError) as exc:
+            log.warning("run failed for %s: %s", identity.subject, type(exc).__name__)
+            return Refused(f"I could not complete that: {exc}")
+        return await self._reply(result, identity)
+
+    # --- approvals ------------------------------------------------------------------
+
+    async def decide(
+        self, approver: ChatUser, approval_id: str, decision: Decision
+    ) -> DecisionOutcome:
+        identity = await self._identity(approver)
+        if isinstance(identity, Refused):
+            return NotAuthorised(identity.reason)
+        if isinstance(identity, LinkRequired):
+            return identity
+        match decision:
+            case Approve():
+                action = ActionDecision("approve")
+            case Edit(args=args):
+                action = ActionDecision("edit", args=dict(args))
+            case Reject(reason=reason):
+                action = ActionDecision("reject", message=reason or "Rejected by the approver.")
+        try:
+            report = await self._approvals.decide(identity, approval_id, action)
+        except AlreadyDecidedError as exc:
+            return AlreadyDecided(_who(exc.decided_by))
+        except ApprovalExpiredError:
+            return Expired()
+        except InvalidEditError as exc:
+            return InvalidEdit(dict(exc.field_errors))
+        except NotAuthorisedError as exc:
+            return NotAuthorised(exc.reason)
+        except ApprovalNotFoundError:
+            return NotAuthorised("There is no such approval.")
+        return await self._decided(report)
+
+    async def sweep(self) -> list[Decided]:
+        """Expire overdue approvals; each result is to be posted in the requester's thread."""
+        return [await self._decided(report) for report in await self._approvals.sweep()]
+
+    async def approval_view(self, approval_id: str) -> ApprovalView | None:
+        approval = await self._approvals.store.get(approval_id)
+        return None if approval is None else await self._view(approval)
+
+    async def pending_for(self, chat_user: ChatUser) -> list[ApprovalView]:
+        identity = await self._identities.resolve(chat_user)
+        if identity is None:
+            return []
+        found = await self._approvals.store.find(
+            statuses=[ApprovalStatus.PENDING], requester_subject=identity.subject
+        )
+        return [await self._view(a) for a in found]
+
+    async def awaiting_approver(self, chat_user: ChatUser) -> list[ApprovalView]:
+        identity = await self._identities.resolve(chat_user)
+        if identity is None:
+            return []
+        now = self._clock()
+        mine = []
+        for approval in await self._approvals.store.find(
+            statuses=[ApprovalStatus.PENDING], limit=500
+        ):
+            try:
+                check_decider(approval, identity, now)
+            except (NotAuthorisedError, ApprovalExpiredError, AlreadyDecidedError):
+                continue
+            mine.append(await self._view(approval))
+        return mine
+
+    # --- account --------------------------------------------------------------------
+
+    async def link_url(self, chat_user: ChatUser) -> str:
+        return await self._identities.link_url(chat_user)
+
+    async def unlink(self, chat_user: ChatUser) -> bool:
+        return await self._identities.unlink(chat_user)
+
+    async def status(self, chat_user: ChatUser) -> UserStatus:
+        identity = await self._identities.resolve(chat_user)
+        if identity is None:
+            return UserStatus(linked=False, login_url=await self.link_url(chat_user))
+        return UserStatus(True, identity.subject, identity.email or None, identity.groups)
+
+    # --- helpers --------------------------------------------------------------------
+
+    async def _identity(self, chat_user: ChatUser) -> Identity | LinkRequired | Refused:
+        try:
+            identity = await self._identities.resolve(chat_user)
+            if identity is None:
+                return LinkRequired(await self._identities.link_url(chat_user))
+        except BrokerError as exc:
+            return Refused(f"Your company account could not be checked: {exc}")
+        return identity
+
+    async def _reply(self, result: Any, requester: Identity) -> Reply:
+        if isinstance(result, core.Interrupt):
+            approval = await self._approvals.open(result, requester)
+            first = approval.actions[0]
+            return ApprovalRequested(
+                Answer(result.answer_so_far) if result.answer_so_far else None,
+                ApprovalSummary(
+                    approval.approval_id, first.tool, first.server, approval.expires_at
+                ),
+            )
+        if isinstance(result, core.Answer):
+            return Answered(_answer(result))
+        return Refused("The assistant returned nothing usable.")
+
+    async def _decided(self, report: DecisionReport) -> Decided:
+        approval = report.approval
+        thread = await self._threads.get(approval.thread_id)
+        if report.result is not None:
+            requester_result: Reply | None = await self._reply(
+                report.result, await self._requester(approval)
+            )
+        else:
+            reason = approval.outcome.get("reason", "the request could not be completed")
+            requester_result = Refused(f"Your request was not carried out: {reason}")
+        label = {"approve": "approved", "edit": "edited", "reject": "rejected"}
+        types = {d.type for d in approval.decisions}
+        decision = (
+            "expired"
+            if approval.decided_by == EXPIRY_DECIDER
+            else label["edit" if "edit" in types else "approve" if "approve" in types else "reject"]
+        )
+        outcome = approval.status.value
+        if approval.outcome.get("reason"):
+            outcome += f": {approval.outcome['reason']}"
+        return Decided(
+            approval_id=approval.approval_id,
+            decision=decision,
+            decided_by=_who(approval.decided_by),
+            outcome=outcome,
+            requester_ref=None if thread is None else thread.ref,
+            requester_result=requester_result,
+        )
+
+    async def _requester(self, approval: Approval) -> Identity:
+        try:
+            return await self._identities.resolve_subject(approval.requester_subject)
+        except BrokerError:
+            return Identity(approval.requester_subject, approval.requester_chat_user)
+
+    async def _view(self, approval: Approval) -> ApprovalView:
+        first = approval.actions[0]
+        thread = await self._threads.get(approval.thread_id)
+        return ApprovalView(
+            approval_id=approval.approval_id,
+            tool=first.tool,
+            server=first.server,
+            args=dict(first.args),
+            requester=approval.requester_subject,
+            requester_chat_user=approval.requester_chat_user,
+            requester_ref=None if thread is None else thread.ref,
+            reads=[f"{r.tool} {r.ref_id}" for r in approval.reads],
+            expires_at=approval.expires_at,
+            input_schema=self._agent.tool_schema(first.tool) or {},
+            status=approval.status.value,
+            description=first.description,
+            decided_by=approval.decided_by,
+            approver_group=first.approver_group or None,
+        )
+
+
+def _who(subject: str | None) -> str:
+    if subject == EXPIRY_DECIDER:
+        return "expiry (no decision in time)"
+    return subject or "someone else"
+
+
+def _answer(result: core.Answer) -> Answer:
+    return Answer(
+        answer=result.answer,
+        sources=[Source(s.system, s.id, s.link) for s in result.sources],
+        actions_taken=list(result.actions_taken),
+        pending_approvals=list(result.pending_approvals),
+        caveats=list(result.caveats),
+        confidence=result.confidence,
+        model_used=result.model_used or None,
+    )

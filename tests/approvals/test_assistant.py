@@ -1,0 +1,162 @@
+"""The façade chat adapters call, end to end: dev IdP, a real broker and identity service,
+the reference servers, the real agent (scripted model), approvals and audit in SQL."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+from test_end_to_end import close_model
+
+from agent_core import Agent, AgentConfig, ToolPolicy
+from agent_core.checkpointer import open_checkpointer
+from agent_core.clock import utc_now
+from agent_core.threads import PlatformRef, SqlThreadStore
+from approvals import SqlApprovalStore
+from approvals.service import ApprovalService
+from audit import AuditLog, AuditObserver, SqlAuditSink
+from broker import ChatUser, LocalIdentityService
+from opsbot.assistant import (
+    AlreadyDecided,
+    Answered,
+    ApprovalRequested,
+    Approve,
+    Assistant,
+    Decided,
+    Edit,
+    Expired,
+    InvalidEdit,
+    LinkRequired,
+    NotAuthorised,
+    Refused,
+)
+from opsbot.storage import create_engine
+from tests.fixtures.agent import AgentEnv
+
+REF = PlatformRef("slack", "T-TEST", "C-OPS", "1712.0001")
+
+
+def chat(name: str) -> ChatUser:
+    return ChatUser("slack", "T-TEST", f"U-{name}")
+
+
+@dataclass
+class Clock:
+    offset: timedelta = timedelta()
+
+    def __call__(self):  # type: ignore[no-untyped-def]
+        return utc_now() + self.offset
+
+
+@contextlib.asynccontextmanager
+async def assistant(env: AgentEnv, url: str, clock: Clock) -> AsyncIterator[Assistant]:
+    engine = create_engine(url)
+    identities = LocalIdentityService(env.harness.broker, env.harness.linking)
+    try:
+        async with open_checkpointer(url) as saver:
+            log = AuditLog(SqlAuditSink(engine))
+            threads = SqlThreadStore(engine)
+            agent = Agent(
+                AgentConfig(servers=env.server_configs, retry_initial_delay=0.0),
+                model=close_model(),
+                broker=identities,
+                threads=threads,
+                checkpointer=saver,
+                policy=ToolPolicy.load(),
+                observer=AuditObserver(log),
+            )
+            service = ApprovalService(
+                SqlApprovalStore(engine),
+                log,
+                agent,
+                agent,
+                identities.resolve_subject,
+                identities,
+                clock=clock,
+            )
+            yield Assistant(identities, threads, agent, service, clock=clock)
+    finally:
+        await engine.dispose()
+
+
+async def test_unlinked_users_are_asked_to_connect(agent_env: AgentEnv, sqlite_url: str) -> None:
+    async with assistant(agent_env, sqlite_url, Clock()) as bot:
+        reply = await bot.handle_message(chat("alice"), REF, "show ticket PAY-104")
+        assert isinstance(reply, LinkRequired)
+        assert reply.login_url.startswith(agent_env.idp.issuer)
+        assert isinstance(await bot.decide(chat("bob"), "whatever", Approve()), LinkRequired)
+        assert not (await bot.status(chat("alice"))).linked
+
+
+async def test_request_view_decide_and_answer_the_requester(
+    agent_env: AgentEnv, sqlite_url: str
+) -> None:
+    for name in ("alice", "bob", "carol", "dave"):
+        await agent_env.user(name)
+    async with assistant(agent_env, sqlite_url, Clock()) as bot:
+        reply = await bot.handle_message(chat("alice"), REF, "Close PAY-104, the alert is fixed")
+        assert isinstance(reply, ApprovalRequested)
+        approval_id = reply.approval.approval_id
+        assert (reply.approval.tool, reply.approval.server) == (
+            "ticketing_close_ticket",
+            "ticketing",
+        )
+
+        view = await bot.approval_view(approval_id)
+        assert view is not None
+        assert view.args == {"key": "PAY-104", "resolution": "Alert fixed"}
+        assert view.requester == "alice"
+        assert view.requester_ref == REF
+        assert any("PAY-104" in r for r in view.reads)
+        assert "resolution" in view.input_schema["properties"]
+        assert "idempotency_key" not in view.input_schema["properties"]
+        assert [v.approval_id for v in await bot.pending_for(chat("alice"))] == [approval_id]
+        assert [v.approval_id for v in await bot.awaiting_approver(chat("bob"))] == [approval_id]
+        assert await bot.awaiting_approver(chat("dave")) == []
+        assert await bot.awaiting_approver(chat("alice")) == []  # sensitive: not her own
+
+        # Someone else writing in alice's thread is refused.
+        intruder = await bot.handle_message(chat("dave"), REF, "show ticket PAY-104")
+        assert isinstance(intruder, Refused)
+
+        assert isinstance(await bot.decide(chat("dave"), approval_id, Approve()), NotAuthorised)
+        bad = await bot.decide(chat("bob"), approval_id, Edit({"key": "PAY-104"}))
+        assert isinstance(bad, InvalidEdit)
+        assert "resolution" in bad.field_errors
+
+        done = await bot.decide(chat("bob"), approval_id, Approve())
+        assert isinstance(done, Decided)
+        assert (done.decision, done.decided_by, done.outcome) == ("approved", "bob", "approved")
+        assert done.requester_ref == REF
+        assert isinstance(done.requester_result, Answered)
+
+        again = await bot.decide(chat("carol"), approval_id, Approve())
+        assert again == AlreadyDecided("bob")
+        assert await bot.pending_for(chat("alice")) == []
+
+
+async def test_the_sweeper_answers_the_requester_in_their_thread(
+    agent_env: AgentEnv, sqlite_url: str
+) -> None:
+    for name in ("alice", "bob"):
+        await agent_env.user(name)
+    clock = Clock()
+    async with assistant(agent_env, sqlite_url, clock) as bot:
+        reply = await bot.handle_message(chat("alice"), REF, "Close PAY-104, the alert is fixed")
+        assert isinstance(reply, ApprovalRequested)
+        clock.offset = timedelta(minutes=31)
+        [expired] = await bot.sweep()
+        assert expired.decision == "expired"
+        assert expired.outcome == "expired"
+        assert expired.requester_ref == REF
+        assert isinstance(expired.requester_result, Answered)
+        late = await bot.decide(chat("bob"), reply.approval.approval_id, Approve())
+        assert isinstance(late, Expired)
+        changes = await agent_env.servers.tickets.all_changes()
+        assert [c for c in changes if c.tool == "close_ticket"] == []
+
+
+pytestmark = pytest.mark.timeout(120)
