@@ -3,6 +3,8 @@
 A dev IdP and the broker run in this process over real HTTP on loopback. *Cold*: the cached
 token is invalidated, then ``concurrent`` calls race (single-flight: one exchange per round).
 *Warm*: the same calls with the token cached. Latency is per call, from the start of the round.
+``remote`` repeats both through the broker HTTP service (``RemoteBroker``), unless
+``--no-remote``.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from typing import Any
 
 import httpx
 
-from broker import ChatUser, Identity
+from broker import Broker, ChatUser, Identity, LocalIdentityService, RemoteBroker
 from broker.dev_idp import DevClient, DevIdentityProvider, build_app, load_directory
 from broker.factory import open_inprocess_broker, open_token_client
 from broker.inprocess import InProcessBroker, ServerTarget
 from broker.linking import LinkingService
 from broker.links import MemoryLinkStore, TokenCipher
+from broker.service import build_service_app
 from opsbot.serving import bind_socket, serve_asgi, socket_url
 
 AUDIENCES = {
@@ -33,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrent", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--server", default="ticketing")
+    parser.add_argument("--no-remote", dest="remote", action="store_false")
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -51,7 +55,7 @@ async def _link(linking: LinkingService, http: httpx.AsyncClient, user: str) -> 
     return Identity(result.link.subject, chat_user, result.link.email, result.groups)
 
 
-async def _round(broker: InProcessBroker, who: Identity, server: str, n: int) -> list[float]:
+async def _round(broker: Broker, who: Identity, server: str, n: int) -> list[float]:
     started = time.perf_counter()
     latencies: list[float] = []
 
@@ -64,7 +68,7 @@ async def _round(broker: InProcessBroker, who: Identity, server: str, n: int) ->
 
 
 async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
-    args = args or argparse.Namespace(concurrent=100, rounds=20, server="ticketing")
+    args = args or argparse.Namespace(concurrent=100, rounds=20, server="ticketing", remote=True)
     sock = bind_socket("127.0.0.1", 0)
     issuer = socket_url(sock)
     idp = DevIdentityProvider(
@@ -75,7 +79,11 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
     )
     cipher = TokenCipher(TokenCipher.generate_key())
     links = MemoryLinkStore(cipher)
-    creds = {"issuer": issuer, "client_id": "opsbot", "client_secret": "bench-secret"}
+    creds: dict[str, Any] = {
+        "issuer": issuer,
+        "client_id": "opsbot",
+        "client_secret": "bench-secret",
+    }
     targets = [ServerTarget(name, aud) for name, aud in AUDIENCES.items()]
     app: Any = build_app(idp)
     async with (
@@ -91,30 +99,50 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
             redirect_uri="http://127.0.0.1:9/oauth/callback",
         )
         alice = await _link(linking, http, "alice")
-        await broker.get_token(alice, args.server)  # discovery, JWKS, subject token
-        await broker.invalidate(alice, args.server)
-        base_exchanges = idp.stats.exchanges
-        base = broker.metrics.snapshot()
+        result = await _measure(broker, broker, idp, alice, args)
+        if args.remote:
+            secret = "bench-service-secret"  # noqa: S105
+            service_app: Any = build_service_app(LocalIdentityService(broker, linking), secret)
+            service_sock = bind_socket("127.0.0.1", 0)
+            async with serve_asgi(service_app, service_sock) as service_url:
+                limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+                async with httpx.AsyncClient(limits=limits, timeout=30) as remote_http:
+                    remote = RemoteBroker(service_url, secret, remote_http)
+                    result["remote"] = await _measure(remote, broker, idp, alice, args)
+    return result
 
-        cold: list[float] = []
-        cold_started = time.perf_counter()
-        for _ in range(args.rounds):
-            await broker.invalidate(alice, args.server)
-            cold += await _round(broker, alice, args.server, args.concurrent)
-        cold_seconds = time.perf_counter() - cold_started
-        cold_exchanges = idp.stats.exchanges - base_exchanges
 
-        warm: list[float] = []
-        warm_started = time.perf_counter()
-        for _ in range(args.rounds):
-            warm += await _round(broker, alice, args.server, args.concurrent)
-        warm_seconds = time.perf_counter() - warm_started
-        exchanges = idp.stats.exchanges - base_exchanges
+async def _measure(
+    client: Broker,
+    broker: InProcessBroker,
+    idp: DevIdentityProvider,
+    alice: Identity,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    await client.get_token(alice, args.server)  # discovery, JWKS, subject token, pools
+    await client.invalidate(alice, args.server)
+    base_exchanges = idp.stats.exchanges
+    base = broker.metrics.snapshot()
 
-        snap = broker.metrics.snapshot()
-        hits = snap["cache_hits"] - base["cache_hits"]
-        misses = snap["cache_misses"] - base["cache_misses"]
-        exchange_ms = [s * 1000 for s in list(broker.metrics.exchange_latencies)[-args.rounds :]]
+    cold: list[float] = []
+    cold_started = time.perf_counter()
+    for _ in range(args.rounds):
+        await client.invalidate(alice, args.server)
+        cold += await _round(client, alice, args.server, args.concurrent)
+    cold_seconds = time.perf_counter() - cold_started
+    cold_exchanges = idp.stats.exchanges - base_exchanges
+
+    warm: list[float] = []
+    warm_started = time.perf_counter()
+    for _ in range(args.rounds):
+        warm += await _round(client, alice, args.server, args.concurrent)
+    warm_seconds = time.perf_counter() - warm_started
+    exchanges = idp.stats.exchanges - base_exchanges
+
+    snap = broker.metrics.snapshot()
+    hits = snap["cache_hits"] - base["cache_hits"]
+    misses = snap["cache_misses"] - base["cache_misses"]
+    exchange_ms = [s * 1000 for s in list(broker.metrics.exchange_latencies)[-args.rounds :]]
     return {
         "concurrent": args.concurrent,
         "rounds": args.rounds,
@@ -140,5 +168,5 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
             "p50": _pct(exchange_ms, 0.5),
             "mean": round(statistics.fmean(exchange_ms), 3),
         },
-        "failures": snap["failures"],
+        "failures": {k: v - base["failures"].get(k, 0) for k, v in snap["failures"].items()},
     }
