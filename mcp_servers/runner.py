@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -69,6 +70,35 @@ def audience_for(sock: socket.socket) -> str:
 async def serve_server(server: ScopedServer, sock: socket.socket) -> AsyncIterator[RunningServer]:
     async with serve_asgi(server.asgi_app(), sock) as base:  # type: ignore[arg-type]
         yield RunningServer(server.name, f"{base}/mcp", server.auth.audience, server)
+
+
+@contextlib.asynccontextmanager
+async def _serve_together(
+    pairs: list[tuple[ScopedServer, socket.socket]],
+) -> AsyncIterator[list[RunningServer]]:
+    """Serve several servers; they start and (the slow part) shut down concurrently."""
+    stop = asyncio.Event()
+    started: list[asyncio.Future[RunningServer]] = [
+        asyncio.get_running_loop().create_future() for _ in pairs
+    ]
+
+    async def run(index: int) -> None:
+        server, sock = pairs[index]
+        try:
+            async with serve_server(server, sock) as running:
+                started[index].set_result(running)
+                await stop.wait()
+        except Exception as exc:
+            if not started[index].done():
+                started[index].set_exception(exc)
+            raise
+
+    tasks = [asyncio.create_task(run(i)) for i in range(len(pairs))]
+    try:
+        yield list(await asyncio.gather(*started))
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @contextlib.asynccontextmanager
@@ -133,16 +163,14 @@ async def start_reference_servers(
         await docs.seed(docs_seed())
         db_config = database or DatabaseConfig()
         db = await stack.enter_async_context(open_gateway(db_config, data_dir=data_dir))
-        running = [
-            await stack.enter_async_context(serve_server(server, socks[server.name]))
-            for server in (
-                build_ticketing(tickets, auth("ticketing"), jwks=jwks),
-                build_docs(docs, auth("docs"), jwks=jwks),
-                build_database(
-                    db, auth("database"), jwks=jwks, enable_query=db_config.enable_query
-                ),
-            )
+        servers = [
+            build_ticketing(tickets, auth("ticketing"), jwks=jwks),
+            build_docs(docs, auth("docs"), jwks=jwks),
+            build_database(db, auth("database"), jwks=jwks, enable_query=db_config.enable_query),
         ]
+        running = await stack.enter_async_context(
+            _serve_together([(server, socks[server.name]) for server in servers])
+        )
         yield ReferenceServers(
             running[0], running[1], running[2], tickets=tickets, doc_store=docs, db=db
         )

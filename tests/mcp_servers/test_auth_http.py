@@ -176,3 +176,59 @@ async def test_malformed_authorization_header_gets_401(
         )
     assert response.status_code == 401
     assert "resource_metadata=" in response.headers["www-authenticate"]
+
+
+async def test_a_session_is_bound_to_the_credential_that_opened_it(
+    reference_servers: ReferenceServers, mcp_token: MintToken
+) -> None:
+    url = reference_servers.ticketing.url
+    accept = {"Accept": "application/json, text/event-stream"}
+    alice = {**accept, "Authorization": f"Bearer {mcp_token('alice', 'ticketing')}"}
+    mallory = {**accept, "Authorization": f"Bearer {mcp_token('mallory', 'ticketing')}"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "get_ticket", "arguments": {"key": "PAY-101"}},
+    }
+    async with httpx.AsyncClient() as http:
+        opened = await http.post(url, json=initialize, headers=alice)
+        assert opened.status_code == 200
+        session = {"mcp-session-id": opened.headers["mcp-session-id"]}
+        hijack = await http.post(url, json=call, headers={**mallory, **session})
+        assert hijack.status_code == 404
+        assert "PAY-101" not in hijack.text
+
+
+async def test_tokens_never_reach_the_logs(
+    reference_servers: ReferenceServers, mcp_token: MintToken, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("DEBUG")
+    good = mcp_token("alice", "ticketing")
+    expired = mcp_token("alice", "ticketing", expires_in=-5)
+    wrong = mcp_token("alice", "docs")
+    for token in (expired, wrong):
+        await http_refusal(reference_servers.ticketing, token)
+    await http_refusal(f"{reference_servers.ticketing.url}?access_token={good}", None)
+    async with mcp_session(reference_servers.ticketing, good) as session:
+        await session.call_tool("get_ticket", {"key": "PLAT-201"})
+    # Server-side records only: the client logs its own URL (which is why a token must never
+    # go in a query string).
+    client = ("httpx", "httpcore", "mcp.client")
+    logged = "\n".join(
+        record.getMessage() for record in caplog.records if not record.name.startswith(client)
+    )
+    assert any(r.name.startswith("mcp.server") for r in caplog.records)  # server logs captured
+    for token in (good, expired, wrong):
+        assert token not in logged
+        assert token.split(".")[2] not in logged  # not even the signature part
