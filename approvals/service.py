@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from agent_core.answer import Interrupt
 from agent_core.clock import Clock, IdFactory, random_id, utc_now
+from agent_core.errors import NoPendingApprovalError
 from agent_core.policy import ToolPolicy
 from approvals.errors import (
     AlreadyDecidedError,
@@ -41,7 +42,7 @@ from approvals.records import (
 )
 from approvals.rules import check_decider, validate_edit
 from approvals.store import ApprovalStore
-from audit.log import AuditLog, EventKind, error_outcome
+from audit.log import AuditLog, AuditQuery, EventKind, error_outcome
 from broker.errors import BrokerError
 from broker.types import Broker, Identity
 
@@ -269,6 +270,11 @@ class ApprovalService:
             result = await self._resumer.resume(
                 requester, approval.thread_id, hitl, approval_id=approval.approval_id
             )
+        except NoPendingApprovalError:
+            # A retry after a crash: the thread already moved past the interrupt. The audit
+            # log (completed by the reconciler if need be) says whether the write happened.
+            if not await self._writes_succeeded(approval):
+                failure = failure or "the thread was resumed before, and no write is recorded"
         except Exception as exc:  # recorded; the approval ends failed
             log.warning("resume of approval %s failed: %s", approval.approval_id, type(exc))
             failure = failure or f"resuming the thread failed ({error_outcome(exc)})"
@@ -286,6 +292,12 @@ class ApprovalService:
             detail=outcome,
         )
         return DecisionReport(done, result)
+
+    async def _writes_succeeded(self, approval: Approval) -> bool:
+        events = await self.audit.query(
+            AuditQuery(approval_id=approval.approval_id, kinds=(EventKind.WRITE_OUTCOME,))
+        )
+        return any(e.outcome == "success" for e in events)
 
     async def _requester_can_act(self, requester: Identity, approval: Approval) -> str | None:
         """Mint fresh tokens for the requester (never the approver) on each write's server."""

@@ -70,6 +70,7 @@ class AuditQuery:
     until: datetime | None = None
     kinds: tuple[EventKind, ...] = ()
     idempotency_key: str | None = None
+    approval_id: str | None = None
     limit: int = 200
 
     def __post_init__(self) -> None:
@@ -229,6 +230,7 @@ def _matches(e: AuditEvent, q: AuditQuery) -> bool:
         and (q.until is None or e.at <= q.until)
         and (not q.kinds or e.kind in q.kinds)
         and (q.idempotency_key is None or e.idempotency_key == q.idempotency_key)
+        and (q.approval_id is None or e.approval_id == q.approval_id)
     )
 
 
@@ -305,6 +307,8 @@ class SqlAuditSink:
             stmt = stmt.where(c.kind.in_([k.value for k in q.kinds]))
         if q.idempotency_key is not None:
             stmt = stmt.where(c.idempotency_key == q.idempotency_key)
+        if q.approval_id is not None:
+            stmt = stmt.where(c.approval_id == q.approval_id)
         return await self._fetch(stmt.order_by(c.at, c.seq).limit(q.limit))
 
     async def unresolved_writes(self, limit: int = 200) -> list[AuditEvent]:

@@ -14,7 +14,10 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -22,7 +25,13 @@ from typing import Any, Protocol
 from agent_core import answer as core
 from agent_core.clock import Clock, utc_now
 from agent_core.errors import AgentError
-from agent_core.threads import NotThreadOwnerError, PlatformRef, ThreadError, ThreadStore
+from agent_core.threads import (
+    NotThreadOwnerError,
+    PlatformRef,
+    SqlThreadStore,
+    ThreadError,
+    ThreadStore,
+)
 from approvals.errors import (
     AlreadyDecidedError,
     ApprovalExpiredError,
@@ -35,6 +44,7 @@ from approvals.rules import check_decider
 from approvals.service import ApprovalService, DecisionReport
 from broker.errors import BrokerError
 from broker.types import ChatUser, Identity, IdentityService
+from opsbot.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -278,6 +288,15 @@ class Assistant:
         self._approvals = approvals
         self._clock = clock
 
+    @property
+    def approvals(self) -> ApprovalService:
+        """The approval service (for operations: ``opsbot sweep``, ``opsbot reconcile``)."""
+        return self._approvals
+
+    @property
+    def identities(self) -> IdentityService:
+        return self._identities
+
     # --- messages -------------------------------------------------------------------
 
     async def handle_message(self, chat_user: ChatUser, ref: PlatformRef, text: str) -> Reply:
@@ -333,6 +352,24 @@ class Assistant:
     async def sweep(self) -> list[Decided]:
         """Expire overdue approvals; each result is to be posted in the requester's thread."""
         return [await self._decided(report) for report in await self._approvals.sweep()]
+
+    async def sweep_forever(
+        self, interval: float, notify: Callable[[Decided], Awaitable[None]]
+    ) -> None:
+        """The in-process sweeper: every ``interval`` seconds, expire and tell each requester.
+
+        Runs until cancelled; a failing pass is logged and retried on the next tick.
+        """
+        while True:
+            try:
+                for decided in await self.sweep():
+                    try:
+                        await notify(decided)
+                    except Exception as exc:  # one undeliverable notice must not stop the rest
+                        log.warning("expiry notice not delivered: %s", type(exc).__name__)
+            except Exception as exc:  # the next tick retries
+                log.warning("sweep failed: %s", type(exc).__name__)
+            await asyncio.sleep(interval)
 
     async def approval_view(self, approval_id: str) -> ApprovalView | None:
         approval = await self._approvals.store.get(approval_id)
@@ -474,3 +511,48 @@ def _answer(result: core.Answer) -> Answer:
         confidence=result.confidence,
         model_used=result.model_used or None,
     )
+
+
+@contextlib.asynccontextmanager
+async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> AsyncIterator[Assistant]:
+    """The whole platform-neutral core as configured: database, identity service, checkpointer,
+    agent (with the audit observer), approvals. Closes everything on exit."""
+    from agent_core.checkpointer import open_checkpointer
+    from agent_core.factory import build_agent
+    from approvals.store import SqlApprovalStore
+    from audit import AuditLog, AuditObserver, SqlAuditSink
+    from broker.factory import open_identity_service
+    from opsbot.storage import create_engine
+
+    url = settings.resolved_database_url
+    engine = create_engine(url)
+    try:
+        async with (
+            open_identity_service(settings, engine, clock=clock) as identities,
+            open_checkpointer(url) as saver,
+        ):
+            audit = AuditLog(
+                SqlAuditSink(engine),
+                clock=clock,
+                max_payload_bytes=settings.approvals.audit_max_payload_bytes,
+            )
+            threads = SqlThreadStore(engine, clock=clock)
+            agent = build_agent(
+                settings,
+                broker=identities,
+                threads=threads,
+                checkpointer=saver,
+                observer=AuditObserver(audit),
+            )
+            service = ApprovalService(
+                SqlApprovalStore(engine),
+                audit,
+                agent,
+                agent,
+                identities.resolve_subject,
+                identities,
+                clock=clock,
+            )
+            yield Assistant(identities, threads, agent, service, clock=clock)
+    finally:
+        await engine.dispose()

@@ -24,6 +24,8 @@ COMMAND_MODULES = (
     "opsbot.commands.slack",
     "opsbot.commands.mcp",
     "opsbot.commands.audit",
+    "opsbot.commands.sweep",
+    "opsbot.commands.reconcile",
 )
 
 

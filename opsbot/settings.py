@@ -106,6 +106,14 @@ class AgentSettings(BaseModel):
     breaker_open_seconds: float = Field(default=30.0, gt=0)
 
 
+class ApprovalSettings(BaseModel):
+    """Approvals and the audit log (maximum ages per tool live in the tool policy)."""
+
+    sweep_interval_seconds: float = Field(default=60.0, gt=0)
+    reconcile_grace_seconds: float = Field(default=120.0, ge=0)
+    audit_max_payload_bytes: int = Field(default=2048, ge=256)
+
+
 class Settings(BaseSettings):
     """Everything opsbot can be configured with. See ``.env.example`` for each variable."""
 
@@ -132,6 +140,7 @@ class Settings(BaseSettings):
     broker: BrokerSettings = Field(default_factory=BrokerSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
+    approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
 
     slack_bot_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN", "slack_bot_token")

@@ -225,3 +225,16 @@ async def test_retry_finishes_a_stuck_claim_without_a_second_effect(harness: Har
     assert harness.executor.executions == 1  # ... and the server dropped it
     with pytest.raises(AlreadyDecidedError):
         await harness.service.retry(approval_id)
+
+
+async def test_a_retry_on_a_thread_resumed_before_fails_unless_the_write_is_recorded(
+    harness: Harness,
+) -> None:
+    from agent_core.errors import NoPendingApprovalError
+
+    approval_id = await harness.open("alice")
+    await harness.store.claim(approval_id, "bob", [APPROVE], harness.clock())
+    harness.resumer.fail_with = NoPendingApprovalError("not waiting")
+    report = await harness.service.retry(approval_id)
+    assert report.approval.status is ApprovalStatus.FAILED
+    assert "no write is recorded" in report.approval.outcome["reason"]
