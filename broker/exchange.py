@@ -155,15 +155,25 @@ class TokenEndpointClient:
         token = body.get("access_token")
         if not isinstance(token, str) or not token:
             raise TokenEndpointError("invalid_response", "no access_token in the response", 200)
-        expires_in = body.get("expires_in")
         return TokenResponse(
             access_token=token,
-            expires_in=int(expires_in)
-            if isinstance(expires_in, int | float | str) and str(expires_in).isdigit()
-            else None,
-            scope=body.get("scope") if isinstance(body.get("scope"), str) else None,
-            refresh_token=body.get("refresh_token")
-            if isinstance(body.get("refresh_token"), str)
-            else None,
-            id_token=body.get("id_token") if isinstance(body.get("id_token"), str) else None,
+            expires_in=_seconds(body.get("expires_in")),
+            scope=_str(body.get("scope")),
+            refresh_token=_str(body.get("refresh_token")),
+            id_token=_str(body.get("id_token")),
         )
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _seconds(value: Any) -> int | None:
+    """``expires_in`` as an int; some providers send it as a string."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return int(value)
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
