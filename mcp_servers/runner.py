@@ -110,19 +110,24 @@ async def open_server(
     database: DatabaseConfig | None = None,
     data_dir: Path | None = None,
     host: str = "127.0.0.1",
+    public_url: str | None = None,
 ) -> AsyncIterator[ScopedServer]:
-    """One seeded server by name (``opsbot mcp NAME``); its stores close with the block."""
+    """One seeded server by name (``opsbot mcp NAME``); its stores close with the block.
+
+    ``public_url``: base of the canonical links of tickets and docs (default: the server's).
+    """
     jwks = JwksClient(issuer=auth.issuer, jwks_url=auth.jwks_url)
+    parsed = urlparse(auth.audience)
+    links = public_url or f"{parsed.scheme}://{parsed.netloc}"
     if name == "ticketing":
-        tickets = await TicketStore.open(store_url)
+        tickets = await TicketStore.open(store_url, base_url=links)
         try:
             await tickets.seed(seed_data())
             yield build_ticketing(tickets, auth, jwks=jwks, host=host)
         finally:
             await tickets.close()
     elif name == "docs":
-        parsed = urlparse(auth.audience)
-        docs = await DocStore.open(store_url, base_url=f"{parsed.scheme}://{parsed.netloc}")
+        docs = await DocStore.open(store_url, base_url=links)
         try:
             await docs.seed(docs_seed())
             yield build_docs(docs, auth, jwks=jwks, host=host)
@@ -154,7 +159,7 @@ async def start_reference_servers(
     def auth(name: str) -> AuthConfig:
         return AuthConfig(issuer=issuer, audience=audience_for(socks[name]), jwks_url=jwks_url)
 
-    tickets = await TicketStore.open(ticket_store_url)
+    tickets = await TicketStore.open(ticket_store_url, base_url=socket_url(socks["ticketing"]))
     docs = await DocStore.open(docs_store_url, base_url=socket_url(socks["docs"]))
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(tickets.close)

@@ -147,10 +147,15 @@ class PostgresGateway:
         params = dict(params)
         query = _expand_teams(query, params, list(caller.teams))
         query = re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", query)
-        async with self._as_caller(caller) as conn:
-            cursor = await conn.execute(query, params, prepare=True)
-            rows = await cursor.fetchmany(limit + 1)
-            columns = [d.name for d in cursor.description or []]
+        try:
+            async with self._as_caller(caller) as conn:
+                cursor = await conn.execute(query, params, prepare=True)
+                rows = await cursor.fetchmany(limit + 1)
+                columns = [d.name for d in cursor.description or []]
+        except psycopg.errors.QueryCanceled:
+            raise ToolRefusedError(
+                f"query cancelled: it ran longer than {self._config.statement_timeout_ms} ms"
+            ) from None
         return columns, [[_plain(v) for v in r] for r in rows[:limit]], len(rows) > limit
 
     async def raw_query(self, caller: Caller, query: str) -> QueryResult:

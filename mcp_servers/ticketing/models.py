@@ -36,6 +36,7 @@ class TicketSummary(BaseModel):
     priority: Priority
     assignee: str | None
     updated_at: str
+    url: str = Field(description="the ticket's canonical link (cite it as the source)")
 
 
 class Ticket(TicketSummary):

@@ -113,13 +113,22 @@ class _Change:
 class TicketStore:
     """Projects, tickets, comments, idempotency records and the change log."""
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, clock: Clock = utc_now, base_url: str = "http://ticketing"
+    ) -> None:
         self.engine = engine
+        self.base_url = base_url.rstrip("/")
         self._clock = clock
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, url: str = "sqlite+aiosqlite://", *, clock: Clock = utc_now) -> TicketStore:
+    async def open(
+        cls,
+        url: str = "sqlite+aiosqlite://",
+        *,
+        clock: Clock = utc_now,
+        base_url: str = "http://ticketing",
+    ) -> TicketStore:
         """Open (and create) the store; the default is a private in-memory SQLite database."""
         if url in ("sqlite+aiosqlite://", "sqlite+aiosqlite:///:memory:"):
             engine = create_async_engine(url, poolclass=StaticPool)
@@ -130,7 +139,7 @@ class TicketStore:
             if engine.dialect.name == "sqlite":
                 for statement in _APPEND_ONLY:
                     await conn.execute(sa.text(statement))
-        return cls(engine, clock=clock)
+        return cls(engine, clock=clock, base_url=base_url)
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -174,7 +183,7 @@ class TicketStore:
             scored.append((score, str(row["updated_at"]), row))
         scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
         return SearchResult(
-            tickets=[_summary(row) for _, _, row in scored[:limit]], total_matches=len(scored)
+            tickets=[self._summary(row) for _, _, row in scored[:limit]], total_matches=len(scored)
         )
 
     async def get(self, caller: Caller, key: str) -> Ticket:
@@ -391,6 +400,18 @@ class TicketStore:
             )
             return result
 
+    def _summary(self, row: Any) -> TicketSummary:
+        return TicketSummary(
+            key=row["key"],
+            project=row["project"],
+            title=row["title"],
+            status=row["status"],
+            priority=row["priority"],
+            assignee=row["assignee"],
+            updated_at=row["updated_at"],
+            url=f"{self.base_url}/tickets/{row['key']}",
+        )
+
     async def _visible_ticket(self, conn: AsyncConnection, caller: Caller, key: str) -> Ticket:
         stmt = (
             sa.select(tickets, projects.c.team)
@@ -409,7 +430,7 @@ class TicketStore:
             )
         ).mappings()
         return Ticket(
-            **_summary(row).model_dump(),
+            **self._summary(row).model_dump(),
             description=row["description"],
             created_by=row["created_by"],
             created_at=row["created_at"],
@@ -454,18 +475,6 @@ class SeedData:
     projects: list[dict[str, Any]]
     tickets: list[dict[str, Any]]
     comments: list[dict[str, Any]]
-
-
-def _summary(row: Any) -> TicketSummary:
-    return TicketSummary(
-        key=row["key"],
-        project=row["project"],
-        title=row["title"],
-        status=row["status"],
-        priority=row["priority"],
-        assignee=row["assignee"],
-        updated_at=row["updated_at"],
-    )
 
 
 def _entry(row: Any) -> ChangeEntry:

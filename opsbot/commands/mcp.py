@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--postgres-url", default=None, help="database server: gateway login")
     parser.add_argument("--role-prefix", default="opsbot_ro_")
     parser.add_argument("--enable-query", action="store_true", help="offer run_readonly_query")
+    parser.add_argument("--public-url", default=None, help="base of ticket/doc links")
     parser.set_defaults(handler=handle)
 
 
@@ -71,7 +72,12 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
     )
     async with (
         open_server(
-            args.server, auth, store_url=store_url, database=database, host=args.host
+            args.server,
+            auth,
+            store_url=store_url,
+            database=database,
+            host=args.host,
+            public_url=args.public_url,
         ) as server,
         serve_asgi(server.asgi_app(), sock, log_level="info") as base,  # type: ignore[arg-type]
     ):

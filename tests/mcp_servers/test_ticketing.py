@@ -49,6 +49,9 @@ async def test_user_sees_only_their_teams_tickets(
         assert "no ticket 'PLAT-201' that you can see" in text_of(hidden)
         own = data(await s.call_tool("get_ticket", {"key": "pay-101"}))
         assert own["key"] == "PAY-101"
+        assert (
+            own["url"] == reference_servers.ticketing.url.removesuffix("/mcp") + "/tickets/PAY-101"
+        )
         assert own["comments"][0]["author"] == "alice"
     async with mcp_session(reference_servers.ticketing, mcp_token("carol", "ticketing")) as s:
         found = data(await s.call_tool("search_tickets", {"query": "node pool memory"}))
