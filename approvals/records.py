@@ -46,6 +46,9 @@ class ActionRequest:
     tool_call_id: str = ""
     approver_group: str = ""
     sensitive: bool = False
+    # The tool's input schema when proposed: lets any instance show and check an edit,
+    # even one whose tool discovery is still cold. The agent re-validates on resume.
+    input_schema: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,6 +130,7 @@ class ApprovalService:
                     tool_call_id=request.tool_call_id,
                     approver_group=cls.approver_group or "",
                     sensitive=cls.sensitive,
+                    input_schema=self.tools.tool_schema(request.name) or {},
                 )
             )
         reads = tuple(ReadRef(step.tool, ref) for step in interrupt.reads for ref in step.ids)
@@ -224,7 +225,7 @@ class ApprovalService:
         args = validate_edit(
             first,
             decision.args or {},
-            input_schema=self.tools.tool_schema(first.tool),
+            input_schema=self.tools.tool_schema(first.tool) or first.input_schema or None,
             allowed=self.tools.is_allowed(first.tool),
             edited_tool=edited_tool,
         )

@@ -487,7 +487,7 @@ class Assistant:
             requester_ref=None if thread is None else thread.ref,
             reads=[f"{r.tool} {r.ref_id}" for r in approval.reads],
             expires_at=approval.expires_at,
-            input_schema=self._agent.tool_schema(first.tool) or {},
+            input_schema=self._agent.tool_schema(first.tool) or dict(first.input_schema),
             status=approval.status.value,
             description=first.description,
             decided_by=approval.decided_by,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections import Counter
 from dataclasses import dataclass, field
@@ -106,6 +107,7 @@ class FakeResumer:
         approval_id: str,
     ) -> Any:
         self.resumes.append((identity.subject, thread_id, decisions))
+        await asyncio.sleep(0)
         if self.fail_with is not None:
             raise self.fail_with
         interrupt = self.interrupts[thread_id]
@@ -116,6 +118,25 @@ class FakeResumer:
             key = idempotency_key(approval_id, request.tool_call_id)
             self.executor.execute(identity.subject, request.name, args, key)
         return {"thread_id": thread_id, "decisions": decisions}
+
+
+class YieldingStore:
+    """Delegates to a real store, yielding to the event loop around every call, so that
+    concurrent decisions really interleave (the memory store alone never suspends)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0)
+            result = await method(*args, **kwargs)
+            await asyncio.sleep(0)
+            return result
+
+        return call
 
 
 class FakeBroker:
@@ -193,7 +214,7 @@ def build_harness(store: Any = None) -> Harness:
     broker = FakeBroker()
     store = store or MemoryApprovalStore()
     service = ApprovalService(
-        store,
+        YieldingStore(store),
         AuditLog(sink, clock=clock, new_id=lambda: f"ev-{next(ids)}"),
         Catalog(),
         resumer,

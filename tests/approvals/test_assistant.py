@@ -3,6 +3,7 @@ the reference servers, the real agent (scripted model), approvals and audit in S
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -160,3 +161,26 @@ async def test_the_sweeper_answers_the_requester_in_their_thread(
 
 
 pytestmark = pytest.mark.timeout(120)
+
+
+async def test_the_in_process_sweeper_notifies_requesters(
+    agent_env: AgentEnv, sqlite_url: str
+) -> None:
+    await agent_env.user("alice")
+    clock = Clock()
+    async with assistant(agent_env, sqlite_url, clock) as bot:
+        reply = await bot.handle_message(chat("alice"), REF, "Close PAY-104, the alert is fixed")
+        assert isinstance(reply, ApprovalRequested)
+        notices: asyncio.Queue[Decided] = asyncio.Queue()
+        sweeper = asyncio.create_task(bot.sweep_forever(0.01, notices.put))
+        try:
+            clock.offset = timedelta(minutes=31)
+            notice = await asyncio.wait_for(notices.get(), timeout=30)
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+        assert notice.approval_id == reply.approval.approval_id
+        assert notice.decision == "expired"
+        assert notice.requester_ref == REF
+        assert notices.empty()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,6 +24,7 @@ from approvals import (
     ActionDecision,
     AlreadyDecidedError,
     ApprovalStatus,
+    InvalidEditError,
     NotAuthorisedError,
     SqlApprovalStore,
 )
@@ -314,3 +316,32 @@ async def test_crash_between_write_and_outcome_is_reconciled_and_a_retry_adds_no
         # the write happened, so the approval ends approved — and nothing is written again.
         assert retried.approval.status is ApprovalStatus.APPROVED
         assert len(await closes(agent_env)) == 1
+
+
+@pytest.mark.postgres
+async def test_an_edit_decided_on_another_instance_runs_the_edited_arguments(
+    agent_env: AgentEnv, postgres_url: str
+) -> None:
+    users = await link_all(agent_env)
+    model = close_model()
+    async with (
+        instance(agent_env, postgres_url, users, model) as first,
+        instance(agent_env, postgres_url, users, model) as second,
+    ):
+        approval_id, _ = await request_close(first, users["alice"])
+        # The second instance has not discovered any tools: the schema stored with the
+        # approval still lets it check the edit.
+        with pytest.raises(InvalidEditError) as refused:
+            await second.service.decide(
+                users["bob"], approval_id, ActionDecision("edit", args={"key": "PAY-104"})
+            )
+        assert "resolution" in refused.value.field_errors
+        edited = ActionDecision("edit", args={"key": "PAY-104", "resolution": "Duplicate"})
+        report = await second.service.decide(users["bob"], approval_id, edited)
+        assert report.approval.status is ApprovalStatus.EDITED
+        [change] = await closes(agent_env)
+        assert change.subject == "alice"
+        assert "Duplicate" in json.dumps(change.change)
+        [decision] = await second.log.query(AuditQuery(kinds=(EventKind.DECISION,)))
+        assert decision.args_summary == {"key": "PAY-104", "resolution": "Alert fixed"}
+        assert decision.edited_args_summary == {"key": "PAY-104", "resolution": "Duplicate"}
