@@ -24,6 +24,7 @@ from sqlalchemy.engine import make_url
 from mcp_servers import DatabaseConfig, ReferenceServers, start_reference_servers
 from mcp_servers.database import deprovision, provision, role_for
 from opsbot.settings import Settings
+from tests.fixtures.identity import RunningIdp, open_broker
 from tests.fixtures.mcp import DIRECTORY, TestIssuer, directory_grants, http_refusal, mcp_session
 from tests.mcp_servers.test_ticketing import data, text_of
 
@@ -251,3 +252,32 @@ async def test_readonly_query_needs_db_query_scope(
     )
     assert response.status_code == 403
     assert 'scope="db:query"' in response.headers["www-authenticate"]
+
+
+async def test_exchanged_dev_idp_token_runs_under_the_mapped_role(
+    ops_db: OpsDatabase, dev_idp: RunningIdp
+) -> None:
+    config = DatabaseConfig(
+        backend="postgres",
+        postgres_url=ops_db.gateway_url,
+        role_prefix=ops_db.prefix,
+        enable_query=True,
+    )
+    async with start_reference_servers(issuer=dev_idp.issuer, database=config) as servers:
+        audiences = {server.name: server.audience for server in servers}
+        for name, audience in audiences.items():
+            dev_idp.provider.set_audience(name, audience)
+        async with open_broker(dev_idp, servers=audiences) as harness:
+            carol = await harness.token("carol", "database")  # sre: db:read db:query
+            dave = await harness.token("dave", "database")  # platform: db:read only
+        async with mcp_session(servers.database, carol) as s:
+            rows = data(
+                await s.call_tool(
+                    "run_readonly_query", {"sql": "SELECT DISTINCT team FROM deploys"}
+                )
+            )
+            assert rows["rows"] == [["platform"]]
+        response = await http_refusal(
+            servers.database, dave, "run_readonly_query", {"sql": "SELECT 1"}
+        )
+        assert response.status_code == 403
