@@ -1,29 +1,36 @@
 """Click-to-execution latency of an approval, and executions for N concurrent clicks.
 
-N approvers click Approve on one approval at once, split across two app instances (two
-engines) sharing one database (a fresh PostgreSQL database if reachable, else SQLite); the
-write runs against a counting executor standing in for the server. Repeated for ``rounds``
-approvals; latency is from the click to the write's execution, for the winning click.
+The real stack: dev IdP, the reference ticketing server, a real broker, the agent with a
+zero-latency scripted model, approvals and audit on a fresh PostgreSQL database (SQLite when
+none is reachable). Each round, a requester's write (a ticket comment) waits for approval;
+N approvers click Approve at once, split across two app instances (each with its own engine,
+checkpointer pool and agent). Latency runs from the clicks to the write's completion at the
+server; ``executions`` is the largest number of changes the server's log shows for one round
+(it must be 1).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import secrets
 import statistics
-import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from sqlalchemy.engine import make_url
 
-from opsbot.storage import create_engine, migrate
+ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "approvals"))
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--clicks", type=int, default=50, help="concurrent Approve clicks")
+    parser.add_argument("--rounds", type=int, default=20, help="approvals measured")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -31,111 +38,141 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
-    from approval_fakes import (
-        Catalog,
-        CountingExecutor,
-        FakeBroker,
-        FakeResumer,
-        identity,
-        lookup_identity,
-        make_interrupt,
-    )
+@contextlib.contextmanager
+def _database(tmp: Path) -> Any:
+    name = f"opsbot_bench_{secrets.token_hex(4)}"
+    try:
+        with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError:
+        yield f"sqlite:///{tmp / 'bench.db'}"
+        return
+    try:
+        yield make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
+
+async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
+    from langchain_core.messages import BaseMessage
+
+    from agent_core import Agent, AgentConfig, Interrupt, ToolPolicy
+    from agent_core.binding import ToolCallEvent
+    from agent_core.checkpointer import open_checkpointer
+    from agent_core.threads import PlatformRef, SqlThreadStore
     from approvals import ActionDecision, AlreadyDecidedError, SqlApprovalStore
     from approvals.service import ApprovalService
-    from audit import AuditLog, SqlAuditSink
+    from audit import AuditLog, AuditObserver, SqlAuditSink
+    from broker import Identity
+    from mcp_servers import start_reference_servers
+    from opsbot.storage import create_engine, migrate
+    from tests.fixtures.agent import FunctionChatModel, call, final, open_agent_env, tool_results
+    from tests.fixtures.identity import start_dev_idp
 
     clicks = int(getattr(args, "clicks", 0) or 50)
     rounds = int(getattr(args, "rounds", 0) or 20)
-    url, cleanup = _database()
-    try:
-        engines = [create_engine(url), create_engine(url)]
-        await migrate(engines[0])
-        executor = CountingExecutor()
-        resumer = FakeResumer(executor)
-        executed_at: dict[str, float] = {}
-        original = executor.execute
+    written_at: dict[str, float] = {}
 
-        def timed(subject: str, tool: str, call_args: dict[str, Any], key: str) -> None:
-            executed_at.setdefault(key, time.perf_counter())
-            original(subject, tool, call_args, key)
+    class TimedObserver(AuditObserver):
+        async def tool_call_finished(
+            self, event: ToolCallEvent, outcome: str, latency_ms: float
+        ) -> None:
+            if event.kind == "write" and event.approval_id and outcome == "success":
+                written_at.setdefault(event.approval_id, time.perf_counter())
+            await super().tool_call_finished(event, outcome, latency_ms)
 
-        executor.execute = timed  # type: ignore[method-assign]
-        services = [
-            ApprovalService(
-                SqlApprovalStore(e),
-                AuditLog(SqlAuditSink(e)),
-                Catalog(),
-                resumer,
-                lookup_identity,
-                FakeBroker(),
-            )
-            for e in engines
-        ]
-        latencies: list[float] = []
-        per_round: list[int] = []
-        for r in range(rounds):
-            interrupt = make_interrupt(thread_id=f"bench-{r}-{secrets.token_hex(4)}")
-            resumer.interrupts[interrupt.thread_id] = interrupt
-            approval = await services[0].open(interrupt, identity("alice"))
-            before = len(executor.calls)
-            start = time.perf_counter()
-            results = await asyncio.gather(
-                *(
-                    services[i % 2].decide(
-                        identity("bob" if i % 3 else "carol"),
-                        approval.approval_id,
-                        ActionDecision("approve"),
+    def step(messages: list[BaseMessage]) -> Any:
+        if tool_results(messages):
+            return final("done", [("ticketing", "PAY-104")])
+        first = next(m for m in messages if m.type == "human")
+        return call("ticketing_add_comment", key="PAY-104", body=str(first.content))
+
+    with tempfile.TemporaryDirectory() as tmp, _database(Path(tmp)) as url:
+        async with (
+            start_dev_idp() as idp,
+            start_reference_servers(
+                issuer=idp.issuer, jwks_url=idp.jwks_url, data_dir=Path(tmp)
+            ) as servers,
+            open_agent_env(idp, servers) as env,
+        ):
+            users = {n: await env.user(n) for n in ("alice", "bob", "carol")}
+
+            async def lookup(subject: str) -> Identity:
+                return users[subject]
+
+            @contextlib.asynccontextmanager
+            async def instance() -> AsyncIterator[tuple[Agent, ApprovalService, Callable[[], Any]]]:
+                engine = create_engine(url, pool_size=20, max_overflow=20)
+                await migrate(engine)
+                try:
+                    async with open_checkpointer(url, pool_size=20) as saver:
+                        log = AuditLog(SqlAuditSink(engine))
+                        agent = Agent(
+                            AgentConfig(servers=env.server_configs, retry_initial_delay=0.0),
+                            model=FunctionChatModel(fn=step),
+                            broker=env.harness.broker,
+                            threads=SqlThreadStore(engine),
+                            checkpointer=saver,
+                            policy=ToolPolicy.load(),
+                            observer=TimedObserver(log),
+                        )
+                        service = ApprovalService(
+                            SqlApprovalStore(engine), log, agent, agent, lookup, env.harness.broker
+                        )
+                        yield agent, service, engine.dispose
+                finally:
+                    await engine.dispose()
+
+            latencies: list[float] = []
+            single: list[float] = []
+            executions: list[int] = []
+            async with instance() as (agent_a, first, _), instance() as (_, second, _):
+                threads = SqlThreadStore(create_engine(url))
+                for r in range(2 * rounds):
+                    n = clicks if r < rounds else 1  # then the same with one click: baseline
+                    body = f"bench round {r} {secrets.token_hex(4)}"
+                    ref = PlatformRef("slack", "T-BENCH", "C-BENCH", f"{time.time_ns()}")
+                    thread = await threads.get_or_create(ref, "alice")
+                    result = await agent_a.run(users["alice"], thread.thread_id, body)
+                    assert isinstance(result, Interrupt), result
+                    approval = await first.open(result, users["alice"])
+                    started = time.perf_counter()
+                    outcomes = await asyncio.gather(
+                        *(
+                            (first if i % 2 else second).decide(
+                                users["bob" if i % 3 else "carol"],
+                                approval.approval_id,
+                                ActionDecision("approve"),
+                            )
+                            for i in range(n)
+                        ),
+                        return_exceptions=True,
                     )
-                    for i in range(clicks)
-                ),
-                return_exceptions=True,
-            )
-            unexpected = [
-                r
-                for r in results
-                if isinstance(r, BaseException) and not isinstance(r, AlreadyDecidedError)
-            ]
-            if unexpected:
-                raise unexpected[0]
-            per_round.append(len(executor.calls) - before)
-            key = executor.calls[-1][3]
-            latencies.append((executed_at[key] - start) * 1000)
-        for e in engines:
-            await e.dispose()
-    finally:
-        cleanup()
+                    odd = [
+                        o
+                        for o in outcomes
+                        if isinstance(o, BaseException) and not isinstance(o, AlreadyDecidedError)
+                    ]
+                    if odd:
+                        raise odd[0]
+                    changes = [
+                        c
+                        for c in await servers.tickets.all_changes()
+                        if c.tool == "add_comment" and body in str(c.change)
+                    ]
+                    executions.append(len(changes))
+                    elapsed = (written_at[approval.approval_id] - started) * 1000
+                    (latencies if n > 1 else single).append(elapsed)
     return {
         "bench": "approval",
         "database": make_url(url).get_backend_name(),
         "concurrent_clicks": clicks,
+        "instances": 2,
         "rounds": rounds,
         "click_to_execution_ms_p50": round(statistics.median(latencies), 2),
         "click_to_execution_ms_p99": round(_percentile(latencies, 0.99), 2),
-        "executions": max(per_round),
-        "executions_per_round": sorted(set(per_round)),
+        "single_click_ms_p50": round(statistics.median(single), 2),
+        "executions": max(executions),
+        "executions_per_round": sorted(set(executions)),
     }
-
-
-def _database() -> tuple[str, Any]:
-    admin = "postgresql://postgres@127.0.0.1:5432/postgres"
-    name = f"opsbot_bench_{secrets.token_hex(4)}"
-    try:
-        with psycopg.connect(admin, autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.OperationalError:
-        path = Path(tempfile.mkdtemp()) / "bench.db"
-        return f"sqlite:///{path}", lambda: None
-
-    def drop() -> None:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    return f"postgresql://postgres@127.0.0.1:5432/{name}", drop
-
-
-if __name__ == "__main__":
-    import json
-
-    print(json.dumps(asyncio.run(run(None))))
