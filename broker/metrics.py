@@ -27,6 +27,13 @@ class BrokerMetrics:
     def record_failure(self, error: BaseException) -> None:
         self.failures[type(error).__name__] += 1
 
+    def exchange_ms_percentile(self, q: float) -> float | None:
+        """A percentile (0..1) of recent exchange latencies, in milliseconds."""
+        if not self.exchange_latencies:
+            return None
+        ordered = sorted(self.exchange_latencies)
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
+
     def snapshot(self) -> dict[str, Any]:
         lookups = self.cache_hits + self.cache_misses
         return {
@@ -36,5 +43,7 @@ class BrokerMetrics:
             "cache_misses": self.cache_misses,
             "cache_hit_ratio": (self.cache_hits / lookups) if lookups else 0.0,
             "exchange_seconds_total": self.exchange_seconds_total,
+            "exchange_ms_p50": self.exchange_ms_percentile(0.5),
+            "exchange_ms_p99": self.exchange_ms_percentile(0.99),
             "failures": dict(self.failures),
         }

@@ -231,3 +231,23 @@ async def test_tokens_never_appear_in_logs_reprs_or_errors(
         assert token.value not in text
         assert refresh not in text
     assert len(errors) == 3
+
+
+async def test_metrics_count_exchanges_hits_misses_and_failures(
+    identity_broker: BrokerHarness,
+) -> None:
+    broker = identity_broker.broker
+    assert broker.metrics.snapshot()["exchange_ms_p50"] is None
+    raw = await identity_broker.token("bob", "ticketing")  # links bob, then one exchange
+    assert jwt.decode(raw, options={"verify_signature": False})["sub"] == "bob"
+    assert await identity_broker.token("bob", "ticketing") == raw  # cached, not re-linked
+    erin = await identity_broker.link("erin")
+    with pytest.raises(ExchangeFailedError):
+        await broker.get_token(erin, "database")
+    snap = broker.metrics.snapshot()
+    assert (snap["exchanges"], snap["refreshes"]) == (1, 2)
+    assert (snap["cache_hits"], snap["cache_misses"]) == (1, 2)
+    assert snap["cache_hit_ratio"] == pytest.approx(1 / 3)
+    assert snap["failures"] == {"ExchangeFailedError": 1}
+    assert snap["exchange_ms_p50"] > 0
+    assert snap["exchange_seconds_total"] > 0
