@@ -238,3 +238,18 @@ async def test_a_retry_on_a_thread_resumed_before_fails_unless_the_write_is_reco
     report = await harness.service.retry(approval_id)
     assert report.approval.status is ApprovalStatus.FAILED
     assert "no write is recorded" in report.approval.outcome["reason"]
+
+
+async def test_every_action_of_a_batch_gets_its_own_decision(harness: Harness) -> None:
+    approval_id = await harness.open(
+        "alice", tool="ticketing_add_comment", args={"key": "PAY-7", "body": "hi"}, n_actions=2
+    )
+    edit = ActionDecision("edit", args={"key": "PAY-7", "body": "edited"})
+    report = await harness.service.decide(identity("bob"), approval_id, edit)
+    assert [d.type for d in report.approval.decisions] == ["edit", "approve"]
+    assert report.approval.status is ApprovalStatus.EDITED
+    assert [args for _s, _t, args, _k in harness.executor.calls] == [
+        {"key": "PAY-7", "body": "edited"},
+        {"key": "PAY-7", "body": "hi"},
+    ]
+    assert len({key for *_x, key in harness.executor.calls}) == 2  # one key per write
