@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
-from test_end_to_end import close_model
+from test_approvals_end_to_end import close_model
 
 from agent_core import Agent, AgentConfig, ToolPolicy
 from agent_core.checkpointer import open_checkpointer
