@@ -42,7 +42,14 @@ from broker.local import LocalIdentityService
 from broker.metrics import BrokerMetrics
 from broker.oidc import OidcProvider
 from broker.remote import RemoteBroker
-from broker.types import AccessToken, Broker, ChatUser, Identity, IdentityService
+from broker.types import (
+    AccessToken,
+    Broker,
+    ChatUser,
+    Identity,
+    IdentityService,
+    LinkCompleter,
+)
 
 __all__ = [
     "AccessRevokedError",
@@ -58,6 +65,7 @@ __all__ = [
     "IdentityService",
     "InProcessBroker",
     "InvalidStateError",
+    "LinkCompleter",
     "LinkResult",
     "LinkStore",
     "LinkingError",

@@ -29,6 +29,13 @@ class LocalIdentityService:
     async def link_url(self, chat_user: ChatUser) -> str:
         return await self.linking.start(chat_user)
 
+    async def complete_link(self, state: str, code: str) -> Identity:
+        """Finish a link from the IdP's redirect; the newly linked identity."""
+        result = await self.linking.complete(state, code)
+        link = result.link
+        await self.broker.invalidate_user(link.subject)  # a new sign-in: drop stale tokens
+        return Identity(link.subject, link.chat_user, link.email, result.groups)
+
     async def unlink(self, chat_user: ChatUser) -> bool:
         link = await self.linking.links.get(chat_user)
         removed = await self.linking.unlink(chat_user)

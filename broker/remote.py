@@ -19,6 +19,8 @@ from broker.errors import (
     BrokerError,
     BrokerUnavailableError,
     ExchangeFailedError,
+    InvalidStateError,
+    LinkingError,
     NotLinkedError,
 )
 from broker.types import AccessToken, ChatUser, Identity
@@ -85,6 +87,10 @@ class RemoteBroker:
             raise ExchangeFailedError(str(data.get("server", body.get("server", "?"))), message)
         if error == "unavailable" or response.status_code >= 500:
             raise BrokerUnavailableError(message or f"broker service error {response.status_code}")
+        if error == "invalid_state":
+            raise InvalidStateError(message)
+        if error == "linking_failed":
+            raise LinkingError(message)
         if error == "unauthorized":
             raise BrokerError("the broker service refused opsbot's service credentials")
         raise BrokerError(f"broker service refused the request: {error}: {message}")
@@ -128,6 +134,10 @@ class RemoteBroker:
     async def link_url(self, chat_user: ChatUser) -> str:
         data = await self._call("/v1/link_url", {"chat_user": _chat_user_json(chat_user)})
         return str(data["url"])
+
+    async def complete_link(self, state: str, code: str) -> Identity:
+        data = await self._call("/v1/complete_link", {"state": state, "code": code})
+        return _identity(data["identity"])
 
     async def unlink(self, chat_user: ChatUser) -> bool:
         data = await self._call("/v1/unlink", {"chat_user": _chat_user_json(chat_user)})

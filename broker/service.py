@@ -13,10 +13,11 @@ Routes (JSON bodies; chat users as ``{"platform", "team_id", "user_id"}``)::
     POST /v1/resolve_subject {subject}       -> {identity: {...}}
     POST /v1/link_url     {chat_user}        -> {url}
     POST /v1/unlink       {chat_user}        -> {removed}
+    POST /v1/complete_link {state, code}     -> {identity: {...}}   (the app's /oauth/callback)
     GET  /healthz
 
-Errors: ``{"error": not_linked|access_revoked|exchange_failed|unavailable|bad_request,
-"message", "server"?}`` with 404/403/502/503/400.
+Errors: ``{"error": not_linked|access_revoked|exchange_failed|unavailable|invalid_state|
+linking_failed|bad_request, "message", "server"?}`` with 404/403/502/503/400/502/400.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
@@ -37,9 +38,11 @@ from broker.errors import (
     BrokerError,
     BrokerUnavailableError,
     ExchangeFailedError,
+    InvalidStateError,
+    LinkingError,
     NotLinkedError,
 )
-from broker.types import ChatUser, Identity, IdentityService
+from broker.types import ChatUser, Identity, IdentityService, LinkCompleter
 
 
 class ChatUserModel(BaseModel):
@@ -66,6 +69,11 @@ class SubjectRequest(BaseModel):
     subject: str
 
 
+class CompleteLinkRequest(BaseModel):
+    state: str
+    code: str
+
+
 def identity_json(identity: Identity) -> dict[str, Any]:
     cu = identity.chat_user
     return {
@@ -79,6 +87,10 @@ def identity_json(identity: Identity) -> dict[str, Any]:
 
 
 def error_json(exc: BrokerError) -> tuple[dict[str, Any], int]:
+    if isinstance(exc, InvalidStateError):
+        return {"error": "invalid_state", "message": str(exc)}, 400
+    if isinstance(exc, LinkingError):
+        return {"error": "linking_failed", "message": str(exc)}, 502
     if isinstance(exc, NotLinkedError):
         return {"error": "not_linked", "message": str(exc)}, 404
     if isinstance(exc, AccessRevokedError):
@@ -93,8 +105,12 @@ def error_json(exc: BrokerError) -> tuple[dict[str, Any], int]:
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
+class _Service(IdentityService, LinkCompleter, Protocol):
+    pass
+
+
 def build_service_app(
-    service: IdentityService, secret: str, *, extra_routes: list[Route] | None = None
+    service: _Service, secret: str, *, extra_routes: list[Route] | None = None
 ) -> Starlette:
     """The broker service ASGI app; ``extra_routes`` typically ``link_routes(linking)``."""
     expected = f"Bearer {secret}".encode()
@@ -149,6 +165,10 @@ def build_service_app(
         cu = ChatUserRequest.model_validate(body).chat_user.to_chat_user()
         return {"url": await service.link_url(cu)}
 
+    async def complete_link(body: dict[str, Any]) -> dict[str, Any]:
+        req = CompleteLinkRequest.model_validate(body)
+        return {"identity": identity_json(await service.complete_link(req.state, req.code))}
+
     async def unlink(body: dict[str, Any]) -> dict[str, Any]:
         cu = ChatUserRequest.model_validate(body).chat_user.to_chat_user()
         return {"removed": await service.unlink(cu)}
@@ -163,6 +183,7 @@ def build_service_app(
         Route("/v1/resolve_subject", endpoint(resolve_subject), methods=["POST"]),
         Route("/v1/link_url", endpoint(link_url), methods=["POST"]),
         Route("/v1/unlink", endpoint(unlink), methods=["POST"]),
+        Route("/v1/complete_link", endpoint(complete_link), methods=["POST"]),
         Route("/healthz", healthz),
         *(extra_routes or []),
     ]

@@ -74,3 +74,13 @@ class IdentityService(Broker, Protocol):
     async def unlink(self, chat_user: ChatUser) -> bool:
         """Delete the link and its refresh token; ``True`` if there was one."""
         ...
+
+
+class LinkCompleter(Protocol):
+    """Finishes an account link from the IdP's redirect to ``/oauth/callback``.
+
+    ``LocalIdentityService`` and ``RemoteBroker`` implement it, so the app can serve the
+    callback in both modes. Raises ``InvalidStateError`` or ``LinkingError``.
+    """
+
+    async def complete_link(self, state: str, code: str) -> Identity: ...

@@ -15,6 +15,8 @@ from broker import (
     ExchangeFailedError,
     Identity,
     IdentityService,
+    InvalidStateError,
+    LinkCompleter,
     LocalIdentityService,
     NotLinkedError,
     RemoteBroker,
@@ -82,11 +84,15 @@ async def test_identity_service_resolve_link_and_unlink(
     local = LocalIdentityService(identity_broker.broker, identity_broker.linking)
     async with serve_broker_service(identity_broker) as remote:
         service: IdentityService = remote if kind == "remote" else local
+        completer: LinkCompleter = remote if kind == "remote" else local
         assert await service.resolve(carol_chat) is None
         url = await service.link_url(carol_chat)
         async with httpx.AsyncClient() as http:
             reply = await sign_in_at_login_page(http, url, "carol")
-        await identity_broker.linking.complete(reply["state"], reply["code"])
+        linked = await completer.complete_link(reply["state"], reply["code"])
+        assert (linked.subject, linked.chat_user) == ("carol", carol_chat)
+        with pytest.raises(InvalidStateError):  # the state was single-use
+            await completer.complete_link(reply["state"], reply["code"])
         carol = await service.resolve(carol_chat)
         assert carol is not None
         assert carol.subject == "carol"
