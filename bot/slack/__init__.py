@@ -10,7 +10,7 @@ Exception tree: this package raises no exceptions of its own. Web API failures s
 logged by Bolt; the user is told when a run fails.
 """
 
-from bot.slack.app import build_app, dedup_middleware, open_app
+from bot.slack.app import SlackBot, build_app, dedup_middleware, open_app, open_bot
 from bot.slack.client import make_web_client
 from bot.slack.config import SlackBotConfig
 from bot.slack.core import AssistantPort
@@ -20,6 +20,7 @@ from bot.slack.store import SqlApprovalMessages, SqlProcessedEvents
 __all__ = [
     "EVENTS_PATH",
     "AssistantPort",
+    "SlackBot",
     "SlackBotConfig",
     "SqlApprovalMessages",
     "SqlProcessedEvents",
@@ -27,6 +28,7 @@ __all__ = [
     "dedup_middleware",
     "make_web_client",
     "open_app",
+    "open_bot",
     "run_socket_mode",
     "serve_http",
     "web_application",

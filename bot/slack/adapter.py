@@ -279,7 +279,19 @@ class SlackAdapter:
     async def _show_decision(
         self, outcome: Decided, clicker: ChatUser, channel: str | None, card_ts: str | None
     ) -> None:
-        by = outcome.decided_by or f"<@{clicker.user_id}>"
+        await self.announce(outcome, channel, card_ts, by=f"<@{clicker.user_id}>")
+
+    async def announce(
+        self,
+        outcome: Decided,
+        channel: str | None = None,
+        card_ts: str | None = None,
+        *,
+        by: str = "",
+    ) -> None:
+        """Show a decision taken anywhere (a click, or the expiry sweeper): the card is
+        updated in place and the requester's thread is told."""
+        by = outcome.decided_by or by
         await self._update_card(
             outcome.approval_id, channel, card_ts, outcome.decision, by, outcome.outcome
         )
@@ -296,7 +308,10 @@ class SlackAdapter:
         if target is None:
             log.warning("no requester thread known for approval %s", outcome.approval_id)
             return
-        header = f"Your request was *{escape(outcome.decision)}* by {by}."
+        if outcome.decision == "expired":
+            header = "Your request *expired* before an approver decided it; nothing was run."
+        else:
+            header = f"Your request was *{escape(outcome.decision)}* by {escape(by)}."
         result = outcome.requester_result
         if isinstance(result, Answered):
             messages = answer_messages(result.answer, header=header)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -51,6 +52,40 @@ def dedup_middleware(
     return deduplicate
 
 
+@dataclass(frozen=True, slots=True)
+class SlackBot:
+    """The Bolt app and the adapter behind it (for notices not caused by a Slack request,
+    such as the expiry sweeper's: ``await bot.adapter.announce(decided)``)."""
+
+    app: AsyncApp
+    adapter: SlackAdapter
+
+
+@contextlib.asynccontextmanager
+async def open_bot(
+    config: SlackBotConfig,
+    assistant: AssistantPort,
+    engine: AsyncEngine,
+    *,
+    clock: Clock = utc_now,
+    socket_mode: bool = False,
+) -> AsyncIterator[SlackBot]:
+    """The app and its adapter, with one pooled HTTP session for the Web API, closed on exit."""
+    async with aiohttp.ClientSession() as session:
+        client = make_web_client(config, session)
+        adapter = SlackAdapter(config, assistant, client, SqlApprovalMessages(engine, clock))
+        app = build_app(
+            config,
+            assistant,
+            engine,
+            client=client,
+            clock=clock,
+            socket_mode=socket_mode,
+            adapter=adapter,
+        )
+        yield SlackBot(app, adapter)
+
+
 @contextlib.asynccontextmanager
 async def open_app(
     config: SlackBotConfig,
@@ -61,15 +96,8 @@ async def open_app(
     socket_mode: bool = False,
 ) -> AsyncIterator[AsyncApp]:
     """``build_app`` with one pooled HTTP session for the Web API, closed on exit."""
-    async with aiohttp.ClientSession() as session:
-        yield build_app(
-            config,
-            assistant,
-            engine,
-            client=make_web_client(config, session),
-            clock=clock,
-            socket_mode=socket_mode,
-        )
+    async with open_bot(config, assistant, engine, clock=clock, socket_mode=socket_mode) as bot:
+        yield bot.app
 
 
 def build_app(
@@ -80,6 +108,7 @@ def build_app(
     client: AsyncWebClient | None = None,
     clock: Clock = utc_now,
     socket_mode: bool = False,
+    adapter: SlackAdapter | None = None,
 ) -> AsyncApp:
     client = client or make_web_client(config)
     app = AsyncApp(
@@ -91,6 +120,6 @@ def build_app(
         logger=logging.getLogger("bot.slack.bolt"),
     )
     app.middleware(dedup_middleware(SqlProcessedEvents(engine, clock)))
-    adapter = SlackAdapter(config, assistant, client, SqlApprovalMessages(engine, clock))
+    adapter = adapter or SlackAdapter(config, assistant, client, SqlApprovalMessages(engine, clock))
     register(app, adapter)
     return app

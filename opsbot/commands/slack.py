@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +17,9 @@ from opsbot.settings import Settings
 
 if TYPE_CHECKING:
     from bot.slack import SlackBotConfig
+    from bot.slack.core import AssistantPort
+
+    AssistantFactory = Callable[[Settings], AbstractAsyncContextManager[AssistantPort]]
 
 log = logging.getLogger(__name__)
 PRUNE_EVERY_SECONDS = 3600
@@ -54,51 +59,95 @@ def slack_config(settings: Settings) -> SlackBotConfig:
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.slack import SqlProcessedEvents, open_app, run_socket_mode, serve_http
-    from opsbot import assistant as assistant_module
-    from opsbot.serving import bind_socket
-    from opsbot.storage import create_engine
-
-    config = slack_config(settings)
-    if args.socket_mode and not config.app_token:
-        raise SystemExit("--socket-mode needs SLACK_APP_TOKEN")
-    open_assistant = getattr(assistant_module, "open_assistant", None)
-    if open_assistant is None:
-        raise SystemExit("this build has no opsbot.assistant.open_assistant to serve Slack with")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    port = settings.port if args.port is None else args.port
+    await serve_slack(settings, socket_mode=args.socket_mode, host=args.host, port=port, stop=stop)
+    return 0
+
+
+async def serve_slack(
+    settings: Settings,
+    *,
+    socket_mode: bool,
+    host: str,
+    port: int,
+    stop: asyncio.Event,
+    on_ready: Callable[[str], None] | None = None,
+    assistant_factory: AssistantFactory | None = None,
+) -> None:
+    """Run the Slack app until ``stop`` is set: HTTP (``on_ready`` gets the base URL) or
+    Socket Mode; plus the in-process expiry sweeper and pruning of processed event ids."""
+    from bot.slack import SqlProcessedEvents, open_bot, run_socket_mode, serve_http
+    from opsbot.assistant import open_assistant
+    from opsbot.serving import bind_socket
+    from opsbot.storage import create_engine
+
+    config = slack_config(settings)
+    if socket_mode and not config.app_token:
+        raise SystemExit("--socket-mode needs SLACK_APP_TOKEN")
+    factory = assistant_factory or open_assistant
     engine = create_engine(settings.resolved_database_url)
     try:
         async with (
-            open_assistant(settings) as assistant,
-            open_app(config, assistant, engine, socket_mode=args.socket_mode) as app,
+            factory(settings) as assistant,
+            open_bot(config, assistant, engine, socket_mode=socket_mode) as bot,
         ):
-            pruner = asyncio.create_task(
-                _prune_forever(
-                    SqlProcessedEvents(engine),
-                    timedelta(hours=settings.slack.event_retention_hours),
+            background = [
+                asyncio.create_task(
+                    _prune_forever(
+                        SqlProcessedEvents(engine),
+                        timedelta(hours=settings.slack.event_retention_hours),
+                    )
                 )
-            )
+            ]
+            sweep_forever = getattr(assistant, "sweep_forever", None)
+            if sweep_forever is not None:
+                background.append(
+                    asyncio.create_task(
+                        sweep_forever(
+                            settings.approvals.sweep_interval_seconds, bot.adapter.announce
+                        )
+                    )
+                )
             try:
-                if args.socket_mode:
+                if socket_mode:
                     assert config.app_token is not None
                     log.info("opsbot slack: Socket Mode")
-                    await run_socket_mode(app, config.app_token, stop)
+                    if on_ready is not None:
+                        on_ready("socket-mode")
+                    await run_socket_mode(bot.app, config.app_token, stop)
                 else:
-                    port = settings.port if args.port is None else args.port
-                    link = getattr(assistant, "complete_link", None)
-                    async with serve_http(app, bind_socket(args.host, port), link) as url:
+                    callback = _link_callback(assistant)
+                    async with serve_http(bot.app, bind_socket(host, port), callback) as url:
                         log.info("opsbot slack: listening on %s/slack/events", url)
+                        if on_ready is not None:
+                            on_ready(url)
                         await stop.wait()
             finally:
-                pruner.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pruner
+                for task in background:
+                    task.cancel()
+                for task in background:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
     finally:
         await engine.dispose()
-    return 0
+
+
+def _link_callback(assistant: Any) -> Callable[[str, str], Awaitable[str]] | None:
+    """With the in-process identity service, the web process finishes account links
+    (``/oauth/callback``); a remote broker serves that route itself."""
+    linking = getattr(getattr(assistant, "identities", None), "linking", None)
+    if linking is None:
+        return None
+
+    async def complete(state: str, code: str) -> str:
+        result = await linking.complete(state, code)
+        return str(result.link.email or result.link.subject)
+
+    return complete
 
 
 async def _prune_forever(store: Any, keep: timedelta) -> None:

@@ -1,0 +1,112 @@
+"""``opsbot slack``: the command's server (HTTP on a port, the in-process expiry sweeper's
+notices in Slack, the link callback) wired from Settings."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+
+import aiohttp
+
+from bot.slack.core import Decided, Refused
+from opsbot.commands.slack import serve_slack
+from opsbot.settings import Settings
+from tests.bot.conftest import ALICE
+from tests.bot.fake_assistant import FakeAssistant
+from tests.bot.test_slack_events import _texts
+from tests.fixtures.slack import (
+    APPROVALS_CHANNEL_ID,
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    FakeSlack,
+    SlackSender,
+    mention,
+)
+
+
+class SweepingAssistant(FakeAssistant):
+    """The fake core plus a sweeper that expires everything pending when told to."""
+
+    expire_now: asyncio.Event
+
+    async def sweep_forever(
+        self, interval: float, notify: Callable[[Decided], Awaitable[None]]
+    ) -> None:
+        await self.expire_now.wait()
+        for approval_id, view in list(self.approvals.items()):
+            if view.status == "pending":
+                self.approvals[approval_id] = replace(view, status="expired")
+                await notify(
+                    Decided(
+                        approval_id,
+                        "expired",
+                        "expiry (no decision in time)",
+                        "expired",
+                        view.requester_ref,
+                        Refused("Your request was not carried out."),
+                    )
+                )
+
+
+async def test_opsbot_slack_serves_http_and_posts_expiry_notices(
+    fake_slack: FakeSlack, sqlite_url: str
+) -> None:
+    assistant = SweepingAssistant()
+    assistant.expire_now = asyncio.Event()
+    assistant.link(ALICE, "alice", {"team-payments"})
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        slack_bot_token=BOT_TOKEN,
+        slack_signing_secret=SIGNING_SECRET,
+        slack_api_url=fake_slack.url,
+        database_url=sqlite_url,
+    )
+
+    @contextlib.asynccontextmanager
+    async def factory(_settings: Settings) -> AsyncIterator[SweepingAssistant]:
+        yield assistant
+
+    ready: asyncio.Queue[str] = asyncio.Queue()
+    stop = asyncio.Event()
+    server = asyncio.create_task(
+        serve_slack(
+            settings,
+            socket_mode=False,
+            host="127.0.0.1",
+            port=0,
+            stop=stop,
+            on_ready=ready.put_nowait,
+            assistant_factory=factory,
+        )
+    )
+    try:
+        url = await asyncio.wait_for(ready.get(), 20)
+        async with aiohttp.ClientSession() as session:
+            sender = SlackSender(url, session=session)
+            status, _ = await sender.post_event(
+                mention(ALICE.user_id, "update PAY-1 status=closed", channel="C0PAY", ts="5.1")
+            )
+            assert status == 200
+            await fake_slack.wait_for(
+                "chat.postMessage", where=lambda p: p["channel"] == "ops-approvals"
+            )
+            await fake_slack.settle()  # the card's location is saved after it is posted
+            assistant.expire_now.set()
+            await fake_slack.wait_for(
+                "chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID
+            )
+            told = await fake_slack.wait_for(
+                "chat.postMessage", where=lambda p: "expired" in p["text"]
+            )
+    finally:
+        stop.set()
+        await asyncio.wait_for(server, 20)
+    (card_key,) = [k for k in fake_slack.messages if k[0] == APPROVALS_CHANNEL_ID]
+    card = fake_slack.messages[card_key]
+    assert "Expired" in _texts(card["blocks"])
+    assert all(b["type"] != "actions" for b in card["blocks"])
+    assert told[0]["channel"] == "C0PAY"
+    assert told[0]["thread_ts"] == "5.1"
+    assert "before an approver decided it" in _texts(told[0]["blocks"])
