@@ -20,7 +20,10 @@ from typing import Any
 import httpx
 import jwt
 from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.server.lowlevel.server import request_ctx
+from starlette.requests import Request
 
 from mcp_servers.errors import JwksUnavailableError, TokenRejectedError, ToolRefusedError
 
@@ -59,10 +62,10 @@ class JwksClient:
     async def get_key(self, kid: str | None) -> jwt.PyJWK:
         """The signing key for ``kid`` (the only key when ``kid`` is absent and there is one)."""
         if self._stale():
-            await self._refresh()
+            await self._refresh(self._fetched_at)
         key = self._pick(kid)
         if key is None and self._may_refetch():
-            await self._refresh()  # the IdP may have rotated its keys
+            await self._refresh(self._fetched_at)  # the IdP may have rotated its keys
             key = self._pick(kid)
         if key is None:
             raise TokenRejectedError("token signed with an unknown key")
@@ -86,8 +89,10 @@ class JwksClient:
         age = self._age()
         return age is None or age >= self._min_refetch_seconds
 
-    async def _refresh(self) -> None:
+    async def _refresh(self, seen: datetime | None) -> None:
         async with self._lock:
+            if self._fetched_at != seen:
+                return  # another request refreshed while this one waited
             try:
                 async with self._client() as http:
                     url = self._jwks_url or await self._discover(http)
@@ -253,12 +258,30 @@ class JwtVerifier:
         )
 
 
+def _request_token() -> AccessToken | None:
+    """The token of the HTTP request that carried the current MCP message.
+
+    Why not only ``get_access_token()``: in a stateful session the SDK runs handlers in the
+    session's task, whose context holds the token of the request that *opened* the session;
+    a later request's (refreshed, possibly narrower) token would be ignored.
+    """
+    try:
+        context = request_ctx.get()
+    except LookupError:
+        return get_access_token()
+    request = context.request
+    user = request.scope.get("user") if isinstance(request, Request) else None
+    if isinstance(user, AuthenticatedUser):
+        return user.access_token
+    return None
+
+
 def current_caller(required_scope: str) -> Caller:
     """The verified caller of the current tool call; refuses it without ``required_scope``.
 
     The HTTP gate already answered 403 for a missing tool scope; this is the second check.
     """
-    token = get_access_token()
+    token = _request_token()
     if token is None or token.claims is None:
         raise ToolRefusedError("not authenticated")
     caller = Caller.from_claims(token.claims)

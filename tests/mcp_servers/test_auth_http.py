@@ -232,3 +232,37 @@ async def test_tokens_never_reach_the_logs(
     for token in (good, expired, wrong):
         assert token not in logged
         assert token.split(".")[2] not in logged  # not even the signature part
+
+
+class SwitchableBearer(httpx.Auth):
+    """Sends whatever token is current: a client refreshing its token mid-session."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def auth_flow(self, request: httpx.Request):  # type: ignore[no-untyped-def]
+        request.headers["Authorization"] = f"Bearer {self.token}"
+        yield request
+
+
+async def test_each_call_is_authorised_with_the_token_it_carries(
+    reference_servers: ReferenceServers, mcp_token: MintToken
+) -> None:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    # Same user (the session stays theirs), but the refreshed token carries other groups:
+    # the call must be decided by the token it arrived with, not the one that opened the session.
+    auth = SwitchableBearer(mcp_token("alice", "ticketing", groups=["team-payments"]))
+    async with (
+        create_mcp_http_client(auth=auth) as http,
+        streamable_http_client(reference_servers.ticketing.url, http_client=http) as (r, w, _),
+        ClientSession(r, w) as session,
+    ):
+        await session.initialize()
+        first = await session.call_tool("search_tickets", {"limit": 100})
+        assert {t["project"] for t in (first.structuredContent or {})["tickets"]} == {"PAY"}
+        auth.token = mcp_token("alice", "ticketing", groups=["team-platform"])
+        second = await session.call_tool("search_tickets", {"limit": 100})
+        assert {t["project"] for t in (second.structuredContent or {})["tickets"]} == {"PLAT"}

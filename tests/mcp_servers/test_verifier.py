@@ -124,3 +124,15 @@ def test_caller_reads_teams_actor_and_scopes() -> None:
     assert caller.actor == "opsbot"
     assert caller.teams == {"platform"}
     assert caller.scopes == {"tickets:read", "tickets:write"}
+
+
+async def test_concurrent_first_requests_fetch_the_jwks_once(mcp_test_issuer: TestIssuer) -> None:
+    import asyncio
+
+    http = Counting()
+    jwks = JwksClient(issuer=mcp_test_issuer.issuer, jwks_url=mcp_test_issuer.jwks_url, http=http)
+    verifier = JwtVerifier(issuer=mcp_test_issuer.issuer, audience=AUD, jwks=jwks)
+    token = mcp_test_issuer.mint(sub="alice", aud=AUD)
+    await asyncio.gather(*(verifier.verify(token) for _ in range(20)))
+    assert http.requests == 1
+    await http.aclose()
