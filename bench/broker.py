@@ -143,7 +143,13 @@ async def _measure(
     hits = snap["cache_hits"] - base["cache_hits"]
     misses = snap["cache_misses"] - base["cache_misses"]
     exchange_ms = [s * 1000 for s in list(broker.metrics.exchange_latencies)[-args.rounds :]]
+    sequential: list[float] = []
+    for _ in range(200):
+        started = time.perf_counter()
+        await client.get_token(alice, args.server)
+        sequential.append((time.perf_counter() - started) * 1000)
     return {
+        "sequential_warm_ms": {"p50": _pct(sequential, 0.5), "p99": _pct(sequential, 0.99)},
         "concurrent": args.concurrent,
         "rounds": args.rounds,
         "calls": 2 * args.rounds * args.concurrent,
