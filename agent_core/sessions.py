@@ -67,6 +67,7 @@ class _Held:
         self.stop = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.http_errors: list[int] = []
+        self.failure: Exception | None = None
 
     @property
     def dead(self) -> bool:
@@ -192,6 +193,7 @@ class RunSessions:
                 held.ready.set_result((session, init))
                 await held.stop.wait()
         except BaseException as exc:  # the failure is reported to whoever waits on it
+            held.failure = exc if isinstance(exc, Exception) else None
             if not held.ready.done():
                 held.ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError())
             if isinstance(exc, asyncio.CancelledError):
@@ -211,9 +213,7 @@ class RunSessions:
         held = self._held[server]
         self._stats.tool_calls += 1
         try:
-            result = await session.call_tool(
-                tool, args, read_timeout_seconds=timedelta(seconds=timeout)
-            )
+            result = await self._call_or_die(held, session, tool, args, timeout)
         except McpError as exc:
             if exc.error.code == httpx.codes.REQUEST_TIMEOUT:
                 failure: ToolCallError = ToolTimeoutError(
@@ -228,12 +228,40 @@ class RunSessions:
                 failure = classify_failure(server, exc, held.http_errors)
             await self._health.record(server, failure)
             raise failure from None
-        except (httpx.HTTPError, OSError) as exc:
+        except (httpx.HTTPError, OSError, ExceptionGroup) as exc:
             failure = classify_failure(server, exc, held.http_errors)
             await self._health.record(server, failure)
             raise failure from None
         await self._health.record(server, None)
         return result
+
+    @staticmethod
+    async def _call_or_die(
+        held: _Held,
+        session: ClientSession,
+        tool: str,
+        args: dict[str, Any],
+        timeout: float,  # noqa: ASYNC109
+    ) -> CallToolResult:
+        # When the transport dies (a 401 or 5xx on this POST), the session task is cancelled
+        # and cannot tell the pending request; watch the session task too.
+        call = asyncio.ensure_future(
+            session.call_tool(tool, args, read_timeout_seconds=timedelta(seconds=timeout))
+        )
+        watched: set[asyncio.Future[Any]] = {call}
+        if held.task is not None:
+            watched.add(held.task)
+        try:
+            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            call.cancel()
+            raise
+        if call.done():
+            return call.result()
+        call.cancel()
+        with contextlib.suppress(BaseException):
+            await call
+        raise held.failure or ConnectionError("the MCP session ended")
 
     async def discover(self, server: str) -> ServerTools:
         """The server's tools: from the cache, or (cold) from ``tools/list``."""

@@ -1,0 +1,181 @@
+"""The error-mapping ``wrap_tool_call`` and read retries, against a fault-injecting server.
+
+Transient failures (5xx, 429, timeouts) of idempotent reads are retried; writes never are,
+and a write that failed ambiguously is reported as "outcome unknown".
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from agent_core import Agent, AgentConfig, Answer, Interrupt, ServerConfig, ToolPolicy
+from agent_core.threads import MemoryThreadStore, PlatformRef
+from broker import Identity
+from tests.fixtures.agent import (
+    FAKE_POLICY,
+    FakeBroker,
+    FaultPlan,
+    ScriptedChatModel,
+    call,
+    fake_mcp_server,
+    final,
+    tool_results,
+)
+
+ALICE = Identity("alice")
+
+
+def echo(messages: list[BaseMessage]) -> Any:
+    results = tool_results(messages)
+    return final(str(results[-1].content) if results else "none")
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[tuple[str, FaultPlan]]:
+    async with fake_mcp_server() as server:
+        yield server
+
+
+def make_agent(url: str, model: Any, **config: Any) -> Agent:
+    config.setdefault("retry_initial_delay", 0.0)
+    return Agent(
+        AgentConfig(servers=(ServerConfig("fake", url, url),), **config),
+        model=model,
+        broker=FakeBroker(),
+        threads=MemoryThreadStore(),
+        checkpointer=InMemorySaver(),
+        policy=ToolPolicy.from_yaml(FAKE_POLICY),
+    )
+
+
+async def run(agent: Agent, text: str) -> Any:
+    thread = await agent.threads.get_or_create(PlatformRef("t", "T", "C", text), "alice")
+    return thread.thread_id, await agent.run(ALICE, thread.thread_id, text)
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 429])
+async def test_transient_read_failure_is_retried(fake: tuple[str, FaultPlan], status: int) -> None:
+    url, plan = fake
+    model = ScriptedChatModel(steps=[call("fake_lookup", item="X-1"), echo])
+    agent = make_agent(url, model, read_retries=2)
+    plan.http_failures["lookup"] = [status, status]
+
+    _, result = await run(agent, "look up X-1")
+
+    assert isinstance(result, Answer)
+    assert '"status": "ok"' in result.answer
+    assert plan.calls["lookup"] == 3
+
+
+async def test_read_retries_are_bounded_then_reported(fake: tuple[str, FaultPlan]) -> None:
+    url, plan = fake
+    model = ScriptedChatModel(steps=[call("fake_lookup", item="X-1"), echo])
+    agent = make_agent(url, model, read_retries=1, breaker_threshold=10)
+    plan.http_failures["lookup"] = [503, 503, 503]
+
+    _, result = await run(agent, "look up X-1")
+
+    assert isinstance(result, Answer)
+    assert plan.calls["lookup"] == 2
+    assert "fake_lookup failed" in result.answer
+    assert "Try again later" in result.answer
+
+
+async def test_read_timeout_is_retried(fake: tuple[str, FaultPlan]) -> None:
+    url, plan = fake
+    model = ScriptedChatModel(steps=[call("fake_slow_lookup", item="X-1", seconds=0.5), echo])
+    agent = make_agent(url, model, read_timeout=0.1, read_retries=1, breaker_threshold=10)
+
+    _, result = await run(agent, "slow read")
+
+    assert isinstance(result, Answer)
+    assert plan.calls["slow_lookup"] == 2
+    assert "timed out" in result.answer
+
+
+async def test_write_timeout_is_not_retried_and_outcome_is_unknown(
+    fake: tuple[str, FaultPlan],
+) -> None:
+    url, plan = fake
+    model = ScriptedChatModel(steps=[call("fake_slow_change", item="X-1", seconds=0.5), echo])
+    agent = make_agent(url, model, write_timeout=0.1, read_retries=3)
+    thread, pending = await run(agent, "slow write")
+    assert isinstance(pending, Interrupt)
+
+    result = await agent.resume(ALICE, thread, [{"type": "approve"}])
+
+    assert isinstance(result, Answer)
+    assert plan.calls["slow_change"] == 1
+    assert "outcome is unknown" in result.answer
+    assert "Check with a read tool before retrying" in result.answer
+
+
+async def test_write_5xx_is_not_retried(fake: tuple[str, FaultPlan]) -> None:
+    url, plan = fake
+    model = ScriptedChatModel(steps=[call("fake_change", item="X-1"), echo])
+    agent = make_agent(url, model, read_retries=3)
+    plan.http_failures["change"] = [503]
+    thread, pending = await run(agent, "write")
+    assert isinstance(pending, Interrupt)
+
+    result = await agent.resume(ALICE, thread, [{"type": "approve"}])
+
+    assert isinstance(result, Answer)
+    assert plan.calls["change"] == 1
+    assert "outcome is unknown" in result.answer
+
+
+async def test_writes_carry_an_idempotency_key_from_thread_and_call(
+    fake: tuple[str, FaultPlan],
+) -> None:
+    from agent_core import idempotency_key
+
+    url, _plan = fake
+    model = ScriptedChatModel(steps=[call("fake_change", "call-fixed", item="X-1"), echo])
+    agent = make_agent(url, model)
+    thread, pending = await run(agent, "write")
+    assert isinstance(pending, Interrupt)
+    assert "idempotency_key" not in pending.action_requests[0].args
+    assert "idempotency_key" not in (agent.tool_schema("fake_change") or {})["properties"]
+
+    result = await agent.resume(ALICE, thread, [{"type": "approve"}], approval_id="apr-9")
+
+    assert isinstance(result, Answer)
+    assert idempotency_key("apr-9", "call-fixed") in result.answer
+    assert idempotency_key("apr-9", "call-fixed") != idempotency_key(thread, "call-fixed")
+
+
+async def test_circuit_breaker_opens_and_the_server_is_left_out(
+    fake: tuple[str, FaultPlan],
+) -> None:
+    url, plan = fake
+    model = ScriptedChatModel(steps=[call("fake_lookup", item="X-1"), echo])
+    agent = make_agent(url, model, read_retries=2, breaker_threshold=3)
+    plan.http_failures["lookup"] = [503, 503, 503]
+    _, first = await run(agent, "first")
+    assert isinstance(first, Answer)
+    assert await agent.health.is_open("fake")
+
+    model.steps = [call("fake_lookup", item="X-1"), echo]
+    _, second = await run(agent, "second")
+
+    assert isinstance(second, Answer)
+    assert plan.calls["lookup"] == 3  # nothing more reached the server
+    assert any("fake" in c and "unavailable" in c for c in second.caveats)
+    assert "unavailable" in second.answer
+    assert "fake_lookup" not in model.bound_tools[-1]
+
+
+async def test_each_run_sends_its_own_users_token(fake: tuple[str, FaultPlan]) -> None:
+    url, plan = fake
+    model = ScriptedChatModel(steps=[call("fake_lookup", item="X-1"), echo])
+    agent = make_agent(url, model)
+    for user in ("alice", "bob"):
+        thread = await agent.threads.get_or_create(PlatformRef("t", "T", "C", user), user)
+        await agent.run(Identity(user), thread.thread_id, f"look up for {user}")
+    assert set(plan.auth) == {"Bearer tok-alice-fake", "Bearer tok-bob-fake"}
