@@ -1,0 +1,143 @@
+"""``opsbot slack`` as deployed, built only from Settings (``open_assistant``: SQL link store,
+in-process broker, the offline demo model, approvals), against the dev IdP, the reference MCP
+servers and the fake Slack: link an account from Slack, ask, and approve a write."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import httpx
+import pytest
+
+from mcp_servers import ReferenceServers
+from opsbot.commands.slack import serve_slack
+from opsbot.settings import BrokerSettings, IdpSettings, McpServerSettings, Settings
+from tests.bot.test_slack_events import _texts
+from tests.fixtures.identity import RunningIdp, sign_in_at_login_page
+from tests.fixtures.slack import (
+    APPROVALS_CHANNEL_ID,
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    FakeSlack,
+    SlackSender,
+    block_action,
+    mention,
+)
+
+
+@pytest.fixture
+def mcp_trusted_issuer(dev_idp: RunningIdp) -> tuple[str, str | None]:
+    return dev_idp.issuer, dev_idp.jwks_url
+
+
+@pytest.fixture
+async def app_url(
+    fake_slack: FakeSlack,
+    dev_idp: RunningIdp,
+    reference_servers: ReferenceServers,
+    sqlite_url: str,
+    tmp_path: Path,
+) -> AsyncIterator[str]:
+    for server in reference_servers:
+        dev_idp.provider.set_audience(server.name, server.audience)
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        slack_bot_token=BOT_TOKEN,
+        slack_signing_secret=SIGNING_SECRET,
+        slack_api_url=fake_slack.url,
+        database_url=sqlite_url,
+        data_dir=tmp_path,
+        model="demo",
+        idp=IdpSettings(
+            issuer=dev_idp.issuer,
+            client_id=dev_idp.client_id,
+            client_secret=dev_idp.client_secret,  # type: ignore[arg-type]
+        ),
+        mcp_servers=[
+            McpServerSettings(name=s.name, url=s.url, audience=s.audience)
+            for s in reference_servers
+        ],
+        broker=BrokerSettings(link_callback_url="http://127.0.0.1:9/oauth/callback"),
+    )
+    ready: asyncio.Queue[str] = asyncio.Queue()
+    stop = asyncio.Event()
+    server = asyncio.create_task(
+        serve_slack(
+            settings,
+            socket_mode=False,
+            host="127.0.0.1",
+            port=0,
+            stop=stop,
+            on_ready=ready.put_nowait,
+        )
+    )
+    try:
+        yield await asyncio.wait_for(ready.get(), 30)
+    finally:
+        stop.set()
+        await asyncio.wait_for(server, 30)
+
+
+async def _link_from_slack(sender: SlackSender, app: str, user: str, username: str) -> None:
+    """``/ops link`` → the Connect button's URL → the IdP's login page → /oauth/callback."""
+    status, body = await sender.post_command("link", user=user)
+    assert status == 200
+    login_url = json.loads(body)["blocks"][1]["elements"][0]["url"]
+    async with httpx.AsyncClient() as http:
+        reply = await sign_in_at_login_page(http, login_url, username)
+        page = await http.get(f"{app}/oauth/callback", params=reply)
+    assert page.status_code == 200, page.text
+    assert "Connected as" in page.text
+
+
+async def test_link_ask_and_approve_through_the_configured_app(
+    app_url: str, fake_slack: FakeSlack, reference_servers: ReferenceServers
+) -> None:
+    async with aiohttp.ClientSession() as session:
+        sender = SlackSender(app_url, session=session)
+        status, body = await sender.post_command("status", user="U0ALICE")
+        assert status == 200
+        assert "not connected" in body
+        await _link_from_slack(sender, app_url, "U0ALICE", "alice")
+        await _link_from_slack(sender, app_url, "U0BOB", "bob")
+        status, body = await sender.post_command("status", user="U0ALICE")
+        assert status == 200
+        assert "Connected as *alice" in body
+
+        await sender.post_event(mention("U0ALICE", "show ticket PAY-101", ts="7.1"))
+        answer = (await fake_slack.wait_for("chat.update", wait=60))[0]
+        assert "PAY-101" in _texts(answer["blocks"])
+
+        await sender.post_event(
+            mention(
+                "U0ALICE",
+                "close ticket PAY-102 because merchants re-exported",
+                channel="C0PAY",
+                ts="7.2",
+            )
+        )
+        await fake_slack.wait_for(
+            "chat.postMessage", where=lambda p: p["channel"] == "ops-approvals", wait=60
+        )
+        await fake_slack.settle()
+        (card_key,) = [k for k in fake_slack.messages if k[0] == APPROVALS_CHANNEL_ID]
+        card = fake_slack.messages[card_key]
+        approval_id = card["blocks"][-1]["elements"][0]["value"]
+        await sender.post_interaction(
+            block_action("U0BOB", "approval_approve", approval_id, message_ts=card["ts"])
+        )
+        await fake_slack.wait_for(
+            "chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID, wait=60
+        )
+        told = await fake_slack.wait_for(
+            "chat.postMessage",
+            where=lambda p: p["channel"] == "C0PAY" and "approved" in p["text"],
+            wait=60,
+        )
+    closes = [c for c in await reference_servers.tickets.all_changes() if c.ticket_key == "PAY-102"]
+    assert [(c.tool, c.subject) for c in closes] == [("close_ticket", "alice")]
+    assert told[0]["thread_ts"] == "7.2"
