@@ -1,7 +1,7 @@
 """The dev IdP's state and grants (DEVELOPMENT AND TESTS ONLY; no persistence, one process).
 
 Keys are RSA pairs generated at start; tokens are signed with pyjwt. Codes and refresh tokens
-live in memory. Refresh tokens are not rotated, so several broker instances can share one.
+live in memory. Refresh tokens are not rotated unless ``rotate_refresh_tokens=True``.
 """
 
 from __future__ import annotations
@@ -113,6 +113,7 @@ class DevIdentityProvider:
         refresh_token_ttl: timedelta = timedelta(days=30),
         code_ttl: timedelta = timedelta(minutes=2),
         admin_token: str | None = None,
+        rotate_refresh_tokens: bool = False,
     ) -> None:
         self.issuer = issuer.rstrip("/")
         self.directory = directory
@@ -124,6 +125,8 @@ class DevIdentityProvider:
         self.refresh_token_ttl = refresh_token_ttl
         self.code_ttl = code_ttl
         self.admin_token = admin_token
+        # Okta and Entra rotate refresh tokens; off by default so broker replicas can share one.
+        self.rotate_refresh_tokens = rotate_refresh_tokens
         self.stats = DevIdpStats()
         self._revoked = {u.subject for u in directory.users.values() if u.revoked}
         self._codes: dict[str, _Code] = {}
@@ -278,7 +281,13 @@ class DevIdentityProvider:
         if self.is_revoked(stored.subject):
             raise OAuthError("invalid_grant", "this user's access has been revoked")
         self.stats.refreshes += 1
-        return self._login_tokens(client, stored.subject, stored.scope, None)
+        response = self._login_tokens(client, stored.subject, stored.scope, None)
+        if self.rotate_refresh_tokens:
+            del self._refresh[form["refresh_token"]]
+            rotated = secrets.token_urlsafe(48)
+            self._refresh[rotated] = stored
+            response["refresh_token"] = rotated
+        return response
 
     def revoke_token(self, client: DevClient, token: str) -> None:
         """RFC 7009: forget a refresh token of this client (unknown tokens are ignored)."""

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from datetime import timedelta
 
+import httpx
 import jwt
 import pytest
 
@@ -251,3 +252,47 @@ async def test_metrics_count_exchanges_hits_misses_and_failures(
     assert snap["failures"] == {"ExchangeFailedError": 1}
     assert snap["exchange_ms_p50"] > 0
     assert snap["exchange_seconds_total"] > 0
+
+
+async def test_rotated_refresh_token_is_stored_and_the_old_one_is_dead() -> None:
+    async with (
+        start_dev_idp(rotate_refresh_tokens=True) as idp,
+        open_broker(idp) as harness,
+    ):
+        alice = await harness.link("alice")
+        assert alice.chat_user is not None
+        first = await harness.links.refresh_token(alice.chat_user)
+        await harness.broker.get_token(alice, "docs")
+        second = await harness.links.refresh_token(alice.chat_user)
+        assert first
+        assert second
+        assert first != second
+        await harness.broker.invalidate_user("alice")
+        await harness.broker.get_token(alice, "ticketing")  # refreshes with the stored one
+        assert idp.provider.stats.refreshes == 2
+        async with httpx.AsyncClient() as http:
+            old = await http.post(
+                idp.token_url,
+                data={"grant_type": "refresh_token", "refresh_token": first},
+                auth=(idp.client_id, idp.client_secret),
+            )
+        assert old.json()["error"] == "invalid_grant"
+
+
+async def test_userinfo_answers_for_a_login_access_token(dev_idp: RunningIdp) -> None:
+    from tests.fixtures.identity import login_user
+
+    tokens = await login_user(dev_idp, "erin")
+    async with httpx.AsyncClient() as http:
+        ok = await http.get(
+            f"{dev_idp.issuer}/userinfo",
+            headers={"Authorization": f"Bearer {tokens.access_token}"},
+        )
+        bad = await http.get(f"{dev_idp.issuer}/userinfo", headers={"Authorization": "Bearer nope"})
+    assert ok.json() == {
+        "sub": "erin",
+        "email": "erin@example.com",
+        "name": "Erin Evans",
+        "groups": ["contractors"],
+    }
+    assert bad.status_code == 401
