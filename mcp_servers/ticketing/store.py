@@ -9,10 +9,9 @@ triggers refuse UPDATE and DELETE on it).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,76 +31,18 @@ from mcp_servers.ticketing.models import (
     Ticket,
     TicketSummary,
 )
+from mcp_servers.ticketing.schema import (
+    APPEND_ONLY,
+    change_log,
+    comments,
+    fingerprint,
+    idempotency,
+    metadata,
+    projects,
+    tickets,
+)
 
 M = TypeVar("M", bound=BaseModel)
-
-metadata = sa.MetaData()
-
-projects = sa.Table(
-    "projects",
-    metadata,
-    sa.Column("key", sa.String(16), primary_key=True),
-    sa.Column("name", sa.String(200), nullable=False),
-    sa.Column("team", sa.String(64), nullable=False),
-)
-tickets = sa.Table(
-    "tickets",
-    metadata,
-    sa.Column("key", sa.String(32), primary_key=True),
-    sa.Column("project", sa.ForeignKey("projects.key"), nullable=False),
-    sa.Column("number", sa.Integer, nullable=False),
-    sa.Column("title", sa.String(300), nullable=False),
-    sa.Column("description", sa.Text, nullable=False),
-    sa.Column("status", sa.String(16), nullable=False),
-    sa.Column("priority", sa.String(16), nullable=False),
-    sa.Column("assignee", sa.String(128)),
-    sa.Column("created_by", sa.String(128), nullable=False),
-    sa.Column("created_at", sa.String(40), nullable=False),
-    sa.Column("updated_at", sa.String(40), nullable=False),
-)
-comments = sa.Table(
-    "comments",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("ticket_key", sa.ForeignKey("tickets.key"), nullable=False),
-    sa.Column("author", sa.String(128), nullable=False),
-    sa.Column("body", sa.Text, nullable=False),
-    sa.Column("created_at", sa.String(40), nullable=False),
-)
-idempotency = sa.Table(
-    "idempotency_keys",
-    metadata,
-    sa.Column("subject", sa.String(128), primary_key=True),
-    sa.Column("key", sa.String(200), primary_key=True),
-    sa.Column("tool", sa.String(64), nullable=False),
-    sa.Column("fingerprint", sa.String(64), nullable=False),
-    sa.Column("result", sa.Text, nullable=False),
-    sa.Column("created_at", sa.String(40), nullable=False),
-)
-change_log = sa.Table(
-    "change_log",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("at", sa.String(40), nullable=False),
-    sa.Column("subject", sa.String(128), nullable=False),
-    sa.Column("actor", sa.String(128)),
-    sa.Column("tool", sa.String(64), nullable=False),
-    sa.Column("ticket_key", sa.String(32)),
-    sa.Column("idempotency_key", sa.String(200)),
-    sa.Column("change", sa.Text, nullable=False),
-)
-
-_APPEND_ONLY = [
-    "CREATE TRIGGER IF NOT EXISTS change_log_no_update BEFORE UPDATE ON change_log "
-    "BEGIN SELECT RAISE(ABORT, 'change_log is append-only'); END",
-    "CREATE TRIGGER IF NOT EXISTS change_log_no_delete BEFORE DELETE ON change_log "
-    "BEGIN SELECT RAISE(ABORT, 'change_log is append-only'); END",
-]
-
-
-def fingerprint(tool: str, args: dict[str, Any]) -> str:
-    canonical = json.dumps({"tool": tool, "args": args}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +78,7 @@ class TicketStore:
         async with engine.begin() as conn:
             await conn.run_sync(metadata.create_all)
             if engine.dialect.name == "sqlite":
-                for statement in _APPEND_ONLY:
+                for statement in APPEND_ONLY:
                     await conn.execute(sa.text(statement))
         return cls(engine, clock=clock, base_url=base_url)
 
@@ -488,7 +429,3 @@ def _entry(row: Any) -> ChangeEntry:
         idempotency_key=row["idempotency_key"],
         change=json.loads(row["change"]),
     )
-
-
-def keys_of(items: Iterable[TicketSummary]) -> list[str]:
-    return [item.key for item in items]

@@ -266,3 +266,21 @@ async def test_each_call_is_authorised_with_the_token_it_carries(
         auth.token = mcp_token("alice", "ticketing", groups=["team-platform"])
         second = await session.call_tool("search_tickets", {"limit": 100})
         assert {t["project"] for t in (second.structuredContent or {})["tickets"]} == {"PLAT"}
+
+
+async def test_oversized_body_is_refused_and_the_server_keeps_serving(
+    reference_servers: ReferenceServers, mcp_token: MintToken
+) -> None:
+    token = mcp_token("alice", "ticketing")
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    async with httpx.AsyncClient() as http:
+        response = await http.post(
+            reference_servers.ticketing.url, content=b"x" * 1_100_000, headers=headers
+        )
+    assert response.status_code == 413
+    async with mcp_session(reference_servers.ticketing, token) as session:
+        assert not (await session.call_tool("get_ticket", {"key": "PAY-101"})).isError
