@@ -182,8 +182,10 @@ def home_view(
         {"type": "header", "text": {"type": "plain_text", "text": "opsbot"}},
         section(status_text(status)),
     ]
-    if not status.linked and status.login_url:
-        blocks += connect_prompt(status.login_url).blocks[1:]
+    if not status.linked:
+        if status.login_url:
+            blocks += connect_prompt(status.login_url).blocks[1:]
+        return {"type": "home", "blocks": blocks}
     blocks.append({"type": "divider"})
     blocks.append(section("*Your pending requests*"))
     if pending:

@@ -66,6 +66,7 @@ class FakeAssistant:
     messages: list[tuple[ChatUser, PlatformRef, str]] = field(default_factory=list)
     decisions: list[tuple[ChatUser, str, Decision]] = field(default_factory=list)
     run_delay: float = 0.0
+    decide_delay: float = 0.0
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -138,6 +139,8 @@ class FakeAssistant:
         self, approver: ChatUser, approval_id: str, decision: Decision
     ) -> DecisionOutcome:
         self.decisions.append((approver, approval_id, decision))
+        if self.decide_delay:
+            await asyncio.sleep(self.decide_delay)
         person = self._person(approver)
         if person is None:
             return LinkRequired(await self.link_url(approver))

@@ -7,7 +7,7 @@ import asyncio
 import json
 from typing import Any
 
-from tests.bot.conftest import ALICE, BOB, DAVE, ERIN, SlackEnv
+from tests.bot.conftest import ALICE, BOB, DAVE, ERIN, RunApp, SlackEnv
 from tests.bot.fake_assistant import FakeAssistant
 from tests.bot.test_slack_events import _texts
 from tests.fixtures.slack import (
@@ -265,3 +265,31 @@ async def test_edit_or_reject_by_a_non_approver_turns_the_modal_into_a_refusal(
     await env.fake.settle()
     assert fake_assistant.executed == []
     assert _buttons(env.fake.messages[(APPROVALS_CHANNEL_ID, card["ts"])])
+
+
+async def test_slow_edit_closes_the_modal_in_time_and_reports_when_done(
+    run_app: RunApp, fake_assistant: FakeAssistant
+) -> None:
+    fake_assistant.decide_delay = 0.5  # longer than the submission wait below
+    async with run_app(fake_assistant, submission_wait_seconds=0.1) as env:
+        card = await _request_write(env)
+        modal = await _open_edit(env, BOB.user_id, card)
+        status, body = await env.sender.post_interaction(
+            view_submission(BOB.user_id, modal, _edit_values("open", "9"))
+        )
+        assert (status, body) == (200, "")  # acked before the core answered
+        note = (await env.fake.wait_for("chat.postEphemeral"))[0]
+        assert note["user"] == BOB.user_id
+        assert "priority: must be between 1 and 5" in note["text"]
+        status, body = await env.sender.post_interaction(
+            view_submission(BOB.user_id, modal, _edit_values("open", "3"))
+        )
+        assert (status, body) == (200, "")
+        await env.fake.wait_for("chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID)
+    assert fake_assistant.executed == [
+        (
+            "ticketing_update_ticket",
+            {"ticket_id": "PAY-1", "status": "open", "priority": 3},
+            "alice@example.com",
+        )
+    ]
