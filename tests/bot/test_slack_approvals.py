@@ -293,3 +293,26 @@ async def test_slow_edit_closes_the_modal_in_time_and_reports_when_done(
             "alice@example.com",
         )
     ]
+
+
+async def test_approve_from_app_home_updates_the_card_and_foreign_teams_are_refused(
+    env: SlackEnv, fake_assistant: FakeAssistant
+) -> None:
+    card = await _request_write(env)
+    await env.fake.settle()
+    foreign = block_action("U0GUEST", "approval_approve", "ap1", team="T0GUEST")
+    await env.sender.post_interaction(foreign)
+    refusal = (await env.fake.wait_for("chat.postEphemeral"))[0]
+    assert refusal["user"] == "U0GUEST"
+    assert "not available to your workspace" in refusal["text"]
+    assert fake_assistant.decisions == []
+    # A click on the Home tab has no channel or message: the card is found by approval id.
+    home_click = block_action(BOB.user_id, "approval_approve", "ap1")
+    home_click["container"] = {"type": "view", "view_id": "VHOME"}
+    del home_click["channel"], home_click["message"]
+    status, _ = await env.sender.post_interaction(home_click)
+    assert status == 200
+    await env.fake.wait_for("chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID)
+    updated = env.fake.messages[(APPROVALS_CHANNEL_ID, card["ts"])]
+    assert _buttons(updated) == {}
+    assert len(fake_assistant.executed) == 1
