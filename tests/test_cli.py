@@ -32,7 +32,9 @@ def test_help_lists_the_subcommands() -> None:
     assert "migrate" in result.stdout
 
 
-@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 async def test_migrate_twice_is_a_no_op(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
