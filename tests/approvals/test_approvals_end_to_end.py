@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from langgraph.types import Command
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_core import Agent, Answer, Interrupt
@@ -36,6 +37,16 @@ from opsbot.storage import create_engine
 from tests.fixtures.agent import AgentEnv, ScriptedChatModel, call, final, tool_results
 
 APPROVE = ActionDecision("approve")
+
+
+@pytest.fixture
+def checkpoint_url(postgres_server_url: str, fresh_postgres_database: str) -> str:
+    """A separate PostgreSQL database for the LangGraph checkpointer, so its tables stay out
+    of the migrated opsbot database the other tests compare with the schema."""
+    url = make_url(postgres_server_url).set(database=fresh_postgres_database)
+    return url.render_as_string(hide_password=False)
+
+
 USERS = ("alice", "bob", "carol", "dave")
 
 
@@ -65,11 +76,15 @@ class Instance:
 
 @contextlib.asynccontextmanager
 async def instance(
-    env: AgentEnv, url: str, users: dict[str, Identity], model: ScriptedChatModel
+    env: AgentEnv,
+    url: str,
+    users: dict[str, Identity],
+    model: ScriptedChatModel,
+    checkpoints: str | None = None,
 ) -> AsyncIterator[Instance]:
     engine = create_engine(url)
     try:
-        async with open_checkpointer(url) as saver:
+        async with open_checkpointer(checkpoints or url) as saver:
             log = AuditLog(SqlAuditSink(engine))
             agent = env.agent(model, threads=SqlThreadStore(engine), checkpointer=saver)
             agent._observer = AuditObserver(log)
@@ -116,13 +131,13 @@ async def request_close(one: Instance, alice: Identity) -> tuple[str, Interrupt]
 
 @pytest.mark.postgres
 async def test_fifty_concurrent_approvals_on_two_instances_write_once(
-    agent_env: AgentEnv, postgres_url: str
+    agent_env: AgentEnv, postgres_url: str, checkpoint_url: str
 ) -> None:
     users = await link_all(agent_env)
     model = close_model()
     async with (
-        instance(agent_env, postgres_url, users, model) as first,
-        instance(agent_env, postgres_url, users, model) as second,
+        instance(agent_env, postgres_url, users, model, checkpoint_url) as first,
+        instance(agent_env, postgres_url, users, model, checkpoint_url) as second,
     ):
         approval_id, _ = await request_close(first, users["alice"])
         # Instance two has never run a turn: it still decides from the shared database.
@@ -320,13 +335,13 @@ async def test_crash_between_write_and_outcome_is_reconciled_and_a_retry_adds_no
 
 @pytest.mark.postgres
 async def test_an_edit_decided_on_another_instance_runs_the_edited_arguments(
-    agent_env: AgentEnv, postgres_url: str
+    agent_env: AgentEnv, postgres_url: str, checkpoint_url: str
 ) -> None:
     users = await link_all(agent_env)
     model = close_model()
     async with (
-        instance(agent_env, postgres_url, users, model) as first,
-        instance(agent_env, postgres_url, users, model) as second,
+        instance(agent_env, postgres_url, users, model, checkpoint_url) as first,
+        instance(agent_env, postgres_url, users, model, checkpoint_url) as second,
     ):
         approval_id, _ = await request_close(first, users["alice"])
         # The second instance has not discovered any tools: the schema stored with the
