@@ -368,7 +368,9 @@ class Agent:
         if len(names) > c.tool_selector_threshold:
             stack.append(
                 LLMToolSelectorMiddleware(
-                    model=self._selector_model, max_tools=c.tool_selector_max_tools
+                    model=self._selector_model,
+                    max_tools=c.tool_selector_max_tools,
+                    on_parsing_failure="all",  # a confused selector degrades, never fails
                 )
             )
         if self._fallbacks:
