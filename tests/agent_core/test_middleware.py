@@ -7,6 +7,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableLambda
+from pydantic import Field
 
 from agent_core import Answer, FinalAnswer, Interrupt, Source
 from agent_core.answer import collect_ids, verify_sources
@@ -143,7 +144,7 @@ def _with(config: Any, **changes: Any) -> Any:
 
 
 class SelectorModel(FunctionChatModel):
-    picked: list[str] = []
+    picked: list[str] = Field(default_factory=list)
 
     def with_structured_output(self, schema: Any, **kwargs: Any) -> Runnable[Any, Any]:
         return RunnableLambda(lambda _messages: {"tools": list(self.picked)})
