@@ -281,3 +281,35 @@ async def test_exchanged_dev_idp_token_runs_under_the_mapped_role(
             servers.database, dave, "run_readonly_query", {"sql": "SELECT 1"}
         )
         assert response.status_code == 403
+
+
+async def test_prepared_plans_never_leak_rows_between_users(ops_db: OpsDatabase) -> None:
+    """The same prepared statements, alternating users on one pooled connection: RLS is
+    re-applied for each role (PostgreSQL re-plans when the role changes)."""
+    from mcp_servers.auth import Caller
+    from mcp_servers.database import open_gateway
+
+    config = DatabaseConfig(
+        backend="postgres",
+        postgres_url=ops_db.gateway_url,
+        role_prefix=ops_db.prefix,
+        enable_query=True,
+    )
+
+    def caller(name: str, team: str) -> Caller:
+        return Caller(name, None, None, frozenset({"db:read"}), frozenset({f"team-{team}"}))
+
+    users = [caller("alice", "payments"), caller("carol", "platform"), caller("mallory", "search")]
+    async with open_gateway(config) as gateway:
+        pool = gateway._pool  # type: ignore[attr-defined]
+        await pool.resize(min_size=1, max_size=1)  # one connection: every call reuses it
+        for _ in range(3):  # prepare=True: the same prepared statements serve every user
+            for user in users:
+                (team,) = user.teams
+                _, rows, _ = await gateway.select(
+                    user, "SELECT team FROM orders WHERE team IN ({teams})", {}, limit=50
+                )
+                assert {r[0] for r in rows} == {team}
+                # Raw SQL asks for every team; RLS alone must confine it.
+                result = await gateway.raw_query(user, "SELECT DISTINCT team FROM deploys")
+                assert result.rows == [[team]]
