@@ -3,6 +3,7 @@
 Public API::
 
     from approvals import Approval, ApprovalStatus, ApprovalStore, SqlApprovalStore
+    from approvals import ApprovalService, DecisionReport    # decide, sweep, retry
     from approvals import ApprovalError, AlreadyDecidedError, NotAuthorisedError
 """
 
@@ -22,6 +23,7 @@ from approvals.records import (
     ApprovalStatus,
     ReadRef,
 )
+from approvals.service import ApprovalService, DecisionReport
 from approvals.store import ApprovalStore, MemoryApprovalStore, SqlApprovalStore
 
 __all__ = [
@@ -33,8 +35,10 @@ __all__ = [
     "ApprovalError",
     "ApprovalExpiredError",
     "ApprovalNotFoundError",
+    "ApprovalService",
     "ApprovalStatus",
     "ApprovalStore",
+    "DecisionReport",
     "InvalidEditError",
     "MemoryApprovalStore",
     "NotAuthorisedError",

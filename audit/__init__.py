@@ -18,6 +18,7 @@ from audit.log import (
     error_outcome,
 )
 from audit.observer import AuditObserver
+from audit.reconcile import McpChangeLog, Reconciler, ReconcileReport
 from audit.redaction import DETECTORS, detect_phone, detect_secret, redact, redact_text, summarise
 
 __all__ = [
@@ -30,7 +31,10 @@ __all__ = [
     "AuditQueryError",
     "AuditSink",
     "EventKind",
+    "McpChangeLog",
     "MemoryAuditSink",
+    "ReconcileReport",
+    "Reconciler",
     "SqlAuditSink",
     "detect_phone",
     "detect_secret",
