@@ -36,6 +36,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.errors import GraphBubbleUp, GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 from pydantic import ValidationError
@@ -55,7 +56,9 @@ from agent_core.answer import (
 from agent_core.binding import RunContext, ToolObserver
 from agent_core.decisions import validate_decisions
 from agent_core.errors import (
+    AgentError,
     CredentialError,
+    ModelUnavailableError,
     NoPendingApprovalError,
     ToolAuthError,
     ToolCallError,
@@ -121,6 +124,17 @@ def interrupt_on_for(
         for name in tools
         if not policy.is_read(name)
     }
+
+
+def _from_model(exc: BaseException) -> bool:
+    """Whether a failure came out of a chat model call (provider down, bad credentials...)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        if module.startswith("langchain_core.language_models"):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _describe(tool_call: ToolCall, state: Any, runtime: Any) -> str:
@@ -279,14 +293,26 @@ class Agent:
                     self._tools[d.prefixed_name] = build_tool(d, self.policy)
             graph = self._graph(names)
             config = self._config(thread_id)
-            await graph.ainvoke(payload(), config, context=ctx)
+            stopped = False
+            try:
+                await graph.ainvoke(payload(), config, context=ctx)
+            except GraphRecursionError:
+                stopped = True  # answered below from the state, like a call-limit stop
+            except (AgentError, GraphBubbleUp):
+                raise
+            except Exception as exc:
+                if not _from_model(exc):
+                    raise
+                raise ModelUnavailableError(
+                    f"the model failed ({type(exc).__name__}); please try again"
+                ) from exc
             state = await graph.aget_state(config)
             used = ctx.models_used[-1] if ctx.models_used else model_name(self._model)
             if state.interrupts:
                 return self._interrupt(
                     thread_id, state.values, state.interrupts[0].value, model_used=used
                 )
-            return self._answer(state.values, toolset, used)
+            return self._answer(state.values, toolset, used, stopped=stopped)
         finally:
             await sessions.aclose()
 
@@ -428,7 +454,9 @@ class Agent:
                 collect_ids(m.content, ids)
         return seen
 
-    def _answer(self, values: Mapping[str, Any], toolset: _Toolset, used: str) -> Answer:
+    def _answer(
+        self, values: Mapping[str, Any], toolset: _Toolset, used: str, *, stopped: bool = False
+    ) -> Answer:
         turn = self._turn(values)
         caveats = [
             f"The {s} server was unavailable; its data is not included."
@@ -444,7 +472,7 @@ class Agent:
             answer.caveats = [*answer.caveats, *(c for c in caveats if c not in answer.caveats)]
             return answer
         last = next((m for m in reversed(turn) if isinstance(m, AIMessage)), None)
-        if last is not None and LIMIT_TEXT in last.text:
+        if stopped or (last is not None and LIMIT_TEXT in last.text):
             return fallback_answer(
                 "I stopped: this request took more steps than allowed. Nothing further was "
                 "run; please narrow the request or try again.",

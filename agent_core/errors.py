@@ -7,6 +7,7 @@ Exception tree::
     ├── ToolCollisionError       two tools share a name after server prefixing (stops start-up)
     ├── NoPendingApprovalError   ``resume`` on a thread that is not waiting for a decision
     ├── InvalidDecisionError     a decision does not fit the pending actions (count, type, edit)
+    ├── ModelUnavailableError    the model (and every fallback) failed; nothing more ran
     └── ToolCallError            one tool call failed; mapped to an error ToolMessage, never raised
         ├── ToolAuthError        the server refused the user's token (401) or scope (403)
         ├── ToolTimeoutError     no answer in time (for a write: outcome unknown)
@@ -47,6 +48,10 @@ class InvalidDecisionError(AgentError):
     def __init__(self, message: str, field_errors: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.field_errors = dict(field_errors or {})
+
+
+class ModelUnavailableError(AgentError):
+    """Every configured model failed for this run. The thread is kept; the user may retry."""
 
 
 class ToolCallError(AgentError):

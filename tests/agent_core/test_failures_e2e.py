@@ -223,3 +223,26 @@ async def test_missing_scope_is_reported_not_retried(agent_env: AgentEnv) -> Non
     ).comments
     assert "hello" not in [c.body for c in comments]
     assert "ticketing" in result.answer
+
+
+async def test_model_outage_is_a_clear_error_and_the_thread_survives(
+    agent_env: AgentEnv,
+) -> None:
+    import pytest
+
+    from agent_core import ModelUnavailableError
+    from tests.fixtures.agent import FailingChatModel
+
+    agent = agent_env.agent(FailingChatModel())
+    alice = await agent_env.user("alice")
+    thread = await new_thread(agent, alice)
+    with pytest.raises(ModelUnavailableError):
+        await agent.run(alice, thread, "hello?")
+    healthy = agent_env.agent(
+        ScriptedChatModel(steps=[final("back")]),
+        threads=agent.threads,
+        checkpointer=agent._checkpointer,
+    )
+    result = await healthy.run(alice, thread, "hello again")
+    assert isinstance(result, Answer)
+    assert result.answer == "back"

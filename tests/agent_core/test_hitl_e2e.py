@@ -281,3 +281,52 @@ async def test_non_owner_is_refused_and_nothing_is_loaded(agent_env: AgentEnv) -
 
 def _tool_messages(model: ScriptedChatModel) -> list[ToolMessage]:
     return [m for m in model.seen[-1] if isinstance(m, ToolMessage)]
+
+
+async def test_resume_on_another_instance_with_a_cold_cache(agent_env: AgentEnv) -> None:
+    """Any instance serves any click: a fresh Agent sharing the checkpointer resumes."""
+    steps = [call("ticketing_add_comment", key="PAY-101", body="from instance A"), echo_last_tool]
+    first = agent_env.agent(ScriptedChatModel(steps=steps))
+    alice = await agent_env.user("alice")
+    thread = await new_thread(first, alice)
+    assert isinstance(await first.run(alice, thread, "comment"), Interrupt)
+
+    second = agent_env.agent(
+        ScriptedChatModel(steps=steps),
+        threads=first.threads,
+        checkpointer=first._checkpointer,
+    )
+    assert second.cache.get("ticketing") is None
+    pending = await second.pending(alice, thread)
+    assert pending is not None
+    assert pending.action_requests[0].args["body"] == "from instance A"
+    result = await second.resume(alice, thread, [{"type": "approve"}], approval_id="apr-x")
+
+    assert isinstance(result, Answer)
+    assert "from instance A" in [c.body for c in (await ticket(agent_env, "PAY-101")).comments]
+
+
+async def test_replaying_the_interrupt_checkpoint_does_not_write_twice(
+    agent_env: AgentEnv,
+) -> None:
+    """The LangGraph trap: resuming from the saved interrupt checkpoint forks and re-runs the
+    write. The idempotency key (thread + tool call) makes the server answer the first result."""
+    model = ScriptedChatModel(
+        steps=[call("ticketing_add_comment", key="PAY-101", body="exactly once"), echo_last_tool]
+    )
+    agent = agent_env.agent(model)
+    alice = await agent_env.user("alice")
+    thread = await new_thread(agent, alice)
+    assert isinstance(await agent.run(alice, thread, "comment once"), Interrupt)
+    graph = agent._graph(tuple(sorted(agent._tools)))
+    interrupt_config = (await graph.aget_state({"configurable": {"thread_id": thread}})).config
+
+    assert isinstance(await agent.resume(alice, thread, [{"type": "approve"}]), Answer)
+    ctx = await _context(agent, alice, thread)
+    await graph.ainvoke(
+        Command(resume={"decisions": [{"type": "approve"}]}), interrupt_config, context=ctx
+    )
+    await ctx.sessions.aclose()
+
+    comments = [c.body for c in (await ticket(agent_env, "PAY-101")).comments]
+    assert comments.count("exactly once") == 1
