@@ -2,7 +2,7 @@
 
 from mcp_servers.database.gateway import DatabaseGateway, open_gateway, role_for
 from mcp_servers.database.models import DatabaseConfig
-from mcp_servers.database.postgres import deprovision, provision
+from mcp_servers.database.postgres import deprovision, gateway_url, is_provisioned, provision
 from mcp_servers.database.server import build_database
 
 __all__ = [
@@ -10,6 +10,8 @@ __all__ = [
     "DatabaseGateway",
     "build_database",
     "deprovision",
+    "gateway_url",
+    "is_provisioned",
     "open_gateway",
     "provision",
     "role_for",

@@ -112,11 +112,28 @@ async def provision(
             await conn.execute(
                 "REVOKE EXECUTE ON FUNCTION pg_catalog.set_config(text, text, boolean) FROM PUBLIC"
             )
-    return (
-        make_url(admin_url)
-        .set(username=gateway, password=None)
-        .render_as_string(hide_password=False)
-    )
+    return gateway_url(admin_url, role_prefix)
+
+
+def gateway_url(admin_url: str, role_prefix: str) -> str:
+    """The connection URL of the gateway login role, on the admin URL's server and database."""
+    _, gateway, _ = _roles(role_prefix, ())
+    url = make_url(admin_url).set(username=gateway, password=None)
+    return url.render_as_string(hide_password=False)
+
+
+async def is_provisioned(admin_url: str, *, role_prefix: str) -> bool:
+    """Whether ``provision`` already ran for this database and prefix."""
+    _, gateway, _ = _roles(role_prefix, ())
+    async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
+        row = await (
+            await conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %s) "
+                "AND EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)",
+                (gateway, SCHEMA),
+            )
+        ).fetchone()
+    return bool(row and row[0])
 
 
 async def add_user(

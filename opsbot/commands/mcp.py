@@ -34,6 +34,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--role-prefix", default="opsbot_ro_")
     parser.add_argument("--enable-query", action="store_true", help="offer run_readonly_query")
     parser.add_argument("--public-url", default=None, help="base of ticket/doc links")
+    parser.add_argument(
+        "--provision-admin-url",
+        default=None,
+        help="dev only: create schema, roles and RLS there from the demo directory (once), "
+        "then serve from it as the gateway role",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -44,6 +50,19 @@ def _audience(args: argparse.Namespace, settings: Settings, port: int) -> str:
         if configured.name == args.server and urlparse(configured.audience).port == port:
             return configured.audience
     return f"http://{args.host}:{port}/mcp"
+
+
+async def _provision(admin_url: str, role_prefix: str, settings: Settings) -> str:
+    from datetime import UTC, datetime
+
+    from broker.dev_idp import load_directory
+    from mcp_servers.database import gateway_url, is_provisioned, provision
+
+    if await is_provisioned(admin_url, role_prefix=role_prefix):
+        return gateway_url(admin_url, role_prefix)
+    directory = load_directory(settings.idp.directory_path)
+    users = {subject: sorted(directory.teams(subject)) for subject in directory.users}
+    return await provision(admin_url, role_prefix=role_prefix, users=users, now=datetime.now(UTC))
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
@@ -63,10 +82,13 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
     store_url = (
         args.store_url or f"sqlite+aiosqlite:///{(data_dir / f'mcp-{args.server}.db').as_posix()}"
     )
+    postgres_url = args.postgres_url
+    if args.provision_admin_url:
+        postgres_url = await _provision(args.provision_admin_url, args.role_prefix, settings)
     database = DatabaseConfig(
-        backend="postgres" if args.postgres_url else "sqlite",
-        postgres_url=args.postgres_url,
-        sqlite_path=None if args.postgres_url else data_dir / "mcp-database.sqlite",
+        backend="postgres" if postgres_url else "sqlite",
+        postgres_url=postgres_url,
+        sqlite_path=None if postgres_url else data_dir / "mcp-database.sqlite",
         role_prefix=args.role_prefix,
         enable_query=args.enable_query,
     )

@@ -5,9 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import secrets
 import sys
 from pathlib import Path
 
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+from mcp_servers.database import deprovision
+from opsbot.settings import Settings
 from tests.fixtures.mcp import TestIssuer, directory_grants, http_refusal, mcp_session
 from tests.mcp_servers.test_ticketing import data
 
@@ -15,7 +23,7 @@ OPSBOT = str(Path(sys.executable).parent / "opsbot")
 
 
 async def _start(
-    name: str, issuer: TestIssuer, data_dir: Path
+    name: str, issuer: TestIssuer, data_dir: Path, *extra: str
 ) -> tuple[asyncio.subprocess.Process, str]:
     process = await asyncio.create_subprocess_exec(
         OPSBOT,
@@ -27,6 +35,7 @@ async def _start(
         issuer.issuer,
         "--jwks-url",
         issuer.jwks_url,
+        *extra,
         env={**os.environ, "OPSBOT_DATA_DIR": str(data_dir)},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -69,3 +78,40 @@ async def test_each_server_runs_as_its_own_process(
     finally:
         process.terminate()
         await process.wait()
+
+
+@pytest.mark.postgres
+async def test_database_server_provisions_postgres_and_serves_as_mapped_roles(
+    mcp_test_issuer: TestIssuer, tmp_path: Path, base_settings: Settings
+) -> None:
+    admin = base_settings.test_database_url
+    name = f"opsbot_mcpcli_{secrets.token_hex(5)}"
+    prefix = f"ro{secrets.token_hex(4)}_"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = make_url(admin).set(database=name).render_as_string(hide_password=False)
+    extra = ["--provision-admin-url", url, "--role-prefix", prefix, "--enable-query"]
+    try:
+        for _ in range(2):  # the second start finds the database provisioned
+            process, mcp_url = await _start("database", mcp_test_issuer, tmp_path, *extra)
+            try:
+                groups, scopes = directory_grants("carol", "database")
+                token = mcp_test_issuer.mint(sub="carol", aud=mcp_url, scope=scopes, groups=groups)
+                async with mcp_session(mcp_url, token) as session:
+                    result = data(
+                        await session.call_tool(
+                            "run_readonly_query", {"sql": "SELECT DISTINCT team FROM orders"}
+                        )
+                    )
+                    assert result["rows"] == [["platform"]]
+            finally:
+                process.terminate()
+                await process.wait()
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+        await deprovision(
+            admin, role_prefix=prefix, users=["alice", "bob", "carol", "dave", "erin", "mallory"]
+        )
