@@ -17,6 +17,7 @@ from tests.bot.conftest import ALICE
 from tests.bot.fake_assistant import FakeAssistant
 from tests.bot.test_slack_events import _texts
 from tests.fixtures.slack import (
+    APP_TOKEN,
     APPROVALS_CHANNEL_ID,
     BOT_TOKEN,
     SIGNING_SECRET,
@@ -110,3 +111,41 @@ async def test_opsbot_slack_serves_http_and_posts_expiry_notices(
     assert told[0]["channel"] == "C0PAY"
     assert told[0]["thread_ts"] == "5.1"
     assert "before an approver decided it" in _texts(told[0]["blocks"])
+
+
+async def test_opsbot_slack_socket_mode_answers_over_the_websocket(
+    fake_slack: FakeSlack, fake_assistant: FakeAssistant, sqlite_url: str
+) -> None:
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        slack_bot_token=BOT_TOKEN,
+        slack_signing_secret=SIGNING_SECRET,
+        slack_app_token=APP_TOKEN,
+        slack_api_url=fake_slack.url,
+        database_url=sqlite_url,
+    )
+
+    @contextlib.asynccontextmanager
+    async def factory(_settings: Settings) -> AsyncIterator[FakeAssistant]:
+        yield fake_assistant
+
+    stop = asyncio.Event()
+    server = asyncio.create_task(
+        serve_slack(
+            settings,
+            socket_mode=True,
+            host="127.0.0.1",
+            port=0,
+            stop=stop,
+            assistant_factory=factory,
+        )
+    )
+    try:
+        envelope = SlackSender("unused").envelope(mention(ALICE.user_id, "via socket", ts="6.1"))
+        ack = await fake_slack.send_socket_event(envelope, wait=20)
+        assert "envelope_id" in ack
+        update = (await fake_slack.wait_for("chat.update"))[0]
+    finally:
+        stop.set()
+        await asyncio.wait_for(server, 20)
+    assert "via socket" in _texts(update["blocks"])
