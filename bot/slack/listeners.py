@@ -10,7 +10,7 @@ import logging
 import re
 from typing import Any
 
-from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.adapter import SlackAdapter
@@ -161,10 +161,12 @@ def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
 
 def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
     @app.command(SLASH_COMMAND)
-    async def ops(ack: AsyncAck, command: dict[str, Any], client: AsyncWebClient) -> None:
+    async def ops(
+        ack: AsyncAck, command: dict[str, Any], client: AsyncWebClient, context: AsyncBoltContext
+    ) -> None:
         team = str(command.get("team_id"))
         chat_user = ChatUser("slack", team, str(command["user_id"]))
-        if not adapter.team_allowed(team, team):
+        if not adapter.team_allowed(team, _home_team(context, command)):
             await ack(text="opsbot is not available to your workspace.")
             return
         text = str(command.get("text", "")).strip()
@@ -221,14 +223,20 @@ def _card_location(body: dict[str, Any]) -> tuple[str | None, str | None]:
     return channel, container.get("message_ts")
 
 
-def _home_team(body: dict[str, Any]) -> str | None:
+def _home_team(context: AsyncBoltContext, body: dict[str, Any]) -> str | None:
+    """The workspace the app is installed in (from ``auth.test``), not the clicker's."""
+    installed = context.authorize_result
+    if installed is not None and installed.team_id:
+        return str(installed.team_id)
     team = body.get("team") or {}
     return team.get("id") if isinstance(team, dict) else None
 
 
 def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
-    async def refuse_team(body: dict[str, Any], clicker: ChatUser, channel: str | None) -> bool:
-        if adapter.team_allowed(clicker.team_id, _home_team(body)):
+    async def refuse_team(
+        context: AsyncBoltContext, body: dict[str, Any], clicker: ChatUser, channel: str | None
+    ) -> bool:
+        if adapter.team_allowed(clicker.team_id, _home_team(context, body)):
             return False
         await adapter.ephemeral(
             channel, clicker.user_id, text_message("opsbot is not available to your workspace.")
@@ -236,20 +244,26 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
         return True
 
     @app.action(APPROVE_ACTION_ID)
-    async def approve(ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
+    async def approve(
+        ack: AsyncAck, body: dict[str, Any], action: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
         await ack()
         clicker, (channel, ts) = _clicker(body), _card_location(body)
-        if await refuse_team(body, clicker, channel):
+        if await refuse_team(context, body, clicker, channel):
             return
         approval_id = str(action["value"])
         outcome = await _decide(adapter, clicker, approval_id, Approve())
         await adapter.apply_outcome(outcome, approval_id, clicker, channel, ts)
 
     async def open_modal(
-        body: dict[str, Any], action: dict[str, Any], client: AsyncWebClient, kind: str
+        context: AsyncBoltContext,
+        body: dict[str, Any],
+        action: dict[str, Any],
+        client: AsyncWebClient,
+        kind: str,
     ) -> None:
         clicker, (channel, ts) = _clicker(body), _card_location(body)
-        if await refuse_team(body, clicker, channel):
+        if await refuse_team(context, body, clicker, channel):
             return
         approval_id = str(action["value"])
         view = await adapter.assistant.approval_view(approval_id)
@@ -273,25 +287,38 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
 
     @app.action(EDIT_ACTION_ID)
     async def edit(
-        ack: AsyncAck, body: dict[str, Any], action: dict[str, Any], client: AsyncWebClient
+        ack: AsyncAck,
+        body: dict[str, Any],
+        action: dict[str, Any],
+        client: AsyncWebClient,
+        context: AsyncBoltContext,
     ) -> None:
         await ack()  # then views.open at once: the trigger id lives 3 seconds
-        await open_modal(body, action, client, "edit")
+        await open_modal(context, body, action, client, "edit")
 
     @app.action(REJECT_ACTION_ID)
     async def reject(
-        ack: AsyncAck, body: dict[str, Any], action: dict[str, Any], client: AsyncWebClient
+        ack: AsyncAck,
+        body: dict[str, Any],
+        action: dict[str, Any],
+        client: AsyncWebClient,
+        context: AsyncBoltContext,
     ) -> None:
         await ack()
-        await open_modal(body, action, client, "reject")
+        await open_modal(context, body, action, client, "reject")
 
     @app.view(EDIT_CALLBACK_ID)
-    async def edit_submitted(ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
+    async def edit_submitted(
+        ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
         clicker = _clicker(body)
         try:
             ctx = ModalContext.load(str(view.get("private_metadata", "")))
         except ValueError:
             await ack(response_action="errors", errors={})
+            return
+        if await refuse_team(context, body, clicker, ctx.channel_id):
+            await ack()
             return
         approval = await adapter.assistant.approval_view(ctx.approval_id)
         if approval is None:
@@ -333,12 +360,16 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
         )
 
     @app.view(REJECT_CALLBACK_ID)
-    async def reject_submitted(ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
+    async def reject_submitted(
+        ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
         await ack()
         clicker = _clicker(body)
         try:
             ctx = ModalContext.load(str(view.get("private_metadata", "")))
         except ValueError:
+            return
+        if await refuse_team(context, body, clicker, ctx.channel_id):
             return
         reason = parse_reason((view.get("state") or {}).get("values") or {})
         outcome = await _decide(adapter, clicker, ctx.approval_id, Reject(reason))

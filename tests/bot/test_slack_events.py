@@ -11,6 +11,7 @@ from tests.bot.fake_assistant import FakeAssistant
 from tests.fixtures.slack import (
     BOT_ID,
     BOT_USER_ID,
+    SlackSender,
     direct_message,
     mention,
 )
@@ -260,3 +261,14 @@ async def test_placeholder_failure_still_delivers_the_answer(
     answers = await env.fake.wait_for("chat.postMessage", 2)
     assert "PAY-1 is open" in _texts(answers[1]["blocks"])
     assert env.fake.calls_to("chat.update") == []
+
+
+async def test_ops_command_from_another_workspace_is_refused(
+    env: SlackEnv, fake_assistant: FakeAssistant
+) -> None:
+    guest = SlackSender(env.url, team_id="T0GUEST")
+    status, body = await guest.post_command("ask is PAY-1 open?", user="U0GUEST")
+    assert status == 200
+    assert "not available to your workspace" in body
+    await asyncio.sleep(0.3)
+    assert fake_assistant.messages == []
