@@ -64,6 +64,15 @@ change_log = sa.Table(
     sa.Column("change", sa.Text, nullable=False),
 )
 
+APPEND_ONLY_POSTGRES = [
+    "CREATE OR REPLACE FUNCTION change_log_append_only() RETURNS trigger LANGUAGE plpgsql AS "
+    "$$ BEGIN RAISE EXCEPTION 'change_log is append-only'; END $$",
+    "CREATE OR REPLACE TRIGGER change_log_append_only BEFORE UPDATE OR DELETE ON change_log "
+    "FOR EACH ROW EXECUTE FUNCTION change_log_append_only()",
+    "CREATE OR REPLACE TRIGGER change_log_no_truncate BEFORE TRUNCATE ON change_log "
+    "FOR EACH STATEMENT EXECUTE FUNCTION change_log_append_only()",
+]
+
 APPEND_ONLY = [
     "CREATE TRIGGER IF NOT EXISTS change_log_no_update BEFORE UPDATE ON change_log "
     "BEGIN SELECT RAISE(ABORT, 'change_log is append-only'); END",

@@ -33,6 +33,7 @@ from mcp_servers.ticketing.models import (
 )
 from mcp_servers.ticketing.schema import (
     APPEND_ONLY,
+    APPEND_ONLY_POSTGRES,
     change_log,
     comments,
     fingerprint,
@@ -43,6 +44,8 @@ from mcp_servers.ticketing.schema import (
 )
 
 M = TypeVar("M", bound=BaseModel)
+
+_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +80,9 @@ class TicketStore:
             engine = create_async_engine(url)
         async with engine.begin() as conn:
             await conn.run_sync(metadata.create_all)
-            if engine.dialect.name == "sqlite":
-                for statement in APPEND_ONLY:
-                    await conn.execute(sa.text(statement))
+            triggers = {"sqlite": APPEND_ONLY, "postgresql": APPEND_ONLY_POSTGRES}
+            for statement in triggers.get(engine.dialect.name, []):
+                await conn.execute(sa.text(statement))
         return cls(engine, clock=clock, base_url=base_url)
 
     async def close(self) -> None:
@@ -287,6 +290,26 @@ class TicketStore:
         return await self._write(caller, "close_ticket", args, idempotency_key, Ticket, action)
 
     async def _write(
+        self,
+        caller: Caller,
+        tool: str,
+        args: dict[str, Any],
+        idempotency_key: str,
+        model: type[M],
+        action: Callable[[AsyncConnection], Awaitable[tuple[M, _Change]]],
+    ) -> M:
+        # Another server instance may commit the same key (or the same new ticket number)
+        # between our read and our insert: the unique constraints refuse ours, the transaction
+        # rolls back, and the next attempt sees their record.
+        for attempt in range(_ATTEMPTS):
+            try:
+                return await self._write_once(caller, tool, args, idempotency_key, model, action)
+            except sa.exc.IntegrityError:
+                if attempt == _ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _write_once(
         self,
         caller: Caller,
         tool: str,
