@@ -32,7 +32,7 @@ from agent_core.errors import (
     ToolTimeoutError,
     ToolTransientError,
 )
-from agent_core.health import ServerHealth
+from agent_core.health import ServerHealth, shared_ssl_context
 from agent_core.tools import DiscoveryCache, ServerTools, ToolDefinition
 from broker import Broker, BrokerError, Identity
 
@@ -164,6 +164,7 @@ class RunSessions:
             headers={"Authorization": f"Bearer {token.value}"},
             timeout=httpx.Timeout(self._http_timeout, read=self._http_timeout * 10),
             event_hooks={"request": [on_request], "response": [on_response]},
+            verify=shared_ssl_context(),
         )
         held.task = asyncio.create_task(self._hold(config, client, held), name=f"mcp:{server}")
         try:
