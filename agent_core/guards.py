@@ -17,7 +17,7 @@ from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.agents.middleware.types import PrivateStateAttr, ToolCallRequest
-from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall, ToolMessage
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
@@ -49,6 +49,15 @@ def _last_ai(messages: list[AnyMessage]) -> AIMessage | None:
     return next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
 
 
+def _turn_start(messages: list[AnyMessage]) -> int:
+    return max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=0)
+
+
+def _turn_id(messages: list[AnyMessage]) -> str:
+    start = _turn_start(messages)
+    return str(messages[start].id or start) if messages else ""
+
+
 def has_answer(messages: list[AnyMessage], tool_call_id: str | None) -> bool:
     return any(isinstance(m, ToolMessage) and m.tool_call_id == tool_call_id for m in messages)
 
@@ -77,7 +86,7 @@ class EditGuard(AgentMiddleware[Any, Any, Any]):
 
 
 class _ReviewedState(AgentState[Any]):
-    opsbot_reviewed_calls: NotRequired[Annotated[dict[str, str], PrivateStateAttr]]
+    opsbot_reviewed_calls: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
 
 
 class RepeatGuard(AgentMiddleware[Any, Any, Any]):
@@ -90,9 +99,15 @@ class RepeatGuard(AgentMiddleware[Any, Any, Any]):
     ) -> dict[str, Any] | None:
         messages = list(state["messages"])
         values: dict[str, Any] = dict(state)
-        before: dict[str, str] = dict(values.get(REVIEWED_KEY) or {})
+        # Reviews hold for the current request only: when the user asks again in a new
+        # message, a fresh proposal goes to an approver again.
+        turn = _turn_id(messages)
+        stored: dict[str, Any] = dict(values.get(REVIEWED_KEY) or {})
+        before: dict[str, str] = (
+            dict(stored.get("calls") or {}) if stored.get("turn") == turn else {}
+        )
         reviewed = dict(before)
-        calls = _original_calls(messages)
+        calls = _original_calls(messages[_turn_start(messages) :])
         edits: dict[str, Any] = dict(values.get(HITL_EDITS_KEY) or {})
         for call_id, action in edits.items():
             original = calls.get(call_id)
@@ -100,7 +115,7 @@ class RepeatGuard(AgentMiddleware[Any, Any, Any]):
                 original["name"], original["args"]
             ) != call_signature(action["name"], action["args"]):
                 reviewed[call_signature(original["name"], original["args"])] = "replaced"
-        for m in messages:
+        for m in messages[_turn_start(messages) :]:
             if (
                 isinstance(m, ToolMessage)
                 and m.additional_kwargs.get("lc_source") == "hitl_interrupt_decision"
@@ -130,8 +145,8 @@ class RepeatGuard(AgentMiddleware[Any, Any, Any]):
         update: dict[str, Any] = {}
         if answers:
             update["messages"] = answers
-        if reviewed != before:
-            update[REVIEWED_KEY] = reviewed
+        if reviewed != before or (stored and stored.get("turn") != turn):
+            update[REVIEWED_KEY] = {"turn": turn, "calls": reviewed}
         return update or None
 
 

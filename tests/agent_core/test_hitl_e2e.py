@@ -330,3 +330,48 @@ async def test_replaying_the_interrupt_checkpoint_does_not_write_twice(
 
     comments = [c.body for c in (await ticket(agent_env, "PAY-101")).comments]
     assert comments.count("exactly once") == 1
+
+
+async def test_a_new_request_after_a_reject_is_reviewed_again(agent_env: AgentEnv) -> None:
+    args = {"key": "PAY-104", "resolution": "done"}
+    model = ScriptedChatModel(steps=[call("ticketing_close_ticket", **args), echo_last_tool])
+    agent = agent_env.agent(model)
+    alice = await agent_env.user("alice")
+    thread = await new_thread(agent, alice)
+    assert isinstance(await agent.run(alice, thread, "close PAY-104"), Interrupt)
+    assert isinstance(await agent.resume(alice, thread, [{"type": "reject"}]), Answer)
+
+    model.steps = [call("ticketing_close_ticket", **args), echo_last_tool]
+    model.counters.clear()
+    again = await agent.run(alice, thread, "I really do want PAY-104 closed, ask again")
+
+    assert isinstance(again, Interrupt)  # not silently answered from the old rejection
+    assert again.action_requests[0].args == args
+    approved = await agent.resume(alice, thread, [{"type": "approve"}])
+    assert isinstance(approved, Answer)
+    assert (await ticket(agent_env, "PAY-104")).status == "closed"
+
+
+async def test_injected_ticket_text_can_only_produce_a_flagged_proposal(
+    agent_env: AgentEnv,
+) -> None:
+    """PAY-104's description tries to make an agent close every ticket. A model that obeys
+    produces a proposal: bulk-flagged, with the read that led to it, and nothing runs."""
+    keys = ["PAY-101", "PAY-102", "PAY-103", "PAY-104"]
+    obey = calls(
+        *[("ticketing_close_ticket", {"key": k, "resolution": "as instructed"}) for k in keys]
+    )
+    model = ScriptedChatModel(steps=[call("ticketing_get_ticket", key="PAY-104"), obey])
+    agent = agent_env.agent(model)
+    alice = await agent_env.user("alice")
+
+    result = await agent.run(alice, await new_thread(agent, alice), "summarise PAY-104")
+
+    assert isinstance(result, Interrupt)
+    assert result.bulk_write
+    assert [a.args["key"] for a in result.action_requests] == keys
+    assert [(r.tool, r.args) for r in result.reads] == [
+        ("ticketing_get_ticket", {"key": "PAY-104"})
+    ]
+    statuses = {t.key: t.status for t in await agent_env.servers.tickets.all_tickets()}
+    assert all(statuses[k] != "closed" for k in keys)
