@@ -10,7 +10,8 @@ import logging
 import re
 from typing import Any
 
-from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncRespond
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.adapter import SlackAdapter
@@ -49,6 +50,10 @@ log = logging.getLogger(__name__)
 
 _MENTION = re.compile(r"<@[A-Z0-9]+(\|[^>]*)?>")
 _IGNORED_SUBTYPES = frozenset({"message_changed", "message_deleted", "bot_message"})
+NOT_IN_CHANNEL_TEXT = (
+    "I can't post in this conversation. Invite me with `/invite @opsbot`, "
+    "mention me in a channel I'm in, or send me a direct message."
+)
 HELP_TEXT = (
     "*opsbot* answers from ticketing, docs and the database as you.\n"
     "• `/ops <question>` or `/ops ask <question>` — ask\n"
@@ -162,7 +167,11 @@ def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
 def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
     @app.command(SLASH_COMMAND)
     async def ops(
-        ack: AsyncAck, command: dict[str, Any], client: AsyncWebClient, context: AsyncBoltContext
+        ack: AsyncAck,
+        command: dict[str, Any],
+        client: AsyncWebClient,
+        context: AsyncBoltContext,
+        respond: AsyncRespond,
     ) -> None:
         team = str(command.get("team_id"))
         chat_user = ChatUser("slack", team, str(command["user_id"]))
@@ -190,9 +199,14 @@ def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
             question = rest.strip() if verb == "ask" else text
             await ack(text="On it — I'll answer in a thread.")
             channel = str(command["channel_id"])
-            posted = await client.chat_postMessage(
-                channel=channel, text=f"<@{chat_user.user_id}> asked: {escape(question)}"
-            )
+            try:
+                posted = await client.chat_postMessage(
+                    channel=channel, text=f"<@{chat_user.user_id}> asked: {escape(question)}"
+                )
+            except SlackApiError as exc:
+                log.info("cannot post in %s: %s", channel, exc.response.get("error"))
+                await respond(text=NOT_IN_CHANNEL_TEXT, response_type="ephemeral")
+                return
             is_dm = str(command.get("channel_name")) == "directmessage"
             await adapter.converse(
                 chat_user,

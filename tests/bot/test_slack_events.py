@@ -272,3 +272,20 @@ async def test_ops_command_from_another_workspace_is_refused(
     assert "not available to your workspace" in body
     await asyncio.sleep(0.3)
     assert fake_assistant.messages == []
+
+
+async def test_ops_ask_where_the_bot_cannot_post_answers_through_the_response_url(
+    env: SlackEnv, fake_assistant: FakeAssistant
+) -> None:
+    env.fake.fail_next("chat.postMessage", 200, error="not_in_channel")
+    status, _ = await env.sender.post_command(
+        "ask is PAY-1 open?",
+        user=ALICE.user_id,
+        channel="C0SECRET",
+        response_url=env.fake.response_url,
+    )
+    assert status == 200
+    reply = (await env.fake.wait_for("response_url"))[0]
+    assert reply["response_type"] == "ephemeral"
+    assert "/invite @opsbot" in reply["text"]
+    assert fake_assistant.messages == []
