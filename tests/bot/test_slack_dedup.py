@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -66,3 +67,14 @@ async def test_retries_across_two_instances_get_one_answer(
         await one.fake.settle()
     assert len(fake_assistant.messages) == 1
     assert len(one.fake.calls_to("chat.update")) == 1
+
+
+async def test_a_database_outage_answers_500_so_slack_retries_later(
+    run_app: RunApp, fake_assistant: FakeAssistant, tmp_path: Path
+) -> None:
+    unmigrated = f"sqlite:///{tmp_path / 'empty.db'}"  # no processed_events table
+    async with run_app(fake_assistant, database_url=unmigrated) as env:
+        status, _ = await env.sender.post_event(mention(ALICE.user_id, "hi"), event_id="EvDOWN")
+        await asyncio.sleep(0.3)
+    assert status == 500
+    assert fake_assistant.messages == []
