@@ -32,6 +32,7 @@ from langchain.agents.middleware import (
 )
 from langchain.agents.middleware.human_in_the_loop import DecisionType
 from langchain.agents.structured_output import ToolStrategy
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool
@@ -87,6 +88,9 @@ from agent_core.tools import DiscoveryCache, ToolDefinition, build_tool, visible
 from broker import Broker, BrokerError, Identity
 
 ALLOWED_DECISIONS: list[DecisionType] = ["approve", "edit", "reject"]
+# Telemetry hook: given the run's user, thread and unavailable servers, the LangChain
+# callback handlers to attach to that run only (see ``opsbot.observability.runs``).
+RunCallbacks = Callable[[Identity, str, Sequence[str]], Sequence[BaseCallbackHandler]]
 LIMIT_TEXT = "Model call limits exceeded"
 
 
@@ -170,6 +174,7 @@ class Agent:
         selector_model: BaseChatModel | None = None,
         observer: ToolObserver | None = None,
         health: ServerHealth | None = None,
+        run_callbacks: RunCallbacks | None = None,
     ) -> None:
         self.config = config
         self.policy = policy
@@ -182,6 +187,7 @@ class Agent:
         self.threads = threads
         self._checkpointer = checkpointer
         self._observer = observer
+        self._run_callbacks = run_callbacks
         self._servers = {s.name: s for s in config.servers}
         self.health = health or ServerHealth(
             {s.name: s.url for s in config.servers},
@@ -293,6 +299,10 @@ class Agent:
                     self._tools[d.prefixed_name] = build_tool(d, self.policy)
             graph = self._graph(names)
             config = self._config(thread_id)
+            if self._run_callbacks is not None:
+                config["callbacks"] = list(
+                    self._run_callbacks(identity, thread_id, toolset.unavailable)
+                )
             stopped = False
             try:
                 await graph.ainvoke(payload(), config, context=ctx)

@@ -163,6 +163,11 @@ class DemoChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        if not self.tool_names:
+            # Called without tools: a summarisation request. Keep the user's own lines.
+            said = [str(m.content)[:200] for m in messages if isinstance(m, HumanMessage)]
+            summary = "Earlier in this conversation (demo summary): " + " | ".join(said[-10:])
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content=summary))])
         question, results = _turn(messages)
         if results:
             args = _final(question, results)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from agent_core.agent import Agent, AgentConfig
+from agent_core.agent import Agent, AgentConfig, RunCallbacks
 from agent_core.binding import ToolObserver
 from agent_core.models import build_model
 from agent_core.policy import ToolPolicy
@@ -41,6 +41,7 @@ def build_agent(
     threads: ThreadStore,
     checkpointer: BaseCheckpointSaver[str],
     observer: ToolObserver | None = None,
+    run_callbacks: RunCallbacks | None = None,
 ) -> Agent:
     """The agent as configured: model + fallbacks, tool policy, servers and limits."""
     return Agent(
@@ -52,4 +53,5 @@ def build_agent(
         checkpointer=checkpointer,
         policy=ToolPolicy.load(settings.tool_policy_path),
         observer=observer,
+        run_callbacks=run_callbacks,
     )

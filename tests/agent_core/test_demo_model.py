@@ -85,3 +85,11 @@ async def test_demo_docs_and_database(agent_env: AgentEnv) -> None:
     assert all(s.system == "docs" for s in docs.sources)
     assert deploys.sources
     assert all(s.system == "database" for s in deploys.sources)
+
+
+def test_demo_summarises_deterministically_when_called_without_tools() -> None:
+    from langchain_core.messages import HumanMessage
+
+    out = DemoChatModel().invoke([HumanMessage(content="show ticket PAY-101")])
+    assert "demo summary" in out.text
+    assert "PAY-101" in out.text
