@@ -1,0 +1,42 @@
+"""``.env.example`` documents every variable the settings object reads."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from opsbot.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _env_names(model: type[BaseModel], prefix: str) -> list[str]:
+    names: list[str] = []
+    for name, field in model.model_fields.items():
+        names.extend(_field_env_names(name, field, prefix))
+    return names
+
+
+def _field_env_names(name: str, field: FieldInfo, prefix: str) -> list[str]:
+    alias = field.validation_alias
+    if alias is not None and prefix == "OPSBOT_":
+        choices = getattr(alias, "choices", [alias])
+        return [str(choices[0])]
+    annotation = field.annotation
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return _env_names(annotation, f"{prefix}{name.upper()}__")
+    return [f"{prefix}{name.upper()}"]
+
+
+def test_every_setting_is_documented() -> None:
+    documented = set(
+        re.findall(r"^#?\s*([A-Z][A-Z0-9_]*)=", (ROOT / ".env.example").read_text(), re.M)
+    )
+    expected = set(_env_names(Settings, "OPSBOT_"))
+    missing = sorted(expected - documented)
+    assert missing == [], f"add these to .env.example: {missing}"
+    unknown = sorted(name for name in documented - expected if name.startswith("OPSBOT_"))
+    assert unknown == [], f".env.example documents variables opsbot does not read: {unknown}"
