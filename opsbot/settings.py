@@ -114,6 +114,18 @@ class ApprovalSettings(BaseModel):
     audit_max_payload_bytes: int = Field(default=2048, ge=256)
 
 
+class SandboxSettings(BaseModel):
+    """``opsbot dev``: where the local sandbox listens (0 = any free port)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)  # the Slack emulator and its web UI
+    app_port: int = Field(default=3000, ge=0, le=65535)  # the Bolt app (/slack/events)
+    idp_port: int = Field(default=8100, ge=0, le=65535)
+    ticketing_port: int = Field(default=8101, ge=0, le=65535)
+    docs_port: int = Field(default=8102, ge=0, le=65535)
+    database_port: int = Field(default=8103, ge=0, le=65535)
+
+
 class Settings(BaseSettings):
     """Everything opsbot can be configured with. See ``.env.example`` for each variable."""
 
@@ -141,6 +153,7 @@ class Settings(BaseSettings):
     slack: SlackSettings = Field(default_factory=SlackSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
 
     slack_bot_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN", "slack_bot_token")

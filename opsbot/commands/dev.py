@@ -1,8 +1,12 @@
-"""``opsbot dev``: run what opsbot has so far on embedded defaults (SQLite in ./.opsbot)."""
+"""``opsbot dev``: the whole system on one machine with embedded defaults, and a Slack-like
+web UI (the sandbox). Prints the URL to open; Ctrl-C stops everything."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import signal
+import sys
 from typing import Any
 
 from opsbot.settings import Settings
@@ -10,23 +14,45 @@ from opsbot.settings import Settings
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
-        "dev", help="run opsbot locally on embedded defaults (SQLite, dev IdP, sandbox)"
+        "dev",
+        help="run the sandbox: dev IdP, MCP servers, the bot and a Slack-like web UI (local only)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=None, help="web UI port (default OPSBOT_SANDBOX__PORT, 8000)"
     )
     parser.set_defaults(handler=handle)
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
-    from agent_core.checkpointer import open_checkpointer
-    from opsbot.storage import create_engine, current_revision, migrate
+    from opsbot.serving import PortInUseError
+    from sandbox import open_sandbox
 
-    url = settings.resolved_database_url
-    engine = create_engine(url)
+    if args.port is not None:
+        sandbox = settings.sandbox.model_copy(update={"port": args.port})
+        settings = settings.model_copy(update={"sandbox": sandbox})
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     try:
-        await migrate(engine)
-        revision = await current_revision(engine)
+        async with open_sandbox(settings) as running:
+            model = settings.model if settings.model != "demo" else "demo (offline)"
+            print(
+                f"opsbot dev: the sandbox is running (model {model}; data in "
+                f"{running.data_dir}, reset on every start).\n"
+                f"  Open {running.urls.ui} in your browser.\n"
+                f"  Slack app {running.urls.app}/slack/events · dev IdP {running.urls.idp} · "
+                + " · ".join(f"{name} {url}" for name, url in running.urls.mcp.items())
+                + "\nPress Ctrl-C to stop.",
+                flush=True,
+            )
+            await stop.wait()
+            print("opsbot dev: stopping…", flush=True)
+    except PortInUseError as exc:
+        print(f"opsbot dev: {exc.strerror}", file=sys.stderr)
+        return 2
     finally:
-        await engine.dispose()
-    async with open_checkpointer(url):
-        pass
-    print(f"opsbot dev: database {url} migrated to revision {revision}; checkpointer ready.")
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    print("opsbot dev: stopped.", flush=True)
     return 0

@@ -1,0 +1,39 @@
+"""The local sandbox (``opsbot dev``): the whole system on one machine, and a Slack emulator
+with a web UI that speaks Slack's real protocol to the production Bolt app. DEVELOPMENT ONLY.
+
+Public API::
+
+    from sandbox import open_sandbox
+
+    async with open_sandbox(settings) as sandbox:   # binds every port first
+        print(sandbox.urls.ui)                      # open this in a browser
+
+Exception tree: ``opsbot.serving.PortInUseError`` (an ``OSError``) when a configured port is
+taken, naming the port and the variable that sets it; ``sandbox.InputError`` (a
+``ValueError``) for a web-UI request that cannot be carried out (answered with HTTP 400).
+Anything the bot does wrong reaches the UI as Web API errors or Slackbot notices.
+"""
+
+from sandbox.delivery import AppDelivery, AppResponse, sign
+from sandbox.emulator import InputError, SlackEmulator
+from sandbox.stack import PORTS, Sandbox, SandboxUrls, bind_ports, open_sandbox
+from sandbox.webapi import WebApi
+from sandbox.workspace import BOT_USER_ID, TEAM_ID, User, Workspace
+
+__all__ = [
+    "BOT_USER_ID",
+    "PORTS",
+    "TEAM_ID",
+    "AppDelivery",
+    "AppResponse",
+    "InputError",
+    "Sandbox",
+    "SandboxUrls",
+    "SlackEmulator",
+    "User",
+    "WebApi",
+    "Workspace",
+    "bind_ports",
+    "open_sandbox",
+    "sign",
+]

@@ -1,0 +1,333 @@
+"""``opsbot dev``'s whole system in one process: dev IdP, the three reference MCP servers,
+the Slack emulator (web UI + Web API), and the production Bolt app with the real ``Assistant``
+(in-process broker, SQLite checkpointer and tables, approvals, the expiry sweeper).
+
+Every socket is bound first, so a port in use fails before anything starts and every
+component knows the others' URLs (port 0 works everywhere). The bot is configured only
+through ``Settings``: its Web API base URL points at the emulator, its request URL is where
+the emulator POSTs signed events — nothing in ``bot/`` knows it runs in a sandbox.
+
+Example::
+
+    async with open_sandbox(settings) as sandbox:
+        print(sandbox.urls.ui)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+import shutil
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+
+from opsbot.serving import PortInUseError, bind_socket, serve_asgi, socket_url
+from opsbot.settings import McpServerSettings, SandboxSettings, Settings
+from sandbox.delivery import AppDelivery
+from sandbox.emulator import SlackEmulator
+from sandbox.web import build_app
+from sandbox.webapi import WebApi
+from sandbox.workspace import User, Workspace
+
+log = logging.getLogger(__name__)
+
+# (settings field, what listens there, environment variable)
+PORTS: tuple[tuple[str, str, str], ...] = (
+    ("port", "the sandbox web UI", "OPSBOT_SANDBOX__PORT"),
+    ("app_port", "the Slack app", "OPSBOT_SANDBOX__APP_PORT"),
+    ("idp_port", "the development IdP", "OPSBOT_SANDBOX__IDP_PORT"),
+    ("ticketing_port", "the ticketing MCP server", "OPSBOT_SANDBOX__TICKETING_PORT"),
+    ("docs_port", "the docs MCP server", "OPSBOT_SANDBOX__DOCS_PORT"),
+    ("database_port", "the database MCP server", "OPSBOT_SANDBOX__DATABASE_PORT"),
+)
+MCP_NAMES = ("ticketing", "docs", "database")
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxUrls:
+    ui: str
+    app: str
+    idp: str
+    mcp: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    urls: SandboxUrls
+    settings: Settings  # what the bot runs on (derived from the caller's)
+    emulator: SlackEmulator
+    api: WebApi
+    data_dir: Path
+
+
+def bind_ports(config: SandboxSettings) -> dict[str, socket.socket]:
+    """Bind every sandbox port, or none: ``PortInUseError`` names the port and its setting."""
+    socks: dict[str, socket.socket] = {}
+    try:
+        for name, what, env in PORTS:
+            port = int(getattr(config, name))
+            try:
+                socks[name] = bind_socket(config.host, port)
+            except PortInUseError as exc:
+                raise PortInUseError(
+                    exc.errno,
+                    f"port {port} on {config.host} ({what}) is already in use; stop what is "
+                    f"using it or set {env} to another port (0 picks a free one)",
+                ) from None
+    except BaseException:
+        for sock in socks.values():
+            sock.close()
+        raise
+    return socks
+
+
+def demo_users(directory_path: Path | None) -> list[User]:
+    """The dev IdP directory's users as workspace members (``alice`` → ``UALICE``)."""
+    from broker.dev_idp import load_directory
+
+    directory = load_directory(directory_path)
+    return [
+        User(
+            "U" + re.sub(r"[^A-Z0-9]", "", u.subject.upper()),
+            u.subject,
+            u.name,
+            u.email,
+            tuple(sorted(u.groups)),
+        )
+        for u in directory.users.values()
+    ]
+
+
+def sandbox_settings(
+    settings: Settings, socks: dict[str, socket.socket], data_dir: Path
+) -> Settings:
+    """The caller's settings with every address pointed at the sandbox's own components."""
+    urls = {name: socket_url(sock) for name, sock in socks.items()}
+    servers = [
+        McpServerSettings(
+            name=name,
+            url=f"{urls[name + '_port']}/mcp",
+            audience=f"{urls[name + '_port']}/mcp",
+        )
+        for name in MCP_NAMES
+    ]
+    return settings.model_copy(
+        update={
+            "data_dir": data_dir,
+            "database_url": f"sqlite:///{(data_dir / 'opsbot.db').as_posix()}",
+            "mcp_servers": servers,
+            "idp": settings.idp.model_copy(update={"issuer": urls["idp_port"], "token_url": None}),
+            "broker": settings.broker.model_copy(
+                update={
+                    "mode": "inprocess",
+                    "link_callback_url": f"{urls['app_port']}/oauth/callback",
+                }
+            ),
+            "slack": settings.slack.model_copy(update={"allowed_team_ids": []}),
+            "slack_bot_token": SecretStr("xoxb-sandbox-" + secrets.token_hex(12)),
+            "slack_signing_secret": SecretStr(secrets.token_hex(16)),
+            "slack_api_url": f"{urls['port']}/api/",
+        }
+    )
+
+
+def reset_data_dir(root: Path) -> Path:
+    """``<data dir>/sandbox``, emptied: the dev IdP forgets its users' sessions on restart,
+    so the sandbox starts from the seed data every time."""
+    path = root / "sandbox"
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+@contextlib.asynccontextmanager
+async def open_sandbox(settings: Settings) -> AsyncIterator[Sandbox]:
+    """Start everything; stop everything (in reverse order) when the block exits."""
+    socks = bind_ports(settings.sandbox)
+    try:
+        data_dir = reset_data_dir(settings.data_dir)
+        derived = sandbox_settings(settings, socks, data_dir)
+    except BaseException:
+        for sock in socks.values():
+            sock.close()
+        raise
+    async with contextlib.AsyncExitStack() as stack:
+        for sock in socks.values():
+            stack.callback(sock.close)
+        issuer = await stack.enter_async_context(_serve_idp(derived, socks["idp_port"]))
+        ui_url = socket_url(socks["port"])
+        sources = await stack.enter_async_context(
+            _serve_mcp(derived, socks, issuer, data_dir, ui_url)
+        )
+        workspace = Workspace.demo(
+            demo_users(settings.idp.directory_path), derived.slack.approvals_channel
+        )
+        assert derived.slack_bot_token is not None
+        assert derived.slack_signing_secret is not None
+        api = WebApi(workspace, derived.slack_bot_token.get_secret_value())
+        http = await stack.enter_async_context(httpx.AsyncClient(timeout=60))
+        app_url = socket_url(socks["app_port"])
+        delivery = AppDelivery(
+            f"{app_url}/slack/events", derived.slack_signing_secret.get_secret_value(), http
+        )
+        emulator = SlackEmulator(workspace, delivery, ui_url)
+        stack.push_async_callback(emulator.aclose)
+        await stack.enter_async_context(
+            serve_asgi(build_app(emulator, api, sources), socks["port"])  # type: ignore[arg-type]
+        )
+        await stack.enter_async_context(_serve_bot(derived, socks["app_port"]))
+        urls = SandboxUrls(ui_url, app_url, issuer, {s.name: s.url for s in derived.mcp_servers})
+        yield Sandbox(urls, derived, emulator, api, data_dir)
+
+
+@contextlib.asynccontextmanager
+async def _serve_idp(settings: Settings, sock: socket.socket) -> AsyncIterator[str]:
+    from broker.dev_idp import DevClient, DevIdentityProvider, build_app, load_directory
+
+    admin = settings.idp.dev_admin_token
+    provider = DevIdentityProvider(
+        settings.idp.issuer,
+        load_directory(settings.idp.directory_path),
+        clients=[DevClient(settings.idp.client_id, settings.idp.client_secret.get_secret_value())],
+        audiences={s.name: s.audience for s in settings.mcp_servers},
+        admin_token=admin.get_secret_value() if admin else None,
+        exchange_ttl=timedelta(seconds=settings.broker.token_ttl_seconds),
+    )
+    app: Any = build_app(provider)
+    async with serve_asgi(app, sock) as url:
+        yield url
+
+
+SourceLookup = Callable[[str, str], Awaitable[tuple[str, list[tuple[str, str]]] | None]]
+
+
+@contextlib.asynccontextmanager
+async def _serve_mcp(
+    settings: Settings,
+    socks: dict[str, socket.socket],
+    issuer: str,
+    data_dir: Path,
+    ui_url: str,
+) -> AsyncIterator[SourceLookup]:
+    """The three reference servers on SQLite files; links to tickets and docs point at the
+    emulator's pages for them (``/sources/…``). Yields the lookup behind those pages."""
+    from mcp_servers import AuthConfig, DatabaseConfig, JwksClient
+    from mcp_servers.database import build_database, open_gateway
+    from mcp_servers.docs import DocStore, build_docs
+    from mcp_servers.docs import seed_docs as docs_seed
+    from mcp_servers.runner import serve_server
+    from mcp_servers.ticketing import TicketStore, build_ticketing, seed_data
+
+    jwks_url = f"{issuer}/jwks"
+    jwks = JwksClient(issuer=issuer, jwks_url=jwks_url)
+    audience = {s.name: s.audience for s in settings.mcp_servers}
+
+    def auth(name: str) -> AuthConfig:
+        return AuthConfig(issuer=issuer, audience=audience[name], jwks_url=jwks_url)
+
+    def store(name: str) -> str:
+        return f"sqlite+aiosqlite:///{(data_dir / f'mcp-{name}.db').as_posix()}"
+
+    host = settings.sandbox.host
+    async with contextlib.AsyncExitStack() as stack:
+        tickets = await TicketStore.open(store("ticketing"), base_url=f"{ui_url}/sources/ticketing")
+        stack.push_async_callback(tickets.close)
+        await tickets.seed(seed_data())
+        docs = await DocStore.open(store("docs"), base_url=f"{ui_url}/sources/docs")
+        stack.push_async_callback(docs.close)
+        await docs.seed(docs_seed())
+        db = await stack.enter_async_context(
+            open_gateway(
+                DatabaseConfig(backend="sqlite", sqlite_path=data_dir / "mcp-database.sqlite"),
+                data_dir=data_dir,
+            )
+        )
+        servers = (
+            build_ticketing(tickets, auth("ticketing"), jwks=jwks, host=host),
+            build_docs(docs, auth("docs"), jwks=jwks, host=host),
+            build_database(db, auth("database"), jwks=jwks, host=host),
+        )
+        for server in servers:
+            await stack.enter_async_context(serve_server(server, socks[server.name + "_port"]))
+
+        async def lookup(kind: str, key: str) -> tuple[str, list[tuple[str, str]]] | None:
+            return await _source_page(tickets, docs, kind, key)
+
+        yield lookup
+
+
+async def _source_page(
+    tickets: Any, docs: Any, kind: str, key: str
+) -> tuple[str, list[tuple[str, str]]] | None:
+    """A demo system's record as a page (the link an answer cites must open something)."""
+    if kind == "tickets":
+        for ticket in await tickets.all_tickets():
+            if ticket.key == key:
+                lines = [
+                    ("Status", ticket.status),
+                    ("Priority", ticket.priority),
+                    ("Project", ticket.project),
+                    ("Assignee", ticket.assignee or "—"),
+                    ("Updated", ticket.updated_at),
+                    ("Description", ticket.description),
+                ]
+                lines += [(f"Comment by {c.author}", c.body) for c in ticket.comments]
+                return f"{ticket.key}: {ticket.title}", lines
+        return None
+    if kind == "docs":
+        from mcp_servers import Caller
+
+        reader = Caller("sandbox", None, None, frozenset(), frozenset({"everyone"}))
+        with contextlib.suppress(Exception):
+            doc = await docs.get(reader, key)
+            return doc.title, [("Kind", doc.kind), ("Updated", doc.updated_at), ("", doc.content)]
+        return None
+    return None
+
+
+@contextlib.asynccontextmanager
+async def _serve_bot(settings: Settings, sock: socket.socket) -> AsyncIterator[None]:
+    """The production Slack app, exactly as ``opsbot slack`` builds it, over HTTP."""
+    from bot.slack import open_bot, serve_http
+    from opsbot.assistant import open_assistant
+    from opsbot.commands.slack import slack_config
+    from opsbot.storage import create_engine, migrate
+
+    engine = create_engine(settings.resolved_database_url)
+    try:
+        await migrate(engine)
+        async with (
+            open_assistant(settings) as assistant,
+            open_bot(slack_config(settings), assistant, engine) as bot,
+        ):
+            linking = assistant.identities.linking  # type: ignore[attr-defined]
+
+            async def link_callback(state: str, code: str) -> str:
+                result = await linking.complete(state, code)
+                return str(result.link.email or result.link.subject)
+
+            sweeper = asyncio.create_task(
+                assistant.sweep_forever(
+                    settings.approvals.sweep_interval_seconds, bot.adapter.announce
+                )
+            )
+            try:
+                async with serve_http(bot.app, sock, link_callback):
+                    yield
+            finally:
+                sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
+    finally:
+        await engine.dispose()

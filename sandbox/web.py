@@ -1,0 +1,167 @@
+"""The emulator's HTTP face: the Web API for the bot (``/api/<method>``), the web UI and its
+JSON endpoints (``/ui/…``), ``response_url`` hooks, and pages for the demo systems' links.
+
+The UI is one static page (``static/``) that polls ``/ui/state`` (cheap: it answers only
+``{"version": n}`` while nothing changed) and POSTs what the person does.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from sandbox.emulator import InputError, SlackEmulator
+from sandbox.webapi import WebApi
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+# (kind, id) → (title, body lines) of a record in a demo system, or None.
+SourceLookup = Callable[[str, str], Awaitable[tuple[str, list[tuple[str, str]]] | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Body:
+    data: dict[str, Any]
+
+    def text(self, key: str) -> str:
+        value = self.data.get(key)
+        if not isinstance(value, str) or not value:
+            raise InputError(f"{key} is required")
+        return value
+
+    def integer(self, key: str) -> int:
+        value = self.data.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InputError(f"{key} must be an integer")
+        return value
+
+
+async def _body(request: Request) -> _Body:
+    try:
+        data = json.loads(await request.body() or b"{}")
+    except ValueError:
+        raise InputError("the body is not JSON") from None
+    if not isinstance(data, dict):
+        raise InputError("the body must be a JSON object")
+    return _Body(data)
+
+
+def build_app(
+    emulator: SlackEmulator, api: WebApi, sources: SourceLookup | None = None
+) -> Starlette:
+    def ui_action(
+        handler: Callable[[_Body], None],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                handler(await _body(request))
+            except InputError as exc:
+                return JSONResponse({"ok": False, "error": str(exc)}, status_code=400)
+            return JSONResponse({"ok": True, "version": emulator.workspace.version})
+
+        return endpoint
+
+    async def index(_request: Request) -> Response:
+        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
+
+    async def state(request: Request) -> Response:
+        since = request.query_params.get("since", "")
+        if since.isdigit() and int(since) == emulator.workspace.version:
+            return JSONResponse({"version": emulator.workspace.version})
+        try:
+            return JSONResponse(emulator.state(request.query_params.get("user", "")))
+        except InputError as exc:
+            return JSONResponse({"ok": False, "error": str(exc)}, status_code=400)
+
+    async def users(_request: Request) -> Response:
+        people = [
+            {"id": u.id, "name": u.name, "real_name": u.real_name}
+            for u in emulator.workspace.humans()
+        ]
+        return JSONResponse({"users": people})
+
+    async def hook(request: Request) -> Response:
+        try:
+            target = emulator.hook(request.path_params["token"])
+            emulator.respond(target, (await _body(request)).data)
+        except InputError as exc:
+            return JSONResponse({"ok": False, "error": str(exc)}, status_code=404)
+        return JSONResponse({"ok": True})
+
+    async def source(request: Request) -> Response:
+        kind, key = request.path_params["kind"], request.path_params["key"]
+        found = None if sources is None else await sources(kind, key)
+        if found is None:
+            return HTMLResponse(_page("Not found", [("", f"No {kind} record {key}.")]), 404)
+        title, lines = found
+        return HTMLResponse(_page(title, lines))
+
+    def say(body: _Body) -> None:
+        thread = body.data.get("thread_ts")
+        emulator.say(
+            body.text("user"),
+            body.text("channel"),
+            body.text("text"),
+            thread if isinstance(thread, str) and thread else None,
+        )
+
+    def click(body: _Body) -> None:
+        user, block, element = body.text("user"), body.integer("block"), body.integer("element")
+        if body.data.get("home"):
+            emulator.click_home(user, block, element)
+        else:
+            emulator.click_message(user, body.text("channel"), body.text("ts"), block, element)
+
+    def submit(body: _Body) -> None:
+        values = body.data.get("values")
+        if not isinstance(values, dict):
+            raise InputError("values must be an object")
+        emulator.submit_view(body.text("user"), body.text("view_id"), values)
+
+    routes = [
+        Route("/", index),
+        Route("/api/{method}", api.handle, methods=["GET", "POST"]),
+        Route("/ui/state", state),
+        Route("/ui/users", users),
+        Route("/ui/say", ui_action(say), methods=["POST"]),
+        Route("/ui/click", ui_action(click), methods=["POST"]),
+        Route("/ui/submit", ui_action(submit), methods=["POST"]),
+        Route(
+            "/ui/close",
+            ui_action(lambda b: emulator.close_view(b.text("user"), b.text("view_id"))),
+            methods=["POST"],
+        ),
+        Route(
+            "/ui/home",
+            ui_action(lambda b: emulator.open_home(b.text("user"), b.text("tab"))),
+            methods=["POST"],
+        ),
+        Route("/hooks/{token}", hook, methods=["POST"]),
+        Route("/sources/{system}/{kind}/{key}", source),
+        Route("/healthz", lambda _r: JSONResponse({"ok": True})),
+        Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
+    ]
+    return Starlette(routes=routes)
+
+
+def _page(title: str, lines: list[tuple[str, str]]) -> str:
+    rows = "".join(
+        f"<dt>{html.escape(label)}</dt><dd>{html.escape(value)}</dd>" for label, value in lines
+    )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title>"
+        "<link rel='stylesheet' href='/static/app.css'></head>"
+        "<body class='source'><p class='banner'>opsbot sandbox — demo data</p>"
+        f"<h1>{html.escape(title)}</h1><dl>{rows}</dl></body></html>"
+    )

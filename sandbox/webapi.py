@@ -1,0 +1,294 @@
+"""The subset of Slack's Web API the bot calls, answered from the emulated workspace.
+
+Wire format as Slack's: ``POST /api/<method>`` with a form or JSON body, the bot token as
+``Authorization: Bearer``, an HTTP 200 ``{"ok": true, ...}`` or ``{"ok": false, "error": ...}``.
+Limits Slack enforces (50 blocks a message, 100 in a view, 3,000 chars of section text) are
+enforced here too, so the sandbox fails where Slack would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from sandbox.workspace import (
+    BOT_ID,
+    BOT_NAME,
+    BOT_USER_ID,
+    TEAM_DOMAIN,
+    TEAM_ID,
+    NotFoundError,
+    Workspace,
+)
+
+_JSON_FIELDS = ("blocks", "attachments", "view", "prompts", "metadata")
+Params = dict[str, Any]
+Result = dict[str, Any]
+
+
+class WebApi:
+    """Dispatches Web API methods to the workspace; ``calls`` records (method, params)."""
+
+    def __init__(self, workspace: Workspace, bot_token: str) -> None:
+        self.workspace = workspace
+        self._bot_token = bot_token
+        self.calls: list[tuple[str, Params]] = []
+        self._methods: dict[str, Callable[[Params], Result]] = {
+            "api.test": lambda p: {"ok": True, "args": p},
+            "auth.test": self.auth_test,
+            "chat.postMessage": self.chat_post_message,
+            "chat.update": self.chat_update,
+            "chat.delete": self.chat_delete,
+            "chat.postEphemeral": self.chat_post_ephemeral,
+            "views.open": self.views_open,
+            "views.push": self.views_push,
+            "views.update": self.views_update,
+            "views.publish": self.views_publish,
+            "users.info": self.users_info,
+            "conversations.info": self.conversations_info,
+            "assistant.threads.setStatus": self.set_status,
+            "assistant.threads.setSuggestedPrompts": self.set_suggested_prompts,
+        }
+
+    @property
+    def methods(self) -> list[str]:
+        return sorted(self._methods)
+
+    def call(self, method: str, params: Params, token: str | None) -> Result:
+        if not token or not hmac.compare_digest(token, self._bot_token):
+            return {"ok": False, "error": "not_authed" if not token else "invalid_auth"}
+        handler = self._methods.get(method)
+        if handler is None:
+            return {"ok": False, "error": "unknown_method"}
+        self.calls.append((method, params))
+        try:
+            return handler(params)
+        except NotFoundError as exc:
+            return {"ok": False, "error": _not_found(method), "detail": str(exc)}
+
+    async def handle(self, request: Request) -> JSONResponse:
+        params = await _read_params(request)
+        auth = request.headers.get("authorization", "")
+        token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else None
+        token = token or params.pop("token", None)
+        return JSONResponse(self.call(request.path_params["method"], params, token))
+
+    # -- methods --------------------------------------------------------------------------
+
+    def auth_test(self, _p: Params) -> Result:
+        return {
+            "ok": True,
+            "url": f"https://{TEAM_DOMAIN}.slack.invalid/",
+            "team": "opsbot sandbox",
+            "user": BOT_NAME,
+            "team_id": TEAM_ID,
+            "user_id": BOT_USER_ID,
+            "bot_id": BOT_ID,
+            "is_enterprise_install": False,
+        }
+
+    def chat_post_message(self, p: Params) -> Result:
+        if not p.get("channel"):
+            return {"ok": False, "error": "channel_not_found"}
+        problem = _check_message(p)
+        if problem:
+            return {"ok": False, "error": problem}
+        channel = self.workspace.resolve_channel(str(p["channel"]))
+        thread_ts = str(p["thread_ts"]) if p.get("thread_ts") else None
+        message = self.workspace.post(
+            channel.id, BOT_USER_ID, str(p.get("text") or ""), p.get("blocks"), thread_ts=thread_ts
+        )
+        return {"ok": True, "channel": channel.id, "ts": message.ts, "message": message.as_api()}
+
+    def chat_update(self, p: Params) -> Result:
+        problem = _check_message(p)
+        if problem:
+            return {"ok": False, "error": problem}
+        channel = self.workspace.resolve_channel(str(p.get("channel", "")))
+        message = self.workspace.message(channel.id, str(p.get("ts", "")))
+        if message.user != BOT_USER_ID:
+            return {"ok": False, "error": "cant_update_message"}
+        blocks = p.get("blocks")
+        self.workspace.update(
+            channel.id,
+            message.ts,
+            str(p.get("text") or ""),
+            message.blocks if blocks is None else blocks,
+        )
+        return {"ok": True, "channel": channel.id, "ts": message.ts, "text": message.text}
+
+    def chat_delete(self, p: Params) -> Result:
+        channel = self.workspace.resolve_channel(str(p.get("channel", "")))
+        message = self.workspace.message(channel.id, str(p.get("ts", "")))
+        if message.user != BOT_USER_ID:
+            return {"ok": False, "error": "cant_delete_message"}
+        self.workspace.delete(channel.id, message.ts)
+        return {"ok": True, "channel": channel.id, "ts": message.ts}
+
+    def chat_post_ephemeral(self, p: Params) -> Result:
+        user = str(p.get("user", ""))
+        if user not in self.workspace.users:
+            return {"ok": False, "error": "user_not_found"}
+        problem = _check_message(p)
+        if problem:
+            return {"ok": False, "error": problem}
+        channel = self.workspace.resolve_channel(str(p.get("channel", "")))
+        thread_ts = str(p["thread_ts"]) if p.get("thread_ts") else None
+        message = self.workspace.post(
+            channel.id,
+            BOT_USER_ID,
+            str(p.get("text") or ""),
+            p.get("blocks"),
+            thread_ts=thread_ts,
+            ephemeral_for=user,
+        )
+        return {"ok": True, "message_ts": message.ts}
+
+    def views_open(self, p: Params) -> Result:
+        return self._open(p, push=False)
+
+    def views_push(self, p: Params) -> Result:
+        return self._open(p, push=True)
+
+    def _open(self, p: Params, *, push: bool) -> Result:
+        user = self.workspace.use_trigger(str(p.get("trigger_id", "")))
+        view = p.get("view")
+        problem = _check_view(view, "modal")
+        if problem:
+            return {"ok": False, "error": problem}
+        assert isinstance(view, dict)
+        opened = self.workspace.open_view(user, view, push=push)
+        return {"ok": True, "view": _view_object(opened.id, view)}
+
+    def views_update(self, p: Params) -> Result:
+        view = p.get("view")
+        problem = _check_view(view, "modal")
+        if problem:
+            return {"ok": False, "error": problem}
+        assert isinstance(view, dict)
+        view_id = str(p.get("view_id") or "")
+        if not view_id and p.get("external_id"):
+            view_id = self._by_external_id(str(p["external_id"]))
+        opened = self.workspace.update_view(view_id, view)
+        return {"ok": True, "view": _view_object(opened.id, view)}
+
+    def _by_external_id(self, external_id: str) -> str:
+        for stack in self.workspace.modals.values():
+            for opened in stack:
+                if opened.view.get("external_id") == external_id:
+                    return opened.id
+        raise NotFoundError(external_id)
+
+    def views_publish(self, p: Params) -> Result:
+        view = p.get("view")
+        problem = _check_view(view, "home")
+        if problem:
+            return {"ok": False, "error": problem}
+        assert isinstance(view, dict)
+        self.workspace.publish_home(str(p.get("user_id", "")), view)
+        return {"ok": True, "view": _view_object("VHOME" + str(p.get("user_id")), view)}
+
+    def users_info(self, p: Params) -> Result:
+        user = self.workspace.users.get(str(p.get("user", "")))
+        if user is None:
+            return {"ok": False, "error": "user_not_found"}
+        return {"ok": True, "user": user.profile()}
+
+    def conversations_info(self, p: Params) -> Result:
+        channel = self.workspace.resolve_channel(str(p.get("channel", "")))
+        return {"ok": True, "channel": channel.info()}
+
+    def set_status(self, p: Params) -> Result:
+        # Only DMs with the app are assistant threads (as on Slack).
+        channel = self.workspace.channels.get(str(p.get("channel_id", "")))
+        if channel is None or not channel.is_im:
+            return {"ok": False, "error": "channel_not_found"}
+        self.workspace.set_status(channel.id, str(p.get("thread_ts", "")), str(p.get("status")))
+        return {"ok": True}
+
+    def set_suggested_prompts(self, p: Params) -> Result:
+        channel = self.workspace.channels.get(str(p.get("channel_id", "")))
+        if channel is None or not channel.is_im:
+            return {"ok": False, "error": "channel_not_found"}
+        prompts = p.get("prompts")
+        if not isinstance(prompts, list) or not 1 <= len(prompts) <= 4:
+            return {"ok": False, "error": "invalid_arguments"}
+        self.workspace.prompts[channel.id] = {"title": p.get("title", ""), "prompts": prompts}
+        self.workspace.changed()
+        return {"ok": True}
+
+
+def _not_found(method: str) -> str:
+    if method.startswith("views."):
+        return "not_found" if method != "views.open" else "invalid_trigger_id"
+    if method in ("chat.update", "chat.delete"):
+        return "message_not_found"
+    return "channel_not_found"
+
+
+def _check_message(p: Params) -> str | None:
+    blocks = p.get("blocks")
+    if not p.get("text") and not blocks:
+        return "no_text"
+    if blocks is None:
+        return None
+    if not isinstance(blocks, list) or len(blocks) > 50:
+        return "invalid_blocks"
+    return _check_blocks(blocks)
+
+
+def _check_view(view: Any, kind: str) -> str | None:
+    if not isinstance(view, dict) or view.get("type") != kind:
+        return "invalid_arguments"
+    blocks = view.get("blocks")
+    if not isinstance(blocks, list) or len(blocks) > 100:
+        return "invalid_arguments"
+    if kind == "modal" and len(str(view.get("private_metadata", ""))) > 3000:
+        return "invalid_arguments"
+    return _check_blocks(blocks)
+
+
+def _check_blocks(blocks: list[Any]) -> str | None:
+    for block in blocks:
+        if not isinstance(block, dict) or "type" not in block:
+            return "invalid_blocks"
+        text = block.get("text")
+        if (
+            block["type"] == "section"
+            and isinstance(text, dict)
+            and len(text.get("text", "")) > 3000
+        ):
+            return "invalid_blocks"
+        for element in block.get("elements", []) if block["type"] == "actions" else []:
+            if len(str(element.get("value", ""))) > 2000:
+                return "invalid_blocks"
+            if len(str((element.get("text") or {}).get("text", ""))) > 75:
+                return "invalid_blocks"
+    return None
+
+
+def _view_object(view_id: str, view: dict[str, Any]) -> dict[str, Any]:
+    return {**view, "id": view_id, "team_id": TEAM_ID, "app_id": "A0OPSBOT", "hash": "sandbox"}
+
+
+async def _read_params(request: Request) -> Params:
+    content_type = request.headers.get("content-type", "")
+    params: Params
+    if content_type.startswith("application/json"):
+        data = json.loads(await request.body() or b"{}")
+        params = dict(data) if isinstance(data, dict) else {}
+    else:
+        form = await request.form()
+        params = {k: v for k, v in form.items() if isinstance(v, str)}
+    params.update({k: v for k, v in request.query_params.items() if k not in params})
+    for key in _JSON_FIELDS:
+        if isinstance(params.get(key), str):
+            with contextlib.suppress(json.JSONDecodeError):
+                params[key] = json.loads(params[key])
+    return params

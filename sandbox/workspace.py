@@ -1,0 +1,271 @@
+"""The emulated Slack workspace: users, channels, messages, views — all in memory.
+
+One ``Workspace`` holds what a real workspace would: the demo users (from the dev IdP's
+directory), ``#ops`` and ``#ops-approvals``, a DM with the bot per user, messages and threads,
+ephemeral messages, modals and App Home views. ``version`` grows on every change so the web UI
+can poll cheaply.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+TEAM_ID = "T0SANDBOX"
+TEAM_DOMAIN = "sandbox"
+APP_ID = "A0OPSBOT"
+BOT_USER_ID = "U0OPSBOT"
+BOT_ID = "B0OPSBOT"
+BOT_NAME = "opsbot"
+TRIGGER_TTL_SECONDS = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    id: str
+    name: str  # the directory subject (alice), also the Slack handle
+    real_name: str
+    email: str
+    groups: tuple[str, ...] = ()
+    is_bot: bool = False
+
+    def profile(self) -> dict[str, Any]:
+        """``users.info``'s user object."""
+        return {
+            "id": self.id,
+            "team_id": TEAM_ID,
+            "name": self.name,
+            "real_name": self.real_name,
+            "is_bot": self.is_bot,
+            "deleted": False,
+            "profile": {
+                "real_name": self.real_name,
+                "display_name": self.name,
+                "email": self.email,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Channel:
+    id: str
+    name: str
+    im_user: str | None = None  # set for a DM with the bot: the human's user id
+
+    @property
+    def is_im(self) -> bool:
+        return self.im_user is not None
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "is_channel": not self.is_im,
+            "is_im": self.is_im,
+            **({"user": self.im_user} if self.im_user else {}),
+        }
+
+
+@dataclass(slots=True)
+class Message:
+    channel: str
+    ts: str
+    user: str
+    text: str
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    thread_ts: str | None = None
+    ephemeral_for: str | None = None
+    edited: bool = False
+
+    def as_api(self) -> dict[str, Any]:
+        """The message object as the Web API and interaction payloads show it."""
+        message: dict[str, Any] = {
+            "type": "message",
+            "ts": self.ts,
+            "user": self.user,
+            "text": self.text,
+            "blocks": self.blocks,
+            "team": TEAM_ID,
+        }
+        if self.user == BOT_USER_ID:
+            message.update(bot_id=BOT_ID, app_id=APP_ID)
+        if self.thread_ts:
+            message["thread_ts"] = self.thread_ts
+        return message
+
+
+@dataclass(slots=True)
+class OpenView:
+    """A modal open for one user (a stack per user, top last)."""
+
+    id: str
+    user: str
+    view: dict[str, Any]
+    errors: dict[str, str] = field(default_factory=dict)
+    busy: bool = False
+
+
+class NotFoundError(KeyError):
+    """A channel, message, view or trigger that does not exist (Web API: ``*_not_found``)."""
+
+
+@dataclass
+class Workspace:
+    users: dict[str, User] = field(default_factory=dict)
+    channels: dict[str, Channel] = field(default_factory=dict)
+    messages: dict[tuple[str, str], Message] = field(default_factory=dict)
+    modals: dict[str, list[OpenView]] = field(default_factory=dict)
+    homes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    statuses: dict[tuple[str, str], str] = field(default_factory=dict)
+    prompts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    version: int = 0
+    _triggers: dict[str, tuple[str, float]] = field(default_factory=dict)
+    _seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    @classmethod
+    def demo(cls, people: Iterable[User], approvals_channel: str = "ops-approvals") -> Workspace:
+        ws = cls()
+        bot = User(BOT_USER_ID, BOT_NAME, "opsbot", "opsbot@sandbox.invalid", is_bot=True)
+        ws.users[bot.id] = bot
+        for person in people:
+            ws.users[person.id] = person
+            dm = Channel("D" + person.id[1:], BOT_NAME, im_user=person.id)
+            ws.channels[dm.id] = dm
+        for channel in (Channel("C0OPS", "ops"), Channel("C0APPROVALS", approvals_channel)):
+            ws.channels[channel.id] = channel
+        return ws
+
+    # -- lookups --------------------------------------------------------------------------
+
+    def changed(self) -> None:
+        self.version += 1
+
+    def humans(self) -> list[User]:
+        return [u for u in self.users.values() if not u.is_bot]
+
+    def dm_of(self, user_id: str) -> Channel:
+        for channel in self.channels.values():
+            if channel.im_user == user_id:
+                return channel
+        raise NotFoundError(user_id)
+
+    def resolve_channel(self, ref: str) -> Channel:
+        """A channel by id, by ``name``/``#name``, or a user id (their DM with the bot)."""
+        if ref in self.channels:
+            return self.channels[ref]
+        name = ref.lstrip("#")
+        for channel in self.channels.values():
+            if not channel.is_im and channel.name == name:
+                return channel
+        if ref in self.users and not self.users[ref].is_bot:
+            return self.dm_of(ref)
+        raise NotFoundError(ref)
+
+    def message(self, channel: str, ts: str) -> Message:
+        try:
+            return self.messages[(channel, ts)]
+        except KeyError:
+            raise NotFoundError(f"{channel}/{ts}") from None
+
+    def next_ts(self) -> str:
+        return f"{int(time.time())}.{next(self._seq):06d}"
+
+    # -- messages -------------------------------------------------------------------------
+
+    def post(
+        self,
+        channel: str,
+        user: str,
+        text: str,
+        blocks: list[dict[str, Any]] | None = None,
+        *,
+        thread_ts: str | None = None,
+        ephemeral_for: str | None = None,
+    ) -> Message:
+        message = Message(
+            channel, self.next_ts(), user, text, list(blocks or []), thread_ts, ephemeral_for
+        )
+        if thread_ts is not None and (channel, thread_ts) not in self.messages:
+            raise NotFoundError(f"thread {channel}/{thread_ts}")
+        self.messages[(channel, message.ts)] = message
+        self.changed()
+        return message
+
+    def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> Message:
+        message = self.message(channel, ts)
+        message.text, message.blocks, message.edited = text, list(blocks), True
+        self.changed()
+        return message
+
+    def delete(self, channel: str, ts: str) -> None:
+        self.message(channel, ts)
+        del self.messages[(channel, ts)]
+        self.changed()
+
+    def visible_to(self, user: str) -> list[Message]:
+        return sorted(
+            (m for m in self.messages.values() if m.ephemeral_for in (None, user)),
+            key=lambda m: float(m.ts),
+        )
+
+    def set_status(self, channel: str, thread_ts: str, status: str) -> None:
+        if status:
+            self.statuses[(channel, thread_ts)] = status
+        else:
+            self.statuses.pop((channel, thread_ts), None)
+        self.changed()
+
+    # -- triggers and views ---------------------------------------------------------------
+
+    def new_trigger(self, user: str) -> str:
+        trigger = f"{next(self._seq)}.{int(time.time())}.{secrets.token_hex(8)}"
+        self._triggers[trigger] = (user, time.monotonic() + TRIGGER_TTL_SECONDS)
+        return trigger
+
+    def use_trigger(self, trigger_id: str) -> str:
+        """The user a trigger belongs to; a trigger works once and only for 3 seconds."""
+        user, deadline = self._triggers.pop(trigger_id, ("", 0.0))
+        if not user or time.monotonic() > deadline:
+            raise NotFoundError(trigger_id)
+        return user
+
+    def open_view(self, user: str, view: dict[str, Any], *, push: bool = False) -> OpenView:
+        opened = OpenView("V" + secrets.token_hex(5).upper(), user, dict(view))
+        stack = self.modals.setdefault(user, [])
+        if not push:
+            stack.clear()
+        stack.append(opened)
+        self.changed()
+        return opened
+
+    def find_view(self, view_id: str) -> OpenView:
+        for stack in self.modals.values():
+            for opened in stack:
+                if opened.id == view_id:
+                    return opened
+        raise NotFoundError(view_id)
+
+    def update_view(self, view_id: str, view: dict[str, Any]) -> OpenView:
+        opened = self.find_view(view_id)
+        opened.view, opened.errors, opened.busy = dict(view), {}, False
+        self.changed()
+        return opened
+
+    def close_view(self, view_id: str) -> None:
+        for stack in self.modals.values():
+            stack[:] = [v for v in stack if v.id != view_id]
+        self.changed()
+
+    def close_all_views(self, user: str) -> None:
+        self.modals.pop(user, None)
+        self.changed()
+
+    def publish_home(self, user: str, view: dict[str, Any]) -> None:
+        if user not in self.users:
+            raise NotFoundError(user)
+        self.homes[user] = dict(view)
+        self.changed()
