@@ -25,6 +25,7 @@ from agent_core.decisions import validate_decisions, validate_edit
 from agent_core.errors import (
     AgentError,
     CredentialError,
+    CredentialUnavailableError,
     InvalidDecisionError,
     ModelUnavailableError,
     NoPendingApprovalError,
@@ -49,6 +50,7 @@ __all__ = [
     "AgentError",
     "Answer",
     "CredentialError",
+    "CredentialUnavailableError",
     "FinalAnswer",
     "Interrupt",
     "InvalidDecisionError",

@@ -41,6 +41,7 @@ class ToolCallEvent:
     args: Mapping[str, Any]
     idempotency_key: str | None
     approval_id: str | None
+    model: str = ""  # the model whose step proposed this call (empty on a resume's first call)
 
 
 class ToolObserver(Protocol):
@@ -107,6 +108,7 @@ async def call_current_run(server: str, tool: str, args: dict[str, Any]) -> tupl
         args={k: v for k, v in call_args.items() if k != IDEMPOTENCY_ARG},
         idempotency_key=key,
         approval_id=ctx.approval_id,
+        model=ctx.models_used[-1] if ctx.models_used else "",
     )
     ctx.calls.append(event)
     if ctx.observer is not None:

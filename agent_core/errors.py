@@ -14,7 +14,8 @@ Exception tree::
         ├── ToolTransientError   5xx, 429, connection failure: worth a retry for idempotent reads
         ├── ToolResultError      the tool reported an error; carries the server's text
         ├── ServerUnavailableError  the server is down or its circuit breaker is open
-        └── CredentialError      the broker could not mint a token for this user and server
+        ├── CredentialError      the broker could not mint a token for this user and server
+        └── CredentialUnavailableError  the broker/IdP is unreachable right now (transient)
 
 Thread ownership failures are ``agent_core.threads.NotThreadOwnerError``. Messages never
 contain a token.
@@ -88,3 +89,7 @@ class CredentialError(ToolCallError):
 
 class ToolResultError(ToolCallError):
     """The tool ran and reported an error (bad arguments, unknown key, ...): the server's text."""
+
+
+class CredentialUnavailableError(ToolCallError):
+    """The broker or identity provider is unreachable: nothing was sent; retry later."""

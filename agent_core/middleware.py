@@ -25,6 +25,7 @@ from langgraph.types import Command
 from agent_core.binding import RunContext, bound
 from agent_core.errors import (
     CredentialError,
+    CredentialUnavailableError,
     ServerUnavailableError,
     ToolAuthError,
     ToolCallError,
@@ -101,6 +102,12 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
             return error_message(request, _access_text(ctx, server, detail))
         except CredentialError as exc:
             return error_message(request, _access_text(ctx, server, str(exc)))
+        except CredentialUnavailableError:
+            return error_message(
+                request,
+                f"Could not get credentials for {server} right now (the identity service is "
+                f"unreachable). {name} was not run; try again shortly.",
+            )
         except ToolResultError as exc:
             return error_message(request, f"{name} failed: {exc}")
         except ToolTimeoutError:
@@ -135,7 +142,7 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
 
 def is_transient(exc: Exception) -> bool:
     """Retry filter for ``ToolRetryMiddleware``: only clearly transient failures."""
-    return isinstance(exc, ToolTransientError | ToolTimeoutError)
+    return isinstance(exc, ToolTransientError | ToolTimeoutError | CredentialUnavailableError)
 
 
 class ModelRecorder(AgentMiddleware[Any, Any, Any]):

@@ -26,6 +26,7 @@ from mcp.types import CallToolResult, Implementation, InitializeResult
 
 from agent_core.errors import (
     CredentialError,
+    CredentialUnavailableError,
     ServerUnavailableError,
     ToolAuthError,
     ToolCallError,
@@ -34,7 +35,7 @@ from agent_core.errors import (
 )
 from agent_core.health import ServerHealth, shared_ssl_context
 from agent_core.tools import DiscoveryCache, ServerTools, ToolDefinition
-from broker import Broker, BrokerError, Identity
+from broker import Broker, BrokerError, BrokerUnavailableError, Identity
 
 CLIENT_INFO = Implementation(name="opsbot", version="0.1.0")
 
@@ -144,6 +145,8 @@ class RunSessions:
             raise ServerUnavailableError(server, f"no MCP server named {server!r} is configured")
         try:
             token = await self._broker.get_token(self.identity, server)
+        except BrokerUnavailableError as exc:
+            raise CredentialUnavailableError(server, str(exc)) from exc
         except BrokerError as exc:
             raise CredentialError(server, str(exc)) from exc
         held = _Held()

@@ -179,3 +179,37 @@ async def test_each_run_sends_its_own_users_token(fake: tuple[str, FaultPlan]) -
         thread = await agent.threads.get_or_create(PlatformRef("t", "T", "C", user), user)
         await agent.run(Identity(user), thread.thread_id, f"look up for {user}")
     assert set(plan.auth) == {"Bearer tok-alice-fake", "Bearer tok-bob-fake"}
+
+
+async def test_identity_service_outage_is_transient_not_missing_access(
+    fake: tuple[str, FaultPlan],
+) -> None:
+    from broker import AccessToken, BrokerUnavailableError
+
+    class FlakyBroker(FakeBroker):
+        failures: int = 1
+
+        async def get_token(self, identity: Identity, server: str) -> AccessToken:
+            if self.failures:
+                self.failures -= 1
+                raise BrokerUnavailableError("identity provider unreachable")
+            return await super().get_token(identity, server)
+
+    url, plan = fake
+    model = ScriptedChatModel(steps=[call("fake_lookup", item="X-1"), echo])
+    agent = make_agent(url, model, read_retries=1)
+    agent.cache.put(await _discovered(url))
+    agent._broker = FlakyBroker()
+
+    _, result = await run(agent, "look up X-1")
+
+    assert isinstance(result, Answer)
+    assert '"status": "ok"' in result.answer  # retried once the IdP answered
+    assert plan.calls["lookup"] == 1
+
+
+async def _discovered(url: str) -> Any:
+    """The fake server's tools, discovered with a throwaway agent (warm cache for the test)."""
+    warm = make_agent(url, ScriptedChatModel(steps=[final("ok")]))
+    await run(warm, "warm")
+    return warm.cache.get("fake")

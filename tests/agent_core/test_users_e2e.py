@@ -25,12 +25,13 @@ def search_then_cite(messages: list[BaseMessage]) -> Any:
 class Recorder:
     def __init__(self) -> None:
         self.events: list[ToolCallEvent] = []
+        self.outcomes: list[str] = []
 
     async def tool_call_started(self, event: ToolCallEvent) -> None:
         self.events.append(event)
 
     async def tool_call_finished(self, event: ToolCallEvent, outcome: str, latency: float) -> None:
-        assert outcome == "success"
+        self.outcomes.append(outcome)
 
 
 async def test_100_interleaved_runs_of_two_users_each_act_as_their_own_user(
@@ -52,9 +53,13 @@ async def test_100_interleaved_runs_of_two_users_each_act_as_their_own_user(
         )
         threads.append(thread.thread_id)
 
+    # Warm up: tools discovered once, and each user's token minted once (the broker's cache
+    # then serves the burst, as it would in production).
     await agent.run(users["alice"], threads[0], "warm up: discover tools once")
+    await agent.run(users["dave"], threads[1], "warm up dave")
     before = agent.stats.sessions_opened
     recorder.events.clear()
+    recorder.outcomes.clear()
     list_tools_before = agent.stats.list_tools_calls
 
     results = await asyncio.gather(
@@ -71,9 +76,12 @@ async def test_100_interleaved_runs_of_two_users_each_act_as_their_own_user(
         assert keys, f"{name} saw no tickets"
         assert all(k.startswith(TEAM_PROJECT[name] + "-") for k in keys), (name, keys)
     assert len(recorder.events) == 100
+    assert recorder.outcomes == ["success"] * 100
     by_thread = dict(zip(threads, plan, strict=True))
     for event in recorder.events:
         assert event.requester == by_thread[event.thread_id]
+        assert event.model == "scripted"
+        assert event.kind == "read"
     # One session per run and server, never shared: 100 runs, 100 ticketing sessions.
     assert agent.stats.sessions_opened - before == 100
     assert agent.stats.list_tools_calls == list_tools_before  # warm runs list nothing
