@@ -44,6 +44,7 @@ from approvals.rules import check_decider
 from approvals.service import ApprovalService, DecisionReport
 from broker.errors import BrokerError
 from broker.types import ChatUser, Identity, IdentityService
+from opsbot.memory_chat import MemoryCommands
 from opsbot.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -281,8 +282,11 @@ class Assistant:
         approvals: ApprovalService,
         *,
         clock: Clock = utc_now,
+        memory: MemoryCommands | None = None,
     ) -> None:
         self._identities = identities
+        # User memory (``/ops memory``, App Home); None when disabled.
+        self.memory = memory
         self._threads = threads
         self._agent = agent
         self._approvals = approvals
@@ -522,6 +526,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
     from approvals.store import SqlApprovalStore
     from audit import AuditLog, AuditObserver, SqlAuditSink
     from broker.factory import open_identity_service
+    from opsbot.operations import open_operations
     from opsbot.storage import create_engine
 
     url = settings.resolved_database_url
@@ -530,9 +535,10 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
         async with (
             open_identity_service(settings, engine, clock=clock) as identities,
             open_checkpointer(url) as saver,
+            open_operations(settings, identities) as ops,
         ):
             audit = AuditLog(
-                SqlAuditSink(engine),
+                ops.audit_sink(SqlAuditSink(engine)),
                 clock=clock,
                 max_payload_bytes=settings.approvals.audit_max_payload_bytes,
             )
@@ -542,7 +548,8 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                 broker=identities,
                 threads=threads,
                 checkpointer=saver,
-                observer=AuditObserver(audit),
+                observer=ops.observer(AuditObserver(audit)),
+                run_callbacks=ops.run_callbacks,
             )
             service = ApprovalService(
                 SqlApprovalStore(engine),
@@ -553,6 +560,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                 identities,
                 clock=clock,
             )
-            yield Assistant(identities, threads, agent, service, clock=clock)
+            with ops.watch(agent, identities):
+                yield Assistant(identities, threads, agent, service, clock=clock, memory=ops.memory)
     finally:
         await engine.dispose()

@@ -88,6 +88,38 @@ class SlackSettings(BaseModel):
     server_error_retries: int = 2
 
 
+class ModelPrice(BaseModel):
+    """What a model costs, in US dollars per million tokens (for the cost-per-request metric)."""
+
+    input_per_million: float = Field(default=0.0, ge=0)
+    output_per_million: float = Field(default=0.0, ge=0)
+
+
+class ObservabilitySettings(BaseModel):
+    """Metrics, traces and readiness (``opsbot.observability``)."""
+
+    # OTLP/HTTP traces endpoint (e.g. http://collector:4318/v1/traces); unset = no export.
+    otlp_endpoint: str | None = None
+    service_name: str = "opsbot"
+    # HMAC key for pseudonymous user ids in traces and logs (never the identity itself).
+    pseudonym_key: SecretStr = SecretStr("opsbot-dev-pseudonym-key")
+    model_prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    readiness_timeout_seconds: float = Field(default=2.0, gt=0)
+
+
+class RetentionSettings(BaseModel):
+    """``opsbot prune``: how long threads and the audit log are kept."""
+
+    thread_days: int = Field(default=90, ge=1)  # since the thread's last checkpoint
+    audit_days: int | None = Field(default=None, ge=1)  # None keeps the audit log forever
+
+
+class MemorySettings(BaseModel):
+    """User memory (preferences) in a LangGraph store."""
+
+    enabled: bool = True
+
+
 class AgentSettings(BaseModel):
     """Limits and thresholds of one agent run (see ``agent_core.AgentConfig``)."""
 
@@ -142,6 +174,9 @@ class Settings(BaseSettings):
     test_database_url: str = "postgresql://postgres@127.0.0.1:5432/test"
     log_level: str = "INFO"
     log_format: Literal["console", "json"] = "console"
+    observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
 
     model: str = "demo"
     model_fallbacks: list[str] = Field(default_factory=list)

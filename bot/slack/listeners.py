@@ -25,6 +25,7 @@ from bot.slack.core import (
     NotAuthorised,
     Reject,
 )
+from bot.slack.memory import memory_home_blocks, register_memory_actions
 from bot.slack.modals import (
     EDIT_CALLBACK_ID,
     REJECT_CALLBACK_ID,
@@ -59,7 +60,8 @@ HELP_TEXT = (
     "• `/ops <question>` or `/ops ask <question>` — ask\n"
     "• `/ops link` — connect your company account\n"
     "• `/ops unlink` — disconnect it\n"
-    "• `/ops status` — what opsbot knows about you"
+    "• `/ops status` — what opsbot knows about you\n"
+    "• `/ops memory` — your saved preferences (`/ops memory help`)"
 )
 
 
@@ -103,6 +105,7 @@ def register(app: AsyncApp, adapter: SlackAdapter) -> None:
     _register_events(app, adapter)
     _register_command(app, adapter)
     _register_approvals(app, adapter)
+    register_memory_actions(app, adapter)
 
 
 # -- events -------------------------------------------------------------------------------
@@ -158,7 +161,11 @@ def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
             )
         pending = await adapter.assistant.pending_for(chat_user) if status.linked else []
         awaiting = await adapter.assistant.awaiting_approver(chat_user) if status.linked else []
-        await adapter.client.views_publish(user_id=user, view=home_view(status, pending, awaiting))
+        view = home_view(status, pending, awaiting)
+        memory = getattr(adapter.assistant, "memory", None)
+        if memory is not None and status.linked:
+            view["blocks"][2:2] = memory_home_blocks(await memory.preferences(chat_user))
+        await adapter.client.views_publish(user_id=user, view=view)
 
 
 # -- /ops ---------------------------------------------------------------------------------
@@ -195,6 +202,12 @@ def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
             )
         elif verb == "status":
             await ack(text=status_text(await adapter.assistant.status(chat_user)))
+        elif verb == "memory":
+            memory = getattr(adapter.assistant, "memory", None)
+            if memory is None:
+                await ack(text="Memory is not enabled.")
+            else:
+                await ack(text=await memory.handle(chat_user, rest))
         else:
             question = rest.strip() if verb == "ask" else text
             await ack(text="On it — I'll answer in a thread.")

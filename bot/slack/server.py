@@ -14,9 +14,10 @@ import contextlib
 import html
 import logging
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
@@ -32,7 +33,16 @@ log = logging.getLogger(__name__)
 LinkCallback = Callable[[str, str], Awaitable[str]]
 
 
-def web_application(app: AsyncApp, link_callback: LinkCallback | None = None) -> web.Application:
+def web_application(
+    app: AsyncApp,
+    link_callback: LinkCallback | None = None,
+    *,
+    routes: Sequence[web.RouteDef] = (),
+    middlewares: Sequence[Middleware] = (),
+) -> web.Application:
+    """The app's web server; ``routes``/``middlewares`` add operations endpoints
+    (``/metrics``, ``/readyz``) and request metrics from ``opsbot.observability``."""
+
     async def events(request: web.Request) -> web.Response:
         bolt_response = await app.async_dispatch(await to_bolt_request(request))
         return await to_aiohttp_response(bolt_response)
@@ -40,7 +50,8 @@ def web_application(app: AsyncApp, link_callback: LinkCallback | None = None) ->
     async def health(_request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
-    application = web.Application()
+    application = web.Application(middlewares=list(middlewares))
+    application.add_routes(routes)
     application.router.add_post(EVENTS_PATH, events)
     application.router.add_get("/healthz", health)
     if link_callback is not None:
@@ -75,11 +86,18 @@ def _page(status: int, message: str) -> web.Response:
 
 @contextlib.asynccontextmanager
 async def serve_http(
-    app: AsyncApp, sock: socket.socket, link_callback: LinkCallback | None = None
+    app: AsyncApp,
+    sock: socket.socket,
+    link_callback: LinkCallback | None = None,
+    *,
+    routes: Sequence[web.RouteDef] = (),
+    middlewares: Sequence[Middleware] = (),
 ) -> AsyncIterator[str]:
     """Serve ``app`` on a pre-bound socket until the block exits; yields the base URL."""
     runner = web.AppRunner(
-        web_application(app, link_callback), access_log=None, handle_signals=False
+        web_application(app, link_callback, routes=routes, middlewares=middlewares),
+        access_log=None,
+        handle_signals=False,
     )
     await runner.setup()
     site = web.SockSite(runner, sock)

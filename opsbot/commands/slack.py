@@ -82,6 +82,7 @@ async def serve_slack(
     Socket Mode; plus the in-process expiry sweeper and pruning of processed event ids."""
     from bot.slack import SqlProcessedEvents, open_bot, run_socket_mode, serve_http
     from opsbot.assistant import open_assistant
+    from opsbot.observability import Readiness, ops_routes, request_metrics
     from opsbot.serving import bind_socket
     from opsbot.storage import create_engine
 
@@ -121,7 +122,14 @@ async def serve_slack(
                     await run_socket_mode(bot.app, config.app_token, stop)
                 else:
                     callback = _link_callback(assistant)
-                    async with serve_http(bot.app, bind_socket(host, port), callback) as url:
+                    routes = ops_routes(Readiness.from_settings(settings, engine))
+                    async with serve_http(
+                        bot.app,
+                        bind_socket(host, port),
+                        callback,
+                        routes=routes,
+                        middlewares=[request_metrics],
+                    ) as url:
                         log.info("opsbot slack: listening on %s/slack/events", url)
                         if on_ready is not None:
                             on_ready(url)

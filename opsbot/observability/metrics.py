@@ -1,0 +1,178 @@
+"""The Prometheus metrics of opsbot, in one registry of their own.
+
+Core packages may import these module-level objects (``opsbot`` is allowed to them); nothing
+here imports a chat SDK. Labels carry server, tool, model and error *class* names only —
+never a user, a thread id, arguments or tool output (unbounded or personal label values).
+
+``/metrics`` renders ``REGISTRY`` after ``refresh_runtime_gauges()`` has read the pull-only
+state (circuit breakers, broker counters): see ``opsbot.observability.http``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# --- requests ------------------------------------------------------------------------------
+HTTP_REQUESTS = Counter(
+    "opsbot_http_requests",
+    "HTTP requests served by the app, by route and status code.",
+    ["route", "status"],
+    registry=REGISTRY,
+)
+RUNS = Counter(
+    "opsbot_runs",
+    "Agent runs (a new message: run; after a decision: resume), by outcome.",
+    ["kind", "outcome"],
+    registry=REGISTRY,
+)
+RUN_ERRORS = Counter(
+    "opsbot_run_errors",
+    "Agent runs that failed, by error class.",
+    ["kind", "error"],
+    registry=REGISTRY,
+)
+
+# --- tools ---------------------------------------------------------------------------------
+TOOL_CALLS = Counter(
+    "opsbot_tool_calls",
+    "Tool calls that left the process, by MCP server, kind (read/write) and outcome.",
+    ["server", "kind", "outcome"],
+    registry=REGISTRY,
+)
+TOOL_ERRORS = Counter(
+    "opsbot_tool_errors",
+    "Failed tool calls by MCP server and error class.",
+    ["server", "error"],
+    registry=REGISTRY,
+)
+TOOL_RETRIES = Counter(
+    "opsbot_tool_retries",
+    "Tool calls attempted again after a transient failure, by MCP server.",
+    ["server"],
+    registry=REGISTRY,
+)
+TOOL_SECONDS = Histogram(
+    "opsbot_tool_call_seconds",
+    "Tool call latency by MCP server.",
+    ["server"],
+    registry=REGISTRY,
+)
+
+# --- model ---------------------------------------------------------------------------------
+MODEL_CALLS = Counter(
+    "opsbot_model_calls", "Chat model calls by model.", ["model"], registry=REGISTRY
+)
+MODEL_ERRORS = Counter(
+    "opsbot_model_errors",
+    "Failed chat model calls by model and error class.",
+    ["model", "error"],
+    registry=REGISTRY,
+)
+CALL_LIMIT_HITS = Counter(
+    "opsbot_model_call_limit_hits",
+    "Runs stopped by the model call limit (run or thread).",
+    registry=REGISTRY,
+)
+FALLBACKS = Counter(
+    "opsbot_model_fallbacks",
+    "Model calls served by a fallback model after the primary failed.",
+    ["model"],
+    registry=REGISTRY,
+)
+TOKENS = Counter(
+    "opsbot_model_tokens",
+    "Tokens used, from the models' usage metadata, by model and direction.",
+    ["model", "direction"],
+    registry=REGISTRY,
+)
+COST = Counter(
+    "opsbot_model_cost_usd",
+    "Model cost in US dollars (usage metadata × configured prices), by model.",
+    ["model"],
+    registry=REGISTRY,
+)
+RUN_TOKENS = Histogram(
+    "opsbot_run_tokens",
+    "Tokens used per run.",
+    buckets=(100, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000),
+    registry=REGISTRY,
+)
+RUN_COST = Histogram(
+    "opsbot_run_cost_usd",
+    "Model cost per run in US dollars.",
+    buckets=(0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0),
+    registry=REGISTRY,
+)
+
+# --- middleware decisions ------------------------------------------------------------------
+PII_REDACTIONS = Counter(
+    "opsbot_pii_redactions",
+    "Messages changed by the PII middleware, by PII type.",
+    ["pii_type"],
+    registry=REGISTRY,
+)
+BULK_WRITE_PROPOSALS = Counter(
+    "opsbot_bulk_write_proposals",
+    "Model turns flagged as bulk-write proposals (many writes at once).",
+    registry=REGISTRY,
+)
+DEGRADED_RUNS = Counter(
+    "opsbot_degraded_runs",
+    "Runs that left out an unavailable MCP server (degraded mode), by server.",
+    ["server"],
+    registry=REGISTRY,
+)
+BREAKER_OPEN = Gauge(
+    "opsbot_circuit_breaker_open",
+    "1 while the MCP server's circuit breaker is open, else 0.",
+    ["server"],
+    registry=REGISTRY,
+)
+
+# --- approvals -----------------------------------------------------------------------------
+INTERRUPTS = Counter(
+    "opsbot_interrupts",
+    "Writes proposed for human approval (one per action request), by tool.",
+    ["tool"],
+    registry=REGISTRY,
+)
+DECISIONS = Counter(
+    "opsbot_approval_decisions",
+    "Decisions on proposed writes: approve, edit, reject or expired.",
+    ["decision"],
+    registry=REGISTRY,
+)
+DECISION_SECONDS = Histogram(
+    "opsbot_approval_decision_seconds",
+    "Time from a proposal to its decision.",
+    buckets=(5, 15, 30, 60, 120, 300, 600, 1800, 3600, 14400, 86400),
+    registry=REGISTRY,
+)
+
+__all__ = [
+    "BREAKER_OPEN",
+    "BULK_WRITE_PROPOSALS",
+    "CALL_LIMIT_HITS",
+    "COST",
+    "DECISIONS",
+    "DECISION_SECONDS",
+    "DEGRADED_RUNS",
+    "FALLBACKS",
+    "HTTP_REQUESTS",
+    "INTERRUPTS",
+    "MODEL_CALLS",
+    "MODEL_ERRORS",
+    "PII_REDACTIONS",
+    "REGISTRY",
+    "RUNS",
+    "RUN_COST",
+    "RUN_ERRORS",
+    "RUN_TOKENS",
+    "TOKENS",
+    "TOOL_CALLS",
+    "TOOL_ERRORS",
+    "TOOL_RETRIES",
+    "TOOL_SECONDS",
+]
