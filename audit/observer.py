@@ -35,6 +35,7 @@ class AuditObserver:
             args=dict(event.args),
             idempotency_key=event.idempotency_key or f"nokey:{event.tool_call_id}",
             approval_id=event.approval_id,
+            model_used=event.model or None,
         )
         async with self._lock:
             self._pending[_key(event)] = pending
@@ -50,6 +51,7 @@ class AuditObserver:
                 args=dict(event.args),
                 outcome=outcome,
                 latency_ms=latency_ms,
+                model_used=event.model or None,
             )
             return
         async with self._lock:

@@ -1,0 +1,25 @@
+"""Fault tests: real processes and servers on loopback, bounded by timeouts, never by sleeps."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from mcp_servers import ReferenceServers
+from tests.fixtures.agent import AgentEnv, open_agent_env
+from tests.fixtures.identity import RunningIdp
+
+
+@pytest.fixture
+def mcp_trusted_issuer(dev_idp: RunningIdp) -> tuple[str, str | None]:
+    """The reference servers trust the dev IdP here (overrides tests.fixtures.mcp)."""
+    return dev_idp.issuer, dev_idp.jwks_url
+
+
+@pytest.fixture
+async def agent_env(
+    dev_idp: RunningIdp, reference_servers: ReferenceServers
+) -> AsyncIterator[AgentEnv]:
+    async with open_agent_env(dev_idp, reference_servers) as env:
+        yield env

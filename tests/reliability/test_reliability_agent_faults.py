@@ -1,0 +1,150 @@
+"""Faults around a run: an MCP server killed mid-call, the primary model down, the IdP down."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from agent_core import Agent, AgentConfig, Answer, ServerConfig, ToolPolicy
+from agent_core.threads import MemoryThreadStore
+from audit import AuditLog, AuditObserver, AuditQuery, EventKind, SqlAuditSink
+from broker import Identity
+from broker.types import ChatUser
+from opsbot.storage import create_engine
+from tests.fixtures.agent import (
+    AgentEnv,
+    FailingChatModel,
+    FakeBroker,
+    ScriptedChatModel,
+    call,
+    final,
+    new_thread,
+    tool_results,
+)
+
+POLICY = """
+tools:
+  fake_lookup: {kind: read}
+  fake_slow_lookup: {kind: read}
+"""
+ALICE = Identity("alice", ChatUser("slack", "T1", "U1"), "alice@example.com", frozenset())
+BOUND = 30.0  # far above the configured timeouts: the test fails instead of hanging
+
+
+def echo_last_tool(messages: list[BaseMessage]) -> Any:
+    results = tool_results(messages)
+    return final(str(results[-1].content) if results else "no tool result")
+
+
+@contextlib.asynccontextmanager
+async def mcp_process() -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    """The throwaway MCP server as its own process; killed (if still alive) on exit."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.reliability.slow_mcp_server",
+        stdout=asyncio.subprocess.PIPE,
+        cwd=os.getcwd(),
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), BOUND)
+        assert line.startswith(b"PORT "), line
+        yield f"http://127.0.0.1:{int(line.split()[1])}/mcp", proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+
+
+async def until_line(proc: asyncio.subprocess.Process, prefix: bytes) -> bytes:
+    assert proc.stdout is not None
+    while True:
+        line = await proc.stdout.readline()
+        assert line, "the server exited before printing the expected line"
+        if line.startswith(prefix):
+            return line
+
+
+def fake_agent(url: str, model: Any) -> Agent:
+    return Agent(
+        AgentConfig(
+            servers=(ServerConfig("fake", url, url),),
+            read_timeout=5.0,
+            read_retries=1,
+            retry_initial_delay=0.0,
+        ),
+        model=model,
+        broker=FakeBroker(),
+        threads=MemoryThreadStore(),
+        checkpointer=InMemorySaver(),
+        policy=ToolPolicy.from_yaml(POLICY),
+    )
+
+
+async def test_mcp_server_killed_mid_call_gives_a_degraded_answer_within_the_timeout() -> None:
+    async with mcp_process() as (url, proc):
+        model = ScriptedChatModel(
+            steps=[call("fake_slow_lookup", item="A-1", seconds=600), echo_last_tool]
+        )
+        agent = fake_agent(url, model)
+        thread = await new_thread(agent, ALICE)
+        run = asyncio.create_task(agent.run(ALICE, thread, "look up A-1"))
+        await asyncio.wait_for(until_line(proc, b"CALL slow_lookup"), BOUND)
+        proc.send_signal(signal.SIGKILL)  # the server dies with the call in flight
+        await proc.wait()
+        result = await asyncio.wait_for(run, BOUND)
+
+        assert isinstance(result, Answer)
+        assert "cannot reach fake" in result.answer
+
+        # The next run on the dead server is answered at once, with the server left out.
+        later = fake_agent(url, ScriptedChatModel(steps=[final("without it")]))
+        thread = await new_thread(later, ALICE)
+        again = await asyncio.wait_for(later.run(ALICE, thread, "try again"), BOUND)
+        assert isinstance(again, Answer)
+        assert any("fake" in c and "unavailable" in c for c in again.caveats), again.caveats
+
+
+async def test_primary_model_down_the_fallback_answers_and_the_audit_names_it(
+    agent_env: AgentEnv, sqlite_url: str
+) -> None:
+    engine = create_engine(sqlite_url)
+    try:
+        log = AuditLog(SqlAuditSink(engine))
+        backup = ScriptedChatModel(
+            model_name="backup-model",
+            steps=[call("ticketing_get_ticket", key="PAY-101"), echo_last_tool],
+        )
+        agent = agent_env.agent(FailingChatModel(model_name="primary-model"))
+        agent = Agent(
+            agent.config,
+            model=FailingChatModel(model_name="primary-model"),
+            fallbacks=[backup],
+            broker=agent_env.harness.broker,
+            threads=agent.threads,
+            checkpointer=InMemorySaver(),
+            policy=agent.policy,
+            observer=AuditObserver(log),
+        )
+        alice = await agent_env.user("alice")
+        thread = await new_thread(agent, alice)
+
+        result = await asyncio.wait_for(agent.run(alice, thread, "show PAY-101"), BOUND)
+
+        assert isinstance(result, Answer)
+        assert result.model_used == "backup-model"
+        assert "PAY-101" in result.answer
+        [record] = await log.query(AuditQuery(kinds=(EventKind.TOOL_CALL,)))
+        assert record.tool == "ticketing_get_ticket"
+        assert record.model_used == "backup-model"
+    finally:
+        await engine.dispose()
