@@ -10,13 +10,16 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
+import pytest
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agent_core import Agent, AgentConfig, Answer, ServerConfig, ToolPolicy
 from agent_core.threads import MemoryThreadStore
 from audit import AuditLog, AuditObserver, AuditQuery, EventKind, SqlAuditSink
-from broker import Identity
+from broker import BrokerUnavailableError, Identity
+from broker.remote import RemoteBroker
 from broker.types import ChatUser
 from opsbot.storage import create_engine
 from tests.fixtures.agent import (
@@ -25,9 +28,16 @@ from tests.fixtures.agent import (
     FakeBroker,
     ScriptedChatModel,
     call,
+    fake_mcp_server,
     final,
     new_thread,
     tool_results,
+)
+from tests.fixtures.identity import (
+    SERVICE_SECRET,
+    open_broker,
+    serve_broker_service,
+    start_dev_idp,
 )
 
 POLICY = """
@@ -74,7 +84,7 @@ async def until_line(proc: asyncio.subprocess.Process, prefix: bytes) -> bytes:
             return line
 
 
-def fake_agent(url: str, model: Any) -> Agent:
+def fake_agent(url: str, model: Any, broker: Any = None) -> Agent:
     return Agent(
         AgentConfig(
             servers=(ServerConfig("fake", url, url),),
@@ -83,7 +93,7 @@ def fake_agent(url: str, model: Any) -> Agent:
             retry_initial_delay=0.0,
         ),
         model=model,
-        broker=FakeBroker(),
+        broker=broker or FakeBroker(),
         threads=MemoryThreadStore(),
         checkpointer=InMemorySaver(),
         policy=ToolPolicy.from_yaml(POLICY),
@@ -148,3 +158,48 @@ async def test_primary_model_down_the_fallback_answers_and_the_audit_names_it(
         assert record.model_used == "backup-model"
     finally:
         await engine.dispose()
+
+
+async def test_idp_down_gives_a_clear_error_not_a_hang() -> None:
+    async with fake_mcp_server() as (url, plan), contextlib.AsyncExitStack() as idp_stack:
+        idp = await idp_stack.enter_async_context(start_dev_idp({"fake": url}))
+        async with open_broker(idp, servers={"fake": url}) as harness:
+            alice = await harness.link("alice")
+            await idp_stack.aclose()  # the IdP goes down after alice linked
+            agent = fake_agent(
+                url,
+                ScriptedChatModel(steps=[call("fake_lookup", item="A-1"), echo_last_tool]),
+                broker=harness.broker,
+            )
+            thread = await new_thread(agent, alice)
+            result = await asyncio.wait_for(agent.run(alice, thread, "look up A-1"), BOUND)
+    assert isinstance(result, Answer)
+    assert "fake" in result.answer
+    assert "identity provider" in result.answer.lower() or "unavailable" in result.answer.lower()
+    assert plan.calls == {}  # nothing reached the server without a token
+
+
+async def test_broker_service_down_gives_a_clear_error_not_a_hang() -> None:
+    async with (
+        fake_mcp_server() as (url, plan),
+        start_dev_idp({"fake": url}) as idp,
+        open_broker(idp, servers={"fake": url}) as harness,
+    ):
+        alice = await harness.link("alice")
+        async with serve_broker_service(harness) as remote:
+            base_url = remote.base_url
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            down = RemoteBroker(base_url, SERVICE_SECRET, http)
+            with pytest.raises(BrokerUnavailableError):
+                await down.get_token(alice, "fake")
+            agent = fake_agent(
+                url,
+                ScriptedChatModel(steps=[call("fake_lookup", item="A-1"), echo_last_tool]),
+                broker=down,
+            )
+            thread = await new_thread(agent, alice)
+            result = await asyncio.wait_for(agent.run(alice, thread, "look up A-1"), BOUND)
+    assert isinstance(result, Answer)
+    assert "fake" in result.answer
+    assert "unavailable" in result.answer.lower()
+    assert plan.calls == {}
