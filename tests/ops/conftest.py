@@ -56,6 +56,7 @@ class OpsApp:
     fake_slack: FakeSlack
     servers: ReferenceServers
     stop_search: Callable[[], Awaitable[None]]
+    stop_app: Callable[[], Awaitable[None]]
 
     async def scrape(self) -> Samples:
         async with httpx.AsyncClient() as http:
@@ -149,6 +150,11 @@ async def ops_app(
             on_ready=ready.put_nowait,
         )
     )
+
+    async def stop_app() -> None:
+        stop.set()
+        await asyncio.wait_for(app, 30)
+
     try:
         url = await asyncio.wait_for(ready.get(), 30)
         async with aiohttp.ClientSession() as session:
@@ -158,8 +164,8 @@ async def ops_app(
                 fake_slack,
                 reference_servers,
                 search_stack.aclose,
+                stop_app,
             )
     finally:
-        stop.set()
-        await asyncio.wait_for(app, 30)
+        await stop_app()
         await search_stack.aclose()

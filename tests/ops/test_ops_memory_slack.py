@@ -19,9 +19,7 @@ async def _home(app: OpsApp, user: str) -> str:
         {"type": "app_home_opened", "user": user, "channel": "D0HOME", "tab": "home"}
     )
     assert status == 200
-    calls = await fake.wait_for(
-        "views.publish", count=seen + 1, where=lambda p: True, wait=30
-    )
+    calls = await fake.wait_for("views.publish", count=seen + 1, where=lambda p: True, wait=30)
     return _published_text(calls[-1], user)
 
 
@@ -44,13 +42,15 @@ async def test_memory_set_show_delete_from_slack_and_users_are_apart(ops_app: Op
 
     # Set: only what the schema allows.
     reply = await app.command("memory set team fraud-squad", user="U0ALICE")
-    assert "Saved" in reply and "`fraud-squad`" in reply
+    assert "Saved" in reply
+    assert "`fraud-squad`" in reply
     reply = await app.command("memory set project FRAUD", user="U0ALICE")
     assert "`FRAUD`" in reply
     reply = await app.command("memory set style concise", user="U0ALICE")
     assert "`concise`" in reply
     refused = await app.command("memory set style shouting", user="U0ALICE")
-    assert refused.startswith("Not saved") and "style" in refused
+    assert refused.startswith("Not saved")
+    assert "style" in refused
     refused = await app.command(
         "memory set team ghp_0123456789abcdefghijklmnopqrstuvwxyz", user="U0ALICE"
     )
@@ -60,7 +60,8 @@ async def test_memory_set_show_delete_from_slack_and_users_are_apart(ops_app: Op
     assert "Default team: `fraud-squad`" in shown
     assert "Default ticket project: `FRAUD`" in shown
     assert "Answer style: `concise`" in shown
-    assert "ghp_" not in shown and "shouting" not in shown
+    assert "ghp_" not in shown
+    assert "shouting" not in shown
 
     # Bob sees only his own (empty) memory — in the command and in his App Home.
     bob_sees = await app.command("memory show", user="U0BOB")
@@ -68,7 +69,8 @@ async def test_memory_set_show_delete_from_slack_and_users_are_apart(ops_app: Op
     assert "fraud-squad" not in bob_sees
     bob_home = await _home(app, "U0BOB")
     assert "Your preferences" in bob_home
-    assert "fraud-squad" not in bob_home and "FRAUD" not in bob_home
+    assert "fraud-squad" not in bob_home
+    assert "FRAUD" not in bob_home
     await app.command("memory set team platform", user="U0BOB")
     assert "`fraud-squad`" in await app.command("memory", user="U0ALICE")
     assert "platform" not in await app.command("memory", user="U0ALICE")
@@ -80,7 +82,9 @@ async def test_memory_set_show_delete_from_slack_and_users_are_apart(ops_app: Op
 
     # Delete one field, then everything from the App Home button.
     reply = await app.command("memory delete style", user="U0ALICE")
-    assert "Deleted" in reply and "concise" not in reply and "`fraud-squad`" in reply
+    assert "Deleted" in reply
+    assert "concise" not in reply
+    assert "`fraud-squad`" in reply
     fake = app.fake_slack
     seen = len(fake.calls_to("views.publish"))
     status, _ = await app.sender.post_interaction(
