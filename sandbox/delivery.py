@@ -28,6 +28,10 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
     return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
 
 
+def new_event_id() -> str:
+    return f"Ev{uuid.uuid4().hex[:12].upper()}"
+
+
 @dataclass(frozen=True, slots=True)
 class AppResponse:
     status: int
@@ -53,9 +57,12 @@ class AppDelivery:
     http: httpx.AsyncClient
     clock: Callable[[], float] = time.time
 
-    async def _post(self, body: bytes, content_type: str) -> AppResponse:
+    async def _post(
+        self, body: bytes, content_type: str, extra: dict[str, str] | None = None
+    ) -> AppResponse:
         timestamp = str(int(self.clock()))
         headers = {
+            **(extra or {}),
             "Content-Type": content_type,
             "X-Slack-Request-Timestamp": timestamp,
             "X-Slack-Signature": sign(self.signing_secret, timestamp, body),
@@ -64,14 +71,15 @@ class AppDelivery:
         response = await self.http.post(self.request_url, content=body, headers=headers)
         return AppResponse(response.status_code, response.text)
 
-    async def event(self, event: dict[str, Any]) -> AppResponse:
+    async def event(self, event: dict[str, Any], event_id: str, retry_num: int = 0) -> AppResponse:
+        """One delivery of an event; a retry repeats ``event_id`` with Slack's retry headers."""
         envelope = {
             "token": "sandbox",
             "team_id": TEAM_ID,
             "api_app_id": APP_ID,
             "event": event,
             "type": "event_callback",
-            "event_id": f"Ev{uuid.uuid4().hex[:12].upper()}",
+            "event_id": event_id,
             "event_time": int(self.clock()),
             "event_context": uuid.uuid4().hex,
             "authorizations": [
@@ -85,7 +93,12 @@ class AppDelivery:
             ],
             "is_ext_shared_channel": False,
         }
-        return await self._post(json.dumps(envelope).encode(), "application/json")
+        extra = (
+            {"X-Slack-Retry-Num": str(retry_num), "X-Slack-Retry-Reason": "http_error"}
+            if retry_num
+            else None
+        )
+        return await self._post(json.dumps(envelope).encode(), "application/json", extra)
 
     async def interaction(self, payload: dict[str, Any]) -> AppResponse:
         body = urlencode({"payload": json.dumps(payload)}).encode()

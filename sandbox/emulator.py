@@ -18,7 +18,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.delivery import AppDelivery, AppResponse
+import httpx
+
+from sandbox.delivery import AppDelivery, AppResponse, new_event_id
 from sandbox.workspace import (
     APP_ID,
     BOT_NAME,
@@ -35,6 +37,7 @@ from sandbox.workspace import (
 log = logging.getLogger(__name__)
 
 SLACKBOT_ID = "USLACKBOT"
+RETRY_DELAYS = (0.0, 1.0, 3.0, 5.0)  # Slack: at once, then after 1 and 5 minutes
 _HANDLE = re.compile(r"(?<![\w<])@([a-z][a-z0-9._-]*)", re.I)
 
 
@@ -155,7 +158,18 @@ class SlackEmulator:
         return _HANDLE.sub(replace, text)
 
     async def _event(self, event: dict[str, Any], user: str, channel: str) -> None:
-        response = await self.delivery.event(event)
+        """Deliver an event; like Slack, retry a failed delivery (same ``event_id``, with
+        ``X-Slack-Retry-Num``) — after seconds here rather than Slack's minutes."""
+        event_id = new_event_id()
+        for attempt, delay in enumerate(RETRY_DELAYS):
+            await asyncio.sleep(delay)
+            try:
+                response = await self.delivery.event(event, event_id, attempt)
+            except httpx.TransportError as exc:
+                response = AppResponse(0, str(exc))
+            if response.status == 200:
+                return
+            log.warning("event %s: HTTP %s (attempt %d)", event_id, response.status, attempt + 1)
         self._check(response, user, channel, f"The {event['type']} event was not delivered")
 
     def _command(self, user: User, channel_id: str, text: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import sys
 from typing import Any
@@ -23,6 +24,26 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(handler=handle)
 
 
+class _DropClosedSessionNoise(logging.Filter):
+    """The MCP SDK logs a traceback each time a client closes a session it had streaming
+    (``anyio.ClosedResourceError`` in the standalone SSE writer): harmless, and alarming in
+    a newcomer's terminal after every question."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (
+            record.getMessage().startswith("Error in standalone SSE writer")
+            and type(exc).__name__ == "ClosedResourceError"
+        )
+
+
+def _quiet_logs() -> None:
+    # One line per HTTP request between the sandbox's own components drowns everything else.
+    for name in ("httpx", "mcp.server.streamable_http_manager", "mcp.client.streamable_http"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("mcp.server.streamable_http").addFilter(_DropClosedSessionNoise())
+
+
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
     from opsbot.serving import PortInUseError
     from sandbox import open_sandbox
@@ -30,6 +51,7 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
     if args.port is not None:
         sandbox = settings.sandbox.model_copy(update={"port": args.port})
         settings = settings.model_copy(update={"sandbox": sandbox})
+    _quiet_logs()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -42,6 +42,7 @@ class DevProcess:
     data_dir: Path
     url: str = ""
     output: list[str] = field(default_factory=list)
+    stderr_at_stop: int = 0
 
     @property
     def ticket_db(self) -> Path:
@@ -53,6 +54,10 @@ class DevProcess:
 
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")
+
+    def stderr_after_stop(self) -> str:
+        """What the process wrote after it was told to stop (shutdown problems)."""
+        return self.stderr()[self.stderr_at_stop :]
 
     async def wait_ready(self) -> str:
         assert self.process.stdout is not None
@@ -69,6 +74,7 @@ class DevProcess:
     async def stop(self, sig: int = signal.SIGINT) -> int:
         """Send ``sig`` and wait for the exit code; the rest of stdout lands in ``output``."""
         if self.process.returncode is None:
+            self.stderr_at_stop = len(self.stderr())
             self.process.send_signal(sig)
         assert self.process.stdout is not None
         async with asyncio.timeout(60):

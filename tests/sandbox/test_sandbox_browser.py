@@ -53,7 +53,7 @@ async def dev(tmp_path: Path) -> AsyncIterator[DevProcess]:
     async with run_opsbot_dev(tmp_path / "data") as running:
         yield running
     assert running.returncode == 0, running.stderr()
-    assert "Traceback" not in running.stderr(), running.stderr()
+    assert "Traceback" not in running.stderr_after_stop(), running.stderr()
 
 
 async def shot(page: Page, name: str) -> None:

@@ -1,0 +1,44 @@
+"""``opsbot dev`` as a process: it prints the URL to open, the URL serves the web UI and the
+bot answers health checks; Ctrl-C (SIGINT) or SIGTERM stops it cleanly (exit 0, no
+traceback); a port in use is a clear error naming the port and its setting."""
+
+from __future__ import annotations
+
+import signal
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.sandbox.sandbox_process import spawn_opsbot_dev
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+async def test_starts_prints_the_url_and_stops_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
+    async with spawn_opsbot_dev(tmp_path) as dev:
+        url = await dev.wait_ready()
+        async with httpx.AsyncClient() as http:
+            page = await http.get(url)
+            users = (await http.get(f"{url}/ui/users")).json()["users"]
+        assert page.status_code == 200
+        assert "opsbot sandbox" in page.text
+        assert [u["name"] for u in users] == ["alice", "bob", "carol", "dave", "erin", "mallory"]
+        code = await dev.stop(sig)
+    assert code == 0, dev.stderr()
+    assert "opsbot dev: stopped." in "".join(dev.output)
+    assert "Traceback" not in dev.stderr(), dev.stderr()
+
+
+async def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        async with spawn_opsbot_dev(tmp_path, OPSBOT_SANDBOX__APP_PORT=str(port)) as dev:
+            code = await dev.stop(0)  # signal 0: just wait for it to exit on its own
+    assert code == 2
+    error = dev.stderr()
+    assert f"port {port} on 127.0.0.1 (the Slack app) is already in use" in error
+    assert "OPSBOT_SANDBOX__APP_PORT" in error
+    assert "Traceback" not in error

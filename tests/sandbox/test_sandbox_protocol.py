@@ -1,0 +1,227 @@
+"""The emulator speaks Slack's protocol: Bolt accepts its signed events, commands and clicks
+(and refuses a wrong signature), and ``slack_sdk``'s own client gets Slack's answers from the
+Web API subset the bot uses."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack import serve_http
+from opsbot.serving import bind_socket, serve_asgi, socket_url
+from sandbox import AppDelivery, SlackEmulator, User, WebApi, Workspace
+from sandbox.delivery import new_event_id
+from sandbox.web import build_app
+
+BOT_TOKEN = "xoxb-sandbox-test"
+SECRET = "sandbox-signing-secret"
+PEOPLE = [
+    User("UALICE", "alice", "Alice Anders", "alice@example.com", ("team-payments",)),
+    User("UBOB", "bob", "Bob Brandt", "bob@example.com", ("team-payments", "ticket-leads")),
+]
+
+
+@dataclass
+class Harness:
+    emulator: SlackEmulator
+    api: WebApi
+    client: AsyncWebClient
+    app_url: str
+    received: list[dict[str, Any]]
+    http: httpx.AsyncClient
+
+    def delivery(self, secret: str = SECRET) -> AppDelivery:
+        return AppDelivery(f"{self.app_url}/slack/events", secret, self.http)
+
+
+def bolt_app(client: AsyncWebClient, received: list[dict[str, Any]]) -> AsyncApp:
+    app = AsyncApp(signing_secret=SECRET, client=client)
+
+    @app.event("app_mention")
+    async def mention(body: dict[str, Any]) -> None:
+        received.append(body)
+
+    @app.command("/ops")
+    async def ops(ack: AsyncAck, command: dict[str, Any]) -> None:
+        received.append(command)
+        await ack(text=f"you said {command['text']}")
+
+    @app.action("go")
+    async def go(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        received.append(body)
+
+    return app
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    workspace = Workspace.demo(PEOPLE)
+    api = WebApi(workspace, BOT_TOKEN)
+    ui_sock, app_sock = bind_socket(), bind_socket()
+    async with httpx.AsyncClient() as http:
+        delivery = AppDelivery(f"{socket_url(app_sock)}/slack/events", SECRET, http)
+        emulator = SlackEmulator(workspace, delivery, socket_url(ui_sock))
+        client = AsyncWebClient(token=BOT_TOKEN, base_url=f"{socket_url(ui_sock)}/api/")
+        received: list[dict[str, Any]] = []
+        async with (
+            serve_asgi(build_app(emulator, api), ui_sock),  # type: ignore[arg-type]
+            serve_http(bolt_app(client, received), app_sock) as app_url,
+        ):
+            yield Harness(emulator, api, client, app_url, received, http)
+            await emulator.aclose()
+
+
+async def test_bolt_accepts_signed_events_commands_and_clicks(harness: Harness) -> None:
+    ts = harness.emulator.say("UALICE", "C0OPS", "@opsbot hello")
+    await harness.emulator.idle()
+    (envelope,) = harness.received
+    assert envelope["type"] == "event_callback"
+    assert envelope["event_id"].startswith("Ev")
+    assert envelope["event"]["type"] == "app_mention"
+    assert envelope["event"]["text"] == "<@U0OPSBOT> hello"
+    assert envelope["event"]["ts"] == ts
+
+    harness.emulator.say("UALICE", "C0OPS", "/ops status please")
+    await harness.emulator.idle()
+    assert harness.received[-1]["text"] == "status please"
+    reply = harness.emulator.state("UALICE")["messages"][-1]
+    assert (reply["text"], reply["ephemeral"]) == ("you said status please", True)
+    assert all(
+        m["text"] != "you said status please" for m in harness.emulator.state("UBOB")["messages"]
+    )
+
+    posted = await harness.client.chat_postMessage(
+        channel="ops",
+        text="card",
+        blocks=[
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "action_id": "go",
+                        "value": "v1",
+                        "text": {"type": "plain_text", "text": "Go"},
+                    }
+                ],
+            }
+        ],
+    )
+    harness.emulator.click_message("UBOB", "C0OPS", posted["ts"], 0, 0)
+    await harness.emulator.idle()
+    click = harness.received[-1]
+    assert click["type"] == "block_actions"
+    assert click["user"]["id"] == "UBOB"
+    assert click["actions"][0]["value"] == "v1"
+    assert click["container"]["message_ts"] == posted["ts"]
+
+
+async def test_a_wrong_signature_or_stale_timestamp_is_refused(harness: Harness) -> None:
+    event = {
+        "type": "app_mention",
+        "user": "UALICE",
+        "text": "<@U0OPSBOT> hi",
+        "ts": "1.0",
+        "channel": "C0OPS",
+    }
+    good = await harness.delivery().event(event, new_event_id())
+    assert good.status == 200
+    forged = await harness.delivery("not-the-secret").event(event, new_event_id())
+    assert forged.status == 401
+    stale = AppDelivery(
+        f"{harness.app_url}/slack/events", SECRET, harness.http, clock=lambda: 1_000_000_000.0
+    )
+    assert (await stale.event(event, new_event_id())).status == 401
+    assert len(harness.received) == 1
+
+
+async def test_web_api_subset_answers_as_slack_does(harness: Harness) -> None:
+    client, ws = harness.client, harness.emulator.workspace
+    me = await client.auth_test()
+    assert (me["user_id"], me["team_id"], me["bot_id"]) == ("U0OPSBOT", "T0SANDBOX", "B0OPSBOT")
+
+    card = await client.chat_postMessage(channel="ops-approvals", text="a card")
+    assert card["channel"] == "C0APPROVALS"
+    dm = await client.chat_postMessage(channel="UALICE", text="psst")
+    assert dm["channel"] == "DALICE"
+    reply = await client.chat_postMessage(channel="C0APPROVALS", thread_ts=card["ts"], text="r")
+    assert ws.message("C0APPROVALS", reply["ts"]).thread_ts == card["ts"]
+    await client.chat_update(channel="C0APPROVALS", ts=card["ts"], text="decided", blocks=[])
+    assert ws.message("C0APPROVALS", card["ts"]).text == "decided"
+    await client.chat_delete(channel="C0APPROVALS", ts=reply["ts"])
+    with pytest.raises(SlackApiError) as missing:
+        await client.chat_update(channel="C0APPROVALS", ts=reply["ts"], text="x")
+    assert missing.value.response["error"] == "message_not_found"
+
+    await client.chat_postEphemeral(channel="C0OPS", user="UBOB", text="only bob")
+
+    def in_ops(user: str) -> list[str]:
+        return [
+            m["text"] for m in harness.emulator.state(user)["messages"] if m["channel"] == "C0OPS"
+        ]
+
+    assert in_ops("UBOB") == ["only bob"]
+    assert in_ops("UALICE") == []
+
+    trigger = ws.new_trigger("UBOB")
+    view = {"type": "modal", "title": {"type": "plain_text", "text": "T"}, "blocks": []}
+    opened = await client.views_open(trigger_id=trigger, view=view)
+    assert harness.emulator.state("UBOB")["modal"]["id"] == opened["view"]["id"]
+    with pytest.raises(SlackApiError) as reused:
+        await client.views_open(trigger_id=trigger, view=view)  # a trigger works once
+    assert reused.value.response["error"] == "invalid_trigger_id"
+    await client.views_update(
+        view_id=opened["view"]["id"], view={**view, "title": {"type": "plain_text", "text": "U"}}
+    )
+    assert harness.emulator.state("UBOB")["modal"]["view"]["title"]["text"] == "U"
+    await client.views_publish(user_id="UALICE", view={"type": "home", "blocks": []})
+    assert harness.emulator.state("UALICE")["home"] == {"type": "home", "blocks": []}
+
+    user = await client.users_info(user="UALICE")
+    assert user["user"]["profile"]["email"] == "alice@example.com"
+    info = await client.conversations_info(channel="C0OPS")
+    assert info["channel"]["name"] == "ops"
+
+    await client.assistant_threads_setStatus(
+        channel_id="DALICE", thread_ts=dm["ts"], status="is thinking"
+    )
+    assert harness.emulator.state("UALICE")["statuses"][0]["status"] == "is thinking"
+    with pytest.raises(SlackApiError) as not_assistant:
+        await client.assistant_threads_setStatus(channel_id="C0OPS", thread_ts="1.0", status="x")
+    assert not_assistant.value.response["error"] == "channel_not_found"
+
+    too_many = [{"type": "divider"}] * 51
+    with pytest.raises(SlackApiError) as limit:
+        await client.chat_postMessage(channel="ops", text="x", blocks=too_many)
+    assert limit.value.response["error"] == "invalid_blocks"
+    stranger = AsyncWebClient(token="xoxb-wrong", base_url=client.base_url)
+    with pytest.raises(SlackApiError) as auth:
+        await stranger.auth_test()
+    assert auth.value.response["error"] == "invalid_auth"
+
+
+async def test_a_failed_event_is_redelivered_with_the_same_event_id(harness: Harness) -> None:
+    seen: list[tuple[str, str | None]] = []
+    original = harness.emulator.delivery.event
+
+    async def flaky(event: dict[str, Any], event_id: str, retry_num: int = 0) -> Any:
+        seen.append((event_id, str(retry_num)))
+        if retry_num == 0:
+            return await harness.delivery("wrong").event(event, event_id)  # → 401
+        return await original(event, event_id, retry_num)
+
+    harness.emulator.delivery.event = flaky  # type: ignore[method-assign]
+    harness.emulator.say("UALICE", "C0OPS", "@opsbot again")
+    await asyncio.wait_for(harness.emulator.idle(), 10)
+    assert [n for _id, n in seen] == ["0", "1"]
+    assert seen[0][0] == seen[1][0]
+    assert harness.received[-1]["event_id"] == seen[0][0]

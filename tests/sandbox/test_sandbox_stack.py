@@ -1,0 +1,164 @@
+"""The sandbox in-process (``open_sandbox`` with every port 0): the emulator drives the
+production Bolt app over real, signed HTTP — linking, an answer, an approval card, a modal
+with field errors, Approve — and the ticketing server records the write once, for the
+requester. Also: ports in use fail before anything starts."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from opsbot.serving import PortInUseError, bind_socket
+from opsbot.settings import SandboxSettings, Settings
+from sandbox import Sandbox, bind_ports, open_sandbox
+from sandbox.workspace import BOT_USER_ID, Message
+from tests.fixtures.identity import sign_in_at_login_page
+
+ALICE, BOB, DAVE = "UALICE", "UBOB", "UDAVE"
+OPS, APPROVALS = "C0OPS", "C0APPROVALS"
+ALL_ZERO = SandboxSettings(
+    port=0, app_port=0, idp_port=0, ticketing_port=0, docs_port=0, database_port=0
+)
+
+
+@pytest.fixture
+async def sandbox(tmp_path: Path) -> AsyncIterator[Sandbox]:
+    settings = Settings(_env_file=None, data_dir=tmp_path, sandbox=ALL_ZERO)  # type: ignore[call-arg]
+    async with open_sandbox(settings) as running:
+        yield running
+
+
+async def until(sandbox: Sandbox, found: Callable[[], Any], what: str, wait: float = 30.0) -> Any:
+    """Poll the workspace (as the web UI does) until ``found()`` is truthy."""
+    async with asyncio.timeout(wait):
+        while not (result := found()):  # noqa: ASYNC110 - polls as the web UI does
+            await asyncio.sleep(0.05)
+    assert result, what
+    return result
+
+
+def bot_messages(sandbox: Sandbox, channel: str, thread_ts: str | None = None) -> list[Message]:
+    return [
+        m
+        for m in sandbox.emulator.workspace.messages.values()
+        if m.user == BOT_USER_ID
+        and m.channel == channel
+        and (thread_ts is None or m.thread_ts == thread_ts)
+    ]
+
+
+def texts(message: Message) -> str:
+    parts = [message.text]
+    for block in message.blocks:
+        parts.append(str(block))
+    return "\n".join(parts)
+
+
+async def connect(sandbox: Sandbox, user: str, username: str) -> None:
+    """Ask something unlinked → the ephemeral Connect button → IdP login → the app callback."""
+    sandbox.emulator.say(user, OPS, "@opsbot show ticket PAY-101")
+    prompt = await until(
+        sandbox,
+        lambda: [m for m in bot_messages(sandbox, OPS) if m.ephemeral_for == user],
+        "a connect prompt",
+    )
+    url = prompt[-1].blocks[1]["elements"][0]["url"]
+    async with httpx.AsyncClient() as http:
+        reply = await sign_in_at_login_page(http, url, username)
+        page = await http.get(f"{sandbox.urls.app}/oauth/callback", params=reply)
+    assert page.status_code == 200, page.text
+    assert "Connected as" in page.text
+
+
+async def test_answer_approval_and_edit_errors_through_the_emulator(sandbox: Sandbox) -> None:
+    ws = sandbox.emulator.workspace
+    await connect(sandbox, ALICE, "alice")
+    await connect(sandbox, BOB, "bob")
+
+    asked = sandbox.emulator.say(ALICE, OPS, "@opsbot show ticket PAY-102")
+    answer = await until(
+        sandbox,
+        lambda: [m for m in bot_messages(sandbox, OPS, asked) if "Sources" in texts(m)],
+        "an answer with sources",
+    )
+    link = f"{sandbox.urls.ui}/sources/ticketing/tickets/PAY-102"
+    assert link in texts(answer[0])
+    async with httpx.AsyncClient() as http:
+        page = await http.get(link)
+    assert page.status_code == 200
+    assert "PAY-102" in page.text
+
+    sandbox.emulator.say(ALICE, OPS, "@opsbot close ticket PAY-102 because done", asked)
+    card = (await until(sandbox, lambda: bot_messages(sandbox, APPROVALS), "a card"))[0]
+    assert "close_ticket" in texts(card)
+    actions = next(i for i, b in enumerate(card.blocks) if b["type"] == "actions")
+    buttons = [e["text"]["text"] for e in card.blocks[actions]["elements"]]
+    assert buttons == ["Approve", "Edit", "Reject"]
+
+    # Edit: the modal opens (views.open with the click's trigger) with the arguments ...
+    sandbox.emulator.click_message(BOB, APPROVALS, card.ts, actions, 1)
+    modal = await until(sandbox, lambda: (ws.modals.get(BOB) or [None])[-1], "the edit modal")
+    inputs = {b["block_id"]: b["element"] for b in modal.view["blocks"] if b["type"] == "input"}
+    assert inputs["arg:key"]["initial_value"] == "PAY-102"
+    assert inputs["arg:resolution"]["initial_value"] == "done"
+    # ... and a submission with an empty required field comes back as a field error
+    sandbox.emulator.submit_view(BOB, modal.id, {"arg:key": "PAY-102", "arg:resolution": ""})
+    await until(sandbox, lambda: modal.errors, "a field error")
+    assert modal.errors == {"arg:resolution": "Required."}
+    sandbox.emulator.close_view(BOB, modal.id)
+
+    # Approve
+    sandbox.emulator.click_message(BOB, APPROVALS, card.ts, actions, 0)
+    await until(sandbox, lambda: "Approved" in texts(ws.message(APPROVALS, card.ts)), "decided")
+    told = await until(
+        sandbox,
+        lambda: [m for m in bot_messages(sandbox, OPS, asked) if "approved" in m.text],
+        "the requester told",
+    )
+    assert "Your request was *approved*" in told[0].text
+
+
+async def test_a_non_approver_gets_a_refusal_only_they_see(sandbox: Sandbox) -> None:
+    await connect(sandbox, ALICE, "alice")
+    await connect(sandbox, DAVE, "dave")
+    sandbox.emulator.say(ALICE, OPS, "@opsbot close ticket PAY-103 because done")
+    card = (await until(sandbox, lambda: bot_messages(sandbox, APPROVALS), "a card"))[0]
+    actions = next(i for i, b in enumerate(card.blocks) if b["type"] == "actions")
+    sandbox.emulator.click_message(DAVE, APPROVALS, card.ts, actions, 0)
+    refusal = await until(
+        sandbox,
+        lambda: [m for m in bot_messages(sandbox, APPROVALS) if m.ephemeral_for == DAVE],
+        "a refusal",
+    )
+    assert "can't decide" in refusal[0].text
+    assert sandbox.emulator.state(BOB)["messages"][-1]["ts"] == card.ts  # bob doesn't see it
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_port_in_use_names_the_port_and_its_setting() -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port, ui_port = taken.getsockname()[1], _free_port()
+    try:
+        config = ALL_ZERO.model_copy(update={"port": ui_port, "docs_port": port})
+        with pytest.raises(PortInUseError) as raised:
+            bind_ports(config)
+        message = str(raised.value)
+        assert f"port {port} on 127.0.0.1 (the docs MCP server) is already in use" in message
+        assert "OPSBOT_SANDBOX__DOCS_PORT" in message
+        # the ports bound before the failure were released
+        bind_socket("127.0.0.1", ui_port).close()
+    finally:
+        taken.close()
