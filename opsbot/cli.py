@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "opsbot.commands.audit",
     "opsbot.commands.sweep",
     "opsbot.commands.reconcile",
+    "opsbot.commands.prune",
 )
 
 
