@@ -13,10 +13,12 @@ const ui = {
   openedTab: null,
 };
 
+// Text symbols rather than emoji: they render without an emoji font (headless Chromium too).
 const EMOJI = {
-  white_check_mark: "✅", x: "❌", warning: "⚠️", hourglass: "⌛", hourglass_flowing_sand: "⏳",
-  no_entry_sign: "🚫", no_entry: "⛔", information_source: "ℹ️", pencil2: "✏️", lock: "🔒",
-  tada: "🎉", mag: "🔍", robot_face: "🤖", link: "🔗", eyes: "👀", white_circle: "⚪",
+  white_check_mark: "✔", heavy_check_mark: "✔", x: "✖", warning: "⚠", hourglass: "◔",
+  hourglass_flowing_sand: "◔", no_entry_sign: "⊘", no_entry: "⊘", information_source: "ℹ",
+  pencil2: "✎", lock: "🔒", tada: "★", mag: "⌕", robot_face: "☺", link: "⛓", eyes: "◉",
+  white_circle: "○",
 };
 
 // -- text ---------------------------------------------------------------------------------
