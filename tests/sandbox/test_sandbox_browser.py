@@ -136,9 +136,16 @@ async def test_golden_path_in_the_browser(browser: Browser, dev: DevProcess) -> 
     await card.get_by_role("button", name="Edit").click()
     modal = page.locator("#modal")
     await expect(modal.get_by_text("Edit and approve")).to_be_visible(timeout=WAIT_MS)
-    await expect(modal.get_by_label("key")).to_have_value("PAY-102")
-    await expect(modal.get_by_label("resolution")).to_have_value("merchants re-exported")
+    await expect(modal.get_by_label("Key", exact=True)).to_have_value("PAY-102")
+    await expect(modal.get_by_label("Resolution")).to_have_value("merchants re-exported")
     await shot(page, "3-edit-modal")
+    # a required argument left empty comes back as a field error from the app
+    await modal.get_by_label("Resolution").fill("")
+    await modal.get_by_role("button", name="Approve").click()
+    await expect(modal.get_by_role("alert").filter(has_text="Required.")).to_be_visible(
+        timeout=WAIT_MS
+    )
+    await shot(page, "3b-edit-field-error")
     await modal.get_by_role("button", name="Cancel").click()
     await expect(page.locator("#modal-backdrop")).to_be_hidden()
 
