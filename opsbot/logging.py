@@ -29,3 +29,8 @@ def configure_logging(settings: Settings) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(level),
         cache_logger_on_first_use=True,
     )
+    if settings.log_format == "json":
+        # Standard-library loggers too as JSON lines, with request context, secrets scrubbed.
+        from opsbot.observability.logs import configure_json_logging
+
+        configure_json_logging(settings.log_level)

@@ -1,0 +1,75 @@
+"""JSON logs: every logger as one JSON object a line, with the request's context bound, and
+no secrets or raw tool output."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from opsbot.logging import configure_logging
+from opsbot.observability import request_context
+from opsbot.observability.logs import configure_json_logging
+from opsbot.settings import Settings
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        root.handlers = handlers
+        root.setLevel(level)
+        structlog.reset_defaults()
+
+
+def _lines(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_json_lines_with_request_context_and_no_secrets() -> None:
+    stream = io.StringIO()
+    configure_json_logging("INFO", stream=stream)
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLXZhbHVl"
+    with request_context(route="/slack/events", thread_id="th-1") as request_id:
+        logging.getLogger("bot.slack").warning("call failed with Bearer %s", jwt)
+        structlog.get_logger("opsbot").info(
+            "tool called",
+            access_token="xoxb-123-456-abc",
+            output="ticket body with a customer's card number",
+            server="ticketing",
+        )
+    logging.getLogger("opsbot").info("after the request")
+
+    first, second, third = _lines(stream)
+    for line in (first, second):
+        assert line["request_id"] == request_id
+        assert line["route"] == "/slack/events"
+        assert line["thread_id"] == "th-1"
+        assert "timestamp" in line
+        assert "level" in line
+    assert first["logger"] == "bot.slack"
+    assert first["event"] == "call failed with Bearer [redacted]"
+    assert second["access_token"] == "[redacted]"
+    assert second["output"] == "[redacted]"
+    assert second["server"] == "ticketing"
+    assert "request_id" not in third  # the context ends with the request
+    raw = stream.getvalue()
+    assert jwt not in raw
+    assert "xoxb-123" not in raw
+    assert "card number" not in raw
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_settings_select_json_logs(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging(Settings(_env_file=None, log_format="json"))  # type: ignore[call-arg]
+    logging.getLogger("opsbot.test").warning("hello %s", "json")
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert json.loads(err)["event"] == "hello json"
