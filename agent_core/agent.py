@@ -34,25 +34,17 @@ from langchain.agents.middleware.human_in_the_loop import DecisionType
 from langchain.agents.structured_output import ToolStrategy
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall, ToolMessage
+from langchain_core.messages import HumanMessage, ToolCall
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphBubbleUp, GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
-from pydantic import ValidationError
 
 from agent_core.answer import (
-    ActionRequest,
-    Answer,
     FinalAnswer,
     Interrupt,
-    ReadStep,
-    ReviewConfig,
     RunResult,
-    collect_ids,
-    fallback_answer,
-    verify_sources,
 )
 from agent_core.binding import RunContext, ToolObserver
 from agent_core.decisions import validate_decisions
@@ -65,7 +57,6 @@ from agent_core.errors import (
     ToolCallError,
 )
 from agent_core.guards import (
-    BULK_KEY,
     BulkWriteFlag,
     EditGuard,
     RepeatGuard,
@@ -82,6 +73,7 @@ from agent_core.middleware import (
 )
 from agent_core.pii import pii_middleware
 from agent_core.policy import ToolPolicy
+from agent_core.results import Results
 from agent_core.sessions import RunSessions, ServerConfig, SessionStats
 from agent_core.threads import ThreadStore
 from agent_core.tools import DiscoveryCache, ToolDefinition, build_tool, visible_definitions
@@ -200,6 +192,7 @@ class Agent:
         self._graphs: dict[tuple[str, ...], CompiledStateGraph[Any, Any, Any, Any]] = {}
         self._tools: dict[str, BaseTool] = {}
         self._discovery_locks: dict[str, asyncio.Lock] = {}
+        self._results = Results(list(self._servers), policy, config.bulk_write_threshold)
 
     # --- public API --------------------------------------------------------------------
 
@@ -247,7 +240,9 @@ class Agent:
         state = await graph.aget_state(self._config(thread_id))
         if not state.interrupts:
             return None
-        return self._interrupt(thread_id, state.values, state.interrupts[0].value, model_used="")
+        return self._results.interrupt(
+            thread_id, state.values, state.interrupts[0].value, model_used=""
+        )
 
     def tool_schema(self, name: str) -> dict[str, Any] | None:
         """The input JSON schema an edit of ``name`` (a prefixed tool) must satisfy."""
@@ -319,10 +314,12 @@ class Agent:
             state = await graph.aget_state(config)
             used = ctx.models_used[-1] if ctx.models_used else model_name(self._model)
             if state.interrupts:
-                return self._interrupt(
+                return self._results.interrupt(
                     thread_id, state.values, state.interrupts[0].value, model_used=used
                 )
-            return self._answer(state.values, toolset, used, stopped=stopped)
+            return self._results.answer(
+                state.values, toolset.unavailable, toolset.no_access, used, stopped=stopped
+            )
         finally:
             await sessions.aclose()
 
@@ -435,134 +432,3 @@ class Agent:
             )
         stack.append(BindRunMiddleware())
         return stack
-
-    # --- results -----------------------------------------------------------------------
-
-    def _turn(self, values: Mapping[str, Any]) -> list[AnyMessage]:
-        messages: list[AnyMessage] = list(values.get("messages", []))
-        start = 0
-        for i, m in enumerate(messages):
-            if isinstance(m, HumanMessage):
-                start = i
-        return messages[start:]
-
-    def _server_of(self, tool_name: str) -> str | None:
-        for server in sorted(self._servers, key=len, reverse=True):
-            if tool_name.startswith(f"{server}_"):
-                return server
-        return None
-
-    def _seen_ids(self, turn: list[AnyMessage]) -> dict[str, set[str]]:
-        seen: dict[str, set[str]] = {}
-        for m in turn:
-            if isinstance(m, ToolMessage) and m.status != "error" and m.name:
-                server = self._server_of(m.name)
-                if server is None:
-                    continue
-                ids = seen.setdefault(server, set())
-                collect_ids(m.artifact, ids)
-                collect_ids(m.content, ids)
-        return seen
-
-    def _answer(
-        self, values: Mapping[str, Any], toolset: _Toolset, used: str, *, stopped: bool = False
-    ) -> Answer:
-        turn = self._turn(values)
-        caveats = [
-            f"The {s} server was unavailable; its data is not included."
-            for s in toolset.unavailable
-        ]
-        caveats += [
-            f"You have no access to the {s} server; its data is not included."
-            for s in toolset.no_access
-        ]
-        draft = self._final_answer(turn)
-        if draft is not None:
-            answer = verify_sources(draft, self._seen_ids(turn), model_used=used)
-            answer.caveats = [*answer.caveats, *(c for c in caveats if c not in answer.caveats)]
-            return answer
-        last = next((m for m in reversed(turn) if isinstance(m, AIMessage)), None)
-        if stopped or (last is not None and LIMIT_TEXT in last.text):
-            return fallback_answer(
-                "I stopped: this request took more steps than allowed. Nothing further was "
-                "run; please narrow the request or try again.",
-                model_used=used,
-                caveats=[*caveats, "The model call limit was reached."],
-            )
-        return fallback_answer(
-            "Sorry — I could not produce a well-formed answer for this request.",
-            model_used=used,
-            caveats=[*caveats, "The model's answer did not match the expected format."],
-        )
-
-    @staticmethod
-    def _final_answer(turn: list[AnyMessage]) -> FinalAnswer | None:
-        # From this turn's last model message only: `structured_response` outlives the
-        # run in the thread's state and would replay an earlier answer.
-        last = next((m for m in reversed(turn) if isinstance(m, AIMessage)), None)
-        for tc in last.tool_calls if last is not None else []:
-            if tc["name"] == FinalAnswer.__name__:
-                try:
-                    return FinalAnswer.model_validate(tc["args"])
-                except ValidationError:
-                    return None
-        return None
-
-    def _interrupt(
-        self, thread_id: str, values: Mapping[str, Any], value: Any, *, model_used: str
-    ) -> Interrupt:
-        turn = self._turn(values)
-        calls: dict[str, ToolCall] = {}
-        for m in turn:
-            if isinstance(m, AIMessage):
-                for call in m.tool_calls:
-                    calls[str(call.get("id"))] = call
-        reads: list[ReadStep] = []
-        for m in turn:
-            if isinstance(m, ToolMessage) and m.name and self.policy.is_read(m.name):
-                found = calls.get(m.tool_call_id)
-                ids = collect_ids(m.artifact) | collect_ids(m.content)
-                reads.append(
-                    ReadStep(
-                        tool=m.name, args=dict(found["args"]) if found else {}, ids=sorted(ids)
-                    )
-                )
-        last = next((m for m in reversed(turn) if isinstance(m, AIMessage)), None)
-        pending_ids = [c.get("id") for c in (last.tool_calls if last else [])]
-        actions: list[ActionRequest] = []
-        for i, req in enumerate(value.get("action_requests", [])):
-            call_id = next(
-                (
-                    str(cid)
-                    for cid in pending_ids
-                    if cid in calls
-                    and calls[str(cid)]["name"] == req["name"]
-                    and calls[str(cid)]["args"] == req["args"]
-                ),
-                str(pending_ids[i]) if i < len(pending_ids) else "",
-            )
-            actions.append(
-                ActionRequest(
-                    name=req["name"],
-                    args=dict(req["args"]),
-                    description=req.get("description", ""),
-                    tool_call_id=call_id,
-                    server=self._server_of(req["name"]) or "",
-                )
-            )
-        bulk = values.get(BULK_KEY) or None
-        return Interrupt(
-            thread_id=thread_id,
-            action_requests=actions,
-            review_configs=[
-                ReviewConfig(
-                    action_name=r["action_name"], allowed_decisions=list(r["allowed_decisions"])
-                )
-                for r in value.get("review_configs", [])
-            ],
-            reads=reads,
-            bulk_write=bool(bulk) or len(actions) >= self.config.bulk_write_threshold,
-            bulk_reason=(bulk or {}).get("reason"),
-            answer_so_far=last.text if last is not None else "",
-            model_used=model_used,
-        )

@@ -1,0 +1,170 @@
+"""Turning a run's final graph state into a ``RunResult``: a checked ``Answer`` or an
+``Interrupt`` carrying the actions to review and the chain of reads that led to them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall, ToolMessage
+from pydantic import ValidationError
+
+from agent_core.answer import (
+    ActionRequest,
+    Answer,
+    FinalAnswer,
+    Interrupt,
+    ReadStep,
+    ReviewConfig,
+    collect_ids,
+    fallback_answer,
+    verify_sources,
+)
+from agent_core.guards import BULK_KEY
+from agent_core.policy import ToolPolicy
+
+LIMIT_TEXT = "Model call limits exceeded"
+
+
+class Results:
+    """Builds run results for one agent (its servers, policy and bulk threshold)."""
+
+    def __init__(
+        self, servers: Sequence[str], policy: ToolPolicy, bulk_write_threshold: int
+    ) -> None:
+        self._servers = list(servers)
+        self.policy = policy
+        self.bulk_write_threshold = bulk_write_threshold
+
+    def turn(self, values: Mapping[str, Any]) -> list[AnyMessage]:
+        messages: list[AnyMessage] = list(values.get("messages", []))
+        start = 0
+        for i, m in enumerate(messages):
+            if isinstance(m, HumanMessage):
+                start = i
+        return messages[start:]
+
+    def _server_of(self, tool_name: str) -> str | None:
+        for server in sorted(self._servers, key=len, reverse=True):
+            if tool_name.startswith(f"{server}_"):
+                return server
+        return None
+
+    def _seen_ids(self, turn: list[AnyMessage]) -> dict[str, set[str]]:
+        seen: dict[str, set[str]] = {}
+        for m in turn:
+            if isinstance(m, ToolMessage) and m.status != "error" and m.name:
+                server = self._server_of(m.name)
+                if server is None:
+                    continue
+                ids = seen.setdefault(server, set())
+                collect_ids(m.artifact, ids)
+                collect_ids(m.content, ids)
+        return seen
+
+    def answer(
+        self,
+        values: Mapping[str, Any],
+        unavailable: Sequence[str],
+        no_access: Sequence[str],
+        used: str,
+        *,
+        stopped: bool = False,
+    ) -> Answer:
+        turn = self.turn(values)
+        caveats = [
+            f"The {s} server was unavailable; its data is not included." for s in unavailable
+        ]
+        caveats += [
+            f"You have no access to the {s} server; its data is not included." for s in no_access
+        ]
+        draft = self._final_answer(turn)
+        if draft is not None:
+            answer = verify_sources(draft, self._seen_ids(turn), model_used=used)
+            answer.caveats = [*answer.caveats, *(c for c in caveats if c not in answer.caveats)]
+            return answer
+        last = next((m for m in reversed(turn) if isinstance(m, AIMessage)), None)
+        if stopped or (last is not None and LIMIT_TEXT in last.text):
+            return fallback_answer(
+                "I stopped: this request took more steps than allowed. Nothing further was "
+                "run; please narrow the request or try again.",
+                model_used=used,
+                caveats=[*caveats, "The model call limit was reached."],
+            )
+        return fallback_answer(
+            "Sorry — I could not produce a well-formed answer for this request.",
+            model_used=used,
+            caveats=[*caveats, "The model's answer did not match the expected format."],
+        )
+
+    @staticmethod
+    def _final_answer(turn: list[AnyMessage]) -> FinalAnswer | None:
+        # From this turn's last model message only: `structured_response` outlives the
+        # run in the thread's state and would replay an earlier answer.
+        last = next((m for m in reversed(turn) if isinstance(m, AIMessage)), None)
+        for tc in last.tool_calls if last is not None else []:
+            if tc["name"] == FinalAnswer.__name__:
+                try:
+                    return FinalAnswer.model_validate(tc["args"])
+                except ValidationError:
+                    return None
+        return None
+
+    def interrupt(
+        self, thread_id: str, values: Mapping[str, Any], value: Any, *, model_used: str
+    ) -> Interrupt:
+        turn = self.turn(values)
+        calls: dict[str, ToolCall] = {}
+        for m in turn:
+            if isinstance(m, AIMessage):
+                for call in m.tool_calls:
+                    calls[str(call.get("id"))] = call
+        reads: list[ReadStep] = []
+        for m in turn:
+            if isinstance(m, ToolMessage) and m.name and self.policy.is_read(m.name):
+                found = calls.get(m.tool_call_id)
+                ids = collect_ids(m.artifact) | collect_ids(m.content)
+                reads.append(
+                    ReadStep(
+                        tool=m.name, args=dict(found["args"]) if found else {}, ids=sorted(ids)
+                    )
+                )
+        last = next((m for m in reversed(turn) if isinstance(m, AIMessage)), None)
+        pending_ids = [c.get("id") for c in (last.tool_calls if last else [])]
+        actions: list[ActionRequest] = []
+        for i, req in enumerate(value.get("action_requests", [])):
+            call_id = next(
+                (
+                    str(cid)
+                    for cid in pending_ids
+                    if cid in calls
+                    and calls[str(cid)]["name"] == req["name"]
+                    and calls[str(cid)]["args"] == req["args"]
+                ),
+                str(pending_ids[i]) if i < len(pending_ids) else "",
+            )
+            actions.append(
+                ActionRequest(
+                    name=req["name"],
+                    args=dict(req["args"]),
+                    description=req.get("description", ""),
+                    tool_call_id=call_id,
+                    server=self._server_of(req["name"]) or "",
+                )
+            )
+        bulk = values.get(BULK_KEY) or None
+        return Interrupt(
+            thread_id=thread_id,
+            action_requests=actions,
+            review_configs=[
+                ReviewConfig(
+                    action_name=r["action_name"], allowed_decisions=list(r["allowed_decisions"])
+                )
+                for r in value.get("review_configs", [])
+            ],
+            reads=reads,
+            bulk_write=bool(bulk) or len(actions) >= self.bulk_write_threshold,
+            bulk_reason=(bulk or {}).get("reason"),
+            answer_so_far=last.text if last is not None else "",
+            model_used=model_used,
+        )
