@@ -167,6 +167,7 @@ class Agent:
         observer: ToolObserver | None = None,
         health: ServerHealth | None = None,
         run_callbacks: RunCallbacks | None = None,
+        extra_middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
     ) -> None:
         self.config = config
         self.policy = policy
@@ -180,6 +181,8 @@ class Agent:
         self._checkpointer = checkpointer
         self._observer = observer
         self._run_callbacks = run_callbacks
+        # Innermost model wrappers (e.g. the user's saved preferences in the system prompt).
+        self._extra_middleware = list(extra_middleware)
         self._servers = {s.name: s for s in config.servers}
         self.health = health or ServerHealth(
             {s.name: s.url for s in config.servers},
@@ -431,4 +434,5 @@ class Agent:
                 )
             )
         stack.append(BindRunMiddleware())
+        stack.extend(self._extra_middleware)
         return stack

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from agent_core.agent import Agent, AgentConfig, RunCallbacks
@@ -42,6 +46,7 @@ def build_agent(
     checkpointer: BaseCheckpointSaver[str],
     observer: ToolObserver | None = None,
     run_callbacks: RunCallbacks | None = None,
+    extra_middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
 ) -> Agent:
     """The agent as configured: model + fallbacks, tool policy, servers and limits."""
     return Agent(
@@ -54,4 +59,5 @@ def build_agent(
         policy=ToolPolicy.load(settings.tool_policy_path),
         observer=observer,
         run_callbacks=run_callbacks,
+        extra_middleware=extra_middleware,
     )

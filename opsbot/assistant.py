@@ -550,6 +550,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                 checkpointer=saver,
                 observer=ops.observer(AuditObserver(audit)),
                 run_callbacks=ops.run_callbacks,
+                extra_middleware=ops.middleware(),
             )
             service = ApprovalService(
                 SqlApprovalStore(engine),

@@ -23,6 +23,7 @@ from audit.log import AuditSink
 from broker.types import IdentityService
 from opsbot.memory import UserMemory, open_memory_store
 from opsbot.memory_chat import MemoryCommands
+from opsbot.memory_prompt import PreferencesMiddleware
 from opsbot.observability import (
     ApprovalMetricsSink,
     ObserverChain,
@@ -40,6 +41,12 @@ class Operations:
     tracing: Tracing
     run_callbacks: RunInstrumentation
     memory: MemoryCommands | None
+
+    def middleware(self) -> list[Any]:
+        """Agent middleware: the user's saved preferences in the system prompt."""
+        if self.memory is None:
+            return []
+        return [PreferencesMiddleware(self.memory.memory)]
 
     @staticmethod
     def audit_sink(inner: AuditSink) -> AuditSink:
