@@ -12,40 +12,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 
 from mcp_servers.ticketing import TicketStore
 from tests.sandbox.sandbox_process import DevProcess, run_opsbot_dev
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "sandbox"
 WAIT_MS = 30_000
-
-
-def chromium() -> str:
-    assert CHROMIUM.exists(), "Debian's chromium is missing: .ci/run installs it (apt-get)"
-    return str(CHROMIUM)
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as pw:
-        instance = await pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)
-        try:
-            yield instance
-        finally:
-            await instance.close()
 
 
 @pytest.fixture

@@ -5,79 +5,15 @@ Web API subset the bot uses."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
-from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack import serve_http
-from opsbot.serving import bind_socket, serve_asgi, socket_url
-from sandbox import AppDelivery, SlackEmulator, User, WebApi, Workspace
+from sandbox import AppDelivery
 from sandbox.delivery import new_event_id
-from sandbox.web import build_app
-
-BOT_TOKEN = "xoxb-sandbox-test"
-SECRET = "sandbox-signing-secret"
-PEOPLE = [
-    User("UALICE", "alice", "Alice Anders", "alice@example.com", ("team-payments",)),
-    User("UBOB", "bob", "Bob Brandt", "bob@example.com", ("team-payments", "ticket-leads")),
-]
-
-
-@dataclass
-class Harness:
-    emulator: SlackEmulator
-    api: WebApi
-    client: AsyncWebClient
-    app_url: str
-    received: list[dict[str, Any]]
-    http: httpx.AsyncClient
-
-    def delivery(self, secret: str = SECRET) -> AppDelivery:
-        return AppDelivery(f"{self.app_url}/slack/events", secret, self.http)
-
-
-def bolt_app(client: AsyncWebClient, received: list[dict[str, Any]]) -> AsyncApp:
-    app = AsyncApp(signing_secret=SECRET, client=client)
-
-    @app.event("app_mention")
-    async def mention(body: dict[str, Any]) -> None:
-        received.append(body)
-
-    @app.command("/ops")
-    async def ops(ack: AsyncAck, command: dict[str, Any]) -> None:
-        received.append(command)
-        await ack(text=f"you said {command['text']}")
-
-    @app.action("go")
-    async def go(ack: AsyncAck, body: dict[str, Any]) -> None:
-        await ack()
-        received.append(body)
-
-    return app
-
-
-@pytest.fixture
-async def harness() -> AsyncIterator[Harness]:
-    workspace = Workspace.demo(PEOPLE)
-    api = WebApi(workspace, BOT_TOKEN)
-    ui_sock, app_sock = bind_socket(), bind_socket()
-    async with httpx.AsyncClient() as http:
-        delivery = AppDelivery(f"{socket_url(app_sock)}/slack/events", SECRET, http)
-        emulator = SlackEmulator(workspace, delivery, socket_url(ui_sock))
-        client = AsyncWebClient(token=BOT_TOKEN, base_url=f"{socket_url(ui_sock)}/api/")
-        received: list[dict[str, Any]] = []
-        async with (
-            serve_asgi(build_app(emulator, api), ui_sock),  # type: ignore[arg-type]
-            serve_http(bolt_app(client, received), app_sock) as app_url,
-        ):
-            yield Harness(emulator, api, client, app_url, received, http)
-            await emulator.aclose()
+from tests.sandbox.harness import SECRET, Harness
 
 
 async def test_bolt_accepts_signed_events_commands_and_clicks(harness: Harness) -> None:

@@ -162,3 +162,46 @@ def test_a_port_in_use_names_the_port_and_its_setting() -> None:
         bind_socket("127.0.0.1", ui_port).close()
     finally:
         taken.close()
+
+
+async def test_dm_assistant_thread_and_app_home_approval(sandbox: Sandbox) -> None:
+    ws = sandbox.emulator.workspace
+    await connect(sandbox, ALICE, "alice")
+    await connect(sandbox, BOB, "bob")
+
+    # the DM's Messages tab: suggested prompts; a DM is an assistant thread with a status
+    sandbox.emulator.open_home(ALICE, "messages")
+    await until(sandbox, lambda: ws.prompts.get("DALICE"), "suggested prompts")
+    asked = sandbox.emulator.say(ALICE, "DALICE", "show ticket PAY-101")
+    await until(
+        sandbox,
+        lambda: [m for m in bot_messages(sandbox, "DALICE", asked) if "Sources" in texts(m)],
+        "an answer in the DM thread",
+    )
+    await until(sandbox, lambda: ("DALICE", asked) not in ws.statuses, "the status cleared")
+    assert any(
+        method == "assistant.threads.setStatus" and p.get("status")
+        for method, p in sandbox.api.calls
+    )
+
+    # a write asked in the DM; bob decides it from his App Home
+    sandbox.emulator.say(ALICE, "DALICE", "close ticket PAY-101 because duplicate", asked)
+    await until(sandbox, lambda: bot_messages(sandbox, APPROVALS), "a card")
+    sandbox.emulator.open_home(ALICE, "home")
+    home = await until(sandbox, lambda: ws.homes.get(ALICE), "alice's Home")
+    assert "Your pending requests" in str(home["blocks"])
+    assert "close_ticket" in str(home["blocks"])
+    sandbox.emulator.open_home(BOB, "home")
+    home = await until(
+        sandbox,
+        lambda: "Waiting for your decision" in str(ws.homes.get(BOB, {})) and ws.homes[BOB],
+        "bob's Home with the request",
+    )
+    actions = next(i for i, b in enumerate(home["blocks"]) if b["type"] == "actions")
+    sandbox.emulator.click_home(BOB, actions, 0)
+    told = await until(
+        sandbox,
+        lambda: [m for m in bot_messages(sandbox, "DALICE", asked) if "approved" in m.text],
+        "alice told in her DM thread",
+    )
+    assert "Your request was *approved*" in told[0].text
