@@ -261,14 +261,19 @@ async def _serve_mcp(
         for server in servers:
             await stack.enter_async_context(serve_server(server, socks[server.name + "_port"]))
 
+        # The pages stand in for the systems' own web UIs, which the (demo) reader may open.
+        everyone = frozenset(
+            {"everyone"} | {g for u in demo_users(settings.idp.directory_path) for g in u.groups}
+        )
+
         async def lookup(kind: str, key: str) -> tuple[str, list[tuple[str, str]]] | None:
-            return await _source_page(tickets, docs, kind, key)
+            return await _source_page(tickets, docs, kind, key, everyone)
 
         yield lookup
 
 
 async def _source_page(
-    tickets: Any, docs: Any, kind: str, key: str
+    tickets: Any, docs: Any, kind: str, key: str, groups: frozenset[str]
 ) -> tuple[str, list[tuple[str, str]]] | None:
     """A demo system's record as a page (the link an answer cites must open something)."""
     if kind == "tickets":
@@ -288,7 +293,7 @@ async def _source_page(
     if kind == "docs":
         from mcp_servers import Caller
 
-        reader = Caller("sandbox", None, None, frozenset(), frozenset({"everyone"}))
+        reader = Caller("sandbox", None, None, frozenset(), groups)
         with contextlib.suppress(Exception):
             doc = await docs.get(reader, key)
             return doc.title, [("Kind", doc.kind), ("Updated", doc.updated_at), ("", doc.content)]

@@ -94,6 +94,19 @@ async def test_answer_approval_and_edit_errors_through_the_emulator(sandbox: San
     assert page.status_code == 200
     assert "PAY-102" in page.text
 
+    # a team-only runbook cited by an answer opens too
+    runbooks = sandbox.emulator.say(ALICE, OPS, "@opsbot runbook for refund stuck")
+    cited = await until(
+        sandbox,
+        lambda: [m for m in bot_messages(sandbox, OPS, runbooks) if "Sources" in texts(m)],
+        "an answer citing a runbook",
+    )
+    doc_link = f"{sandbox.urls.ui}/sources/docs/docs/payments-refund-stuck"
+    assert doc_link in texts(cited[0])
+    async with httpx.AsyncClient() as http:
+        doc_page = await http.get(doc_link)
+    assert doc_page.status_code == 200
+
     sandbox.emulator.say(ALICE, OPS, "@opsbot close ticket PAY-102 because done", asked)
     card = (await until(sandbox, lambda: bot_messages(sandbox, APPROVALS), "a card"))[0]
     assert "close_ticket" in texts(card)
