@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -28,6 +29,26 @@ from opsbot.storage.engine import sqlite_path, sync_url
 MEMORY_URL = "memory://"
 
 
+class _SweepingCheck:
+    """Pool ``check``: a dead connection on checkout makes the whole pool be swept at once
+    (psycopg_pool otherwise finds them one by one with exponential back-off: ~15 s after a
+    database restart for a default pool)."""
+
+    def __init__(self) -> None:
+        self.pool: AsyncConnectionPool[AsyncConnection[DictRow]] | None = None
+        self._sweeps: set[asyncio.Task[None]] = set()
+
+    async def __call__(self, conn: AsyncConnection[DictRow]) -> None:
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        except Exception:
+            if self.pool is not None and not self._sweeps:
+                task = asyncio.create_task(self.pool.check())
+                self._sweeps.add(task)
+                task.add_done_callback(self._sweeps.discard)
+            raise
+
+
 @asynccontextmanager
 async def open_checkpointer(
     url: str, *, pool_size: int = 10
@@ -37,12 +58,16 @@ async def open_checkpointer(
         yield InMemorySaver()
         return
     if url.startswith("postgresql"):
+        check = _SweepingCheck()
         pool: AsyncConnectionPool[AsyncConnection[DictRow]] = AsyncConnectionPool(
             conninfo=sync_url(url),
             max_size=pool_size,
             kwargs={"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0},
+            # A database restart leaves every pooled connection dead: check on checkout.
+            check=check,
             open=False,
         )
+        check.pool = pool
         await pool.open()
         try:
             saver = AsyncPostgresSaver(pool)

@@ -53,6 +53,9 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     path = sqlite_path(url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
+    if make_url(url).get_backend_name() != "sqlite":
+        # After a database restart, pooled connections are dead: test each on checkout.
+        kwargs.setdefault("pool_pre_ping", True)
     engine = create_async_engine(async_url(url), **kwargs)
     if make_url(url).get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
