@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-import structlog
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import LLMResult
 from langgraph.types import Command
@@ -110,7 +109,6 @@ class RunTelemetry(BaseCallbackHandler):
         self._root: UUID | None = None
         self._kind = "run"
         self._interrupted = False
-        self._log_tokens: Mapping[str, Any] = {}
         self._models: dict[UUID, str] = {}
         self._failed_model_parents: set[UUID] = set()
         self._tool_ids: set[str] = set()
@@ -129,11 +127,6 @@ class RunTelemetry(BaseCallbackHandler):
         span = self._tracer.start_span(name, context=context, attributes={**self._attrs, **attrs})
         self._spans[run_id] = span
         return span
-
-    def _unbind(self) -> None:
-        if self._log_tokens:
-            structlog.contextvars.reset_contextvars(**self._log_tokens)
-            self._log_tokens = {}
 
     def _end(
         self,
@@ -172,8 +165,6 @@ class RunTelemetry(BaseCallbackHandler):
             if self._unavailable:
                 attrs["opsbot.degraded_servers"] = list(self._unavailable)
             self._start(run_id, None, f"opsbot.{self._kind}", **attrs)
-            # Log lines of this run carry its thread and pseudonymous user (never the subject).
-            self._log_tokens = structlog.contextvars.bind_contextvars(**self._attrs)
         elif name.rpartition(".")[2] in _HOOKS:
             self._start(run_id, parent_run_id, f"middleware {name}", **{"opsbot.middleware": name})
 
@@ -188,7 +179,6 @@ class RunTelemetry(BaseCallbackHandler):
             m.RUN_TOKENS.observe(self.tokens)
             m.RUN_COST.observe(self.cost)
             self._end(run_id, {"opsbot.tokens": self.tokens, "opsbot.cost_usd": self.cost})
-            self._unbind()
             return
         if span is None:
             return
@@ -228,14 +218,12 @@ class RunTelemetry(BaseCallbackHandler):
             if interrupted:
                 m.RUNS.labels(kind=self._kind, outcome="interrupted").inc()
                 self._end(run_id, {"opsbot.outcome": "interrupted"})
-                self._unbind()
                 return
             if type(error).__name__ == "GraphRecursionError":
                 m.CALL_LIMIT_HITS.inc()
             m.RUNS.labels(kind=self._kind, outcome="error").inc()
             m.RUN_ERRORS.labels(kind=self._kind, error=type(error).__name__).inc()
             self._end(run_id, error=error)
-            self._unbind()
             return
         if interrupted:
             self._interrupted = True  # a node paused the run for human review

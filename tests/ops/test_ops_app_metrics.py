@@ -3,10 +3,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from tests.bot.test_slack_events import _texts
-from tests.fixtures.slack import APPROVALS_CHANNEL_ID, block_action, mention
+from tests.fixtures.slack import (
+    APPROVALS_CHANNEL_ID,
+    block_action,
+    mention,
+    text_value,
+    view_submission,
+)
 from tests.ops.conftest import OpsApp, delta, value
 
 
@@ -117,3 +125,75 @@ async def test_a_run_with_an_approval_moves_the_counters(ops_app: OpsApp) -> Non
     assert not [k for k in after if k[0] == "opsbot_broker_failures_total"]
     # HTTP: the two mentions and the click, all answered 200
     assert moved("opsbot_http_requests_total", route="/slack/events", status="200") == 3
+
+
+async def _propose(app: OpsApp, text: str, ts: str) -> dict[str, Any]:
+    """Alice asks for a write; returns the new approval card."""
+    fake = app.fake_slack
+    cards = {k for k in fake.messages if k[0] == APPROVALS_CHANNEL_ID}
+    await app.sender.post_event(mention("U0ALICE", text, ts=ts))
+    await fake.wait_for(
+        "chat.postMessage",
+        count=len(cards) + 1,
+        where=lambda p: p["channel"] == "ops-approvals",
+        wait=60,
+    )
+    await fake.settle()
+    (key,) = [k for k in fake.messages if k[0] == APPROVALS_CHANNEL_ID and k not in cards]
+    return fake.messages[key]
+
+
+async def _open_modal(app: OpsApp, action: str, card: dict[str, Any]) -> dict[str, Any]:
+    fake = app.fake_slack
+    seen = len(fake.calls_to("views.open"))
+    approval_id = card["blocks"][-1]["elements"][0]["value"]
+    await app.sender.post_interaction(
+        block_action("U0BOB", action, approval_id, message_ts=card["ts"])
+    )
+    opened = await fake.wait_for("views.open", count=seen + 1, wait=60)
+    view: dict[str, Any] = opened[-1]["view"]
+    return view
+
+
+async def test_edit_and_reject_move_their_own_counters(ops_app: OpsApp) -> None:
+    app, fake = ops_app, ops_app.fake_slack
+    await app.link("U0ALICE", "alice")
+    await app.link("U0BOB", "bob")
+    before = await app.scrape()
+
+    card = await _propose(app, "close ticket PAY-102 because merchants re-exported", "9.1")
+    modal = await _open_modal(app, "approval_edit", card)
+    values = {"arg:key": text_value("PAY-102"), "arg:resolution": text_value("Rolled back")}
+    status, _ = await app.sender.post_interaction(view_submission("U0BOB", modal, values))
+    assert status == 200
+    await fake.wait_for(
+        "chat.postMessage", where=lambda p: "*edited*" in p.get("text", ""), wait=60
+    )
+    await fake.settle()
+
+    card = await _propose(app, "close ticket PAY-104 as duplicate", "9.2")
+    modal = await _open_modal(app, "approval_reject", card)
+    status, _ = await app.sender.post_interaction(
+        view_submission("U0BOB", modal, {"reason": text_value("not yet")})
+    )
+    assert status == 200
+    await fake.wait_for(
+        "chat.postMessage", where=lambda p: "*rejected*" in p.get("text", ""), wait=60
+    )
+    await fake.settle()
+    after = await app.scrape()
+
+    def moved(name: str, **labels: str) -> float:
+        return delta(before, after, name, **labels)
+
+    assert moved("opsbot_interrupts_total", tool="ticketing_close_ticket") == 2
+    assert moved("opsbot_approval_decisions_total", decision="edit") == 1
+    assert moved("opsbot_approval_decisions_total", decision="reject") == 1
+    assert moved("opsbot_approval_decisions_total", decision="approve") == 0
+    assert moved("opsbot_approval_decision_seconds_count") == 2
+    assert moved("opsbot_runs_total", kind="run", outcome="interrupted") == 2
+    assert moved("opsbot_runs_total", kind="resume", outcome="completed") == 2
+    # only the edited write ran; the rejected one never left the process
+    assert (
+        moved("opsbot_tool_calls_total", server="ticketing", kind="write", outcome="success") == 1
+    )
