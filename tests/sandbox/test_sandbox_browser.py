@@ -152,6 +152,13 @@ async def test_golden_path_in_the_browser(browser: Browser, dev: DevProcess) -> 
     )
     await expect(thread.get_by_text("Your request was approved")).to_be_visible(timeout=WAIT_MS)
     await shot(page, "5-requester-told")
+
+    # the app's Home tab (views.publish) and the DM's suggested prompts
+    await page.click('.sidebar a[data-name="home"]')
+    await expect(page.locator("#messages")).to_contain_text("Connected as alice@example.com")
+    await expect(page.locator("#messages")).to_contain_text("Your pending requests")
+    await page.click('.sidebar a[data-name="dm"]')
+    await expect(page.locator("#prompts").get_by_role("button").first).to_be_visible()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(ARTIFACTS / "5-requester-told.png", ARTIFACTS / "golden-path.png")
     await context.close()
