@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -27,18 +28,19 @@ from sandbox.workspace import (
     Workspace,
 )
 
+CALLS_KEPT = 1000  # the most recent calls, for tests and debugging
 _JSON_FIELDS = ("blocks", "attachments", "view", "prompts", "metadata")
 Params = dict[str, Any]
 Result = dict[str, Any]
 
 
 class WebApi:
-    """Dispatches Web API methods to the workspace; ``calls`` records (method, params)."""
+    """Dispatches Web API methods to the workspace; ``calls`` keeps the latest (method, params)."""
 
     def __init__(self, workspace: Workspace, bot_token: str) -> None:
         self.workspace = workspace
         self._bot_token = bot_token
-        self.calls: list[tuple[str, Params]] = []
+        self.calls: deque[tuple[str, Params]] = deque(maxlen=CALLS_KEPT)
         self._methods: dict[str, Callable[[Params], Result]] = {
             "api.test": lambda p: {"ok": True, "args": p},
             "auth.test": self.auth_test,

@@ -21,7 +21,9 @@ APP_ID = "A0OPSBOT"
 BOT_USER_ID = "U0OPSBOT"
 BOT_ID = "B0OPSBOT"
 BOT_NAME = "opsbot"
-TRIGGER_TTL_SECONDS = 3.0
+# Slack's trigger ids die after 3 s; the sandbox allows 10 so that a busy laptop or CI
+# machine does not turn a slow views.open into a flaky failure. They still work only once.
+TRIGGER_TTL_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,12 +224,15 @@ class Workspace:
     # -- triggers and views ---------------------------------------------------------------
 
     def new_trigger(self, user: str) -> str:
+        now = time.monotonic()
+        for stale in [t for t, (_u, deadline) in self._triggers.items() if deadline < now]:
+            del self._triggers[stale]
         trigger = f"{next(self._seq)}.{int(time.time())}.{secrets.token_hex(8)}"
-        self._triggers[trigger] = (user, time.monotonic() + TRIGGER_TTL_SECONDS)
+        self._triggers[trigger] = (user, now + TRIGGER_TTL_SECONDS)
         return trigger
 
     def use_trigger(self, trigger_id: str) -> str:
-        """The user a trigger belongs to; a trigger works once and only for 3 seconds."""
+        """The user a trigger belongs to; a trigger works once, within its lifetime."""
         user, deadline = self._triggers.pop(trigger_id, ("", 0.0))
         if not user or time.monotonic() > deadline:
             raise NotFoundError(trigger_id)
