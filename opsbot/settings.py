@@ -183,6 +183,27 @@ class Settings(BaseSettings):
     tool_policy_path: Path | None = None
 
     mcp_servers: list[McpServerSettings] = Field(default_factory=_default_mcp_servers)
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _prefixes_cannot_collide(cls, servers: list[McpServerSettings]) -> list[McpServerSettings]:
+        # Tools are exposed as `<server>_<tool>`. Within one server MCP tool names are unique,
+        # so two prefixed names can only coincide when one server name plus "_" starts another
+        # (`a` + `b_c` and `a_b` + `c`). Refusing such configurations at start-up makes a
+        # collision impossible before any tool is discovered (invariant 10); discovery checks
+        # again per run.
+        names = [server.name for server in servers]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"MCP server name {name!r} is configured twice")
+            clash = next((o for o in names if o != name and o.startswith(f"{name}_")), None)
+            if clash is not None:
+                raise ValueError(
+                    f"MCP server names {name!r} and {clash!r} could give two tools one prefixed "
+                    "name; rename one of them"
+                )
+        return servers
+
     idp: IdpSettings = Field(default_factory=IdpSettings)
     broker: BrokerSettings = Field(default_factory=BrokerSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)

@@ -48,3 +48,19 @@ def test_server_names_must_be_identifiers(monkeypatch: pytest.MonkeyPatch) -> No
     )
     with pytest.raises(ValidationError, match="plain identifier"):
         _settings()
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [(["docs", "docs"], "configured twice"), (["docs", "docs_v2"], "could give two tools")],
+)
+def test_server_names_that_could_collide_after_prefixing_stop_start_up(
+    monkeypatch: pytest.MonkeyPatch, names: list[str], message: str
+) -> None:
+    servers = ",".join(
+        f'{{"name": "{n}", "url": "http://127.0.0.1:1/{i}", "audience": "a{i}"}}'
+        for i, n in enumerate(names)
+    )
+    monkeypatch.setenv("OPSBOT_MCP_SERVERS", f"[{servers}]")
+    with pytest.raises(ValidationError, match=message):
+        _settings()
