@@ -26,13 +26,12 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from sqlalchemy import delete, select
+from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from opsbot.storage import create_engine
@@ -82,20 +81,48 @@ async def prune_threads(
 ) -> PruneReport:
     """Delete threads idle since before ``now - older_than`` (see the module docstring)."""
     cutoff = now - older_than
-    async with engine.connect() as conn:
-        candidates: Sequence[str] = (
-            (
-                await conn.execute(
-                    select(threads.c.thread_id)
-                    .where(threads.c.created_at < cutoff)
-                    .order_by(threads.c.created_at)
-                    .limit(batch)
-                )
-            )
-            .scalars()
-            .all()
+    report = PruneReport(cutoff)
+    approvals_deleted = 0
+    after: tuple[datetime, str] | None = None
+    while True:
+        page = await _candidates(engine, cutoff, after, batch)
+        if not page:
+            break
+        after = page[-1]
+        approvals_deleted += await _prune_page(
+            engine, saver, [t for _, t in page], cutoff, report, dry_run=dry_run
         )
-        open_rows = (
+    return PruneReport(
+        cutoff, report.deleted, report.kept_active, report.kept_pending, approvals_deleted
+    )
+
+
+async def _candidates(
+    engine: AsyncEngine, cutoff: datetime, after: tuple[datetime, str] | None, batch: int
+) -> list[tuple[datetime, str]]:
+    """Threads created before ``cutoff``, in (created_at, thread_id) order after ``after``."""
+    c = threads.c
+    stmt = select(c.created_at, c.thread_id).where(c.created_at < cutoff)
+    if after is not None:
+        stmt = stmt.where(
+            or_(c.created_at > after[0], and_(c.created_at == after[0], c.thread_id > after[1]))
+        )
+    stmt = stmt.order_by(c.created_at, c.thread_id).limit(batch)
+    async with engine.connect() as conn:
+        return [(row.created_at, row.thread_id) for row in await conn.execute(stmt)]
+
+
+async def _prune_page(
+    engine: AsyncEngine,
+    saver: BaseCheckpointSaver[str],
+    candidates: list[str],
+    cutoff: datetime,
+    report: PruneReport,
+    *,
+    dry_run: bool,
+) -> int:
+    async with engine.connect() as conn:
+        pending = set(
             (
                 await conn.execute(
                     select(approvals.c.thread_id).where(
@@ -106,11 +133,7 @@ async def prune_threads(
             )
             .scalars()
             .all()
-            if candidates
-            else []
         )
-    pending = set(open_rows)
-    report = PruneReport(cutoff)
     approvals_deleted = 0
     for thread_id in candidates:
         if thread_id in pending:
@@ -139,13 +162,7 @@ async def prune_threads(
             )
             approvals_deleted += result.rowcount or 0
             await conn.execute(delete(threads).where(threads.c.thread_id == thread_id))
-    return PruneReport(
-        cutoff,
-        report.deleted,
-        report.kept_active,
-        report.kept_pending,
-        approvals_deleted,
-    )
+    return approvals_deleted
 
 
 async def prune_audit(admin_url: str, *, older_than: timedelta, now: datetime) -> int:

@@ -77,17 +77,10 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
     engine = create_engine(url)
     try:
         async with open_checkpointer(url) as saver:
-            total: dict[str, Any] = {}
-            while True:
-                report = await prune_threads(
-                    engine, saver, older_than=older_than, now=utc_now(), dry_run=args.dry_run
-                )
-                for key, value in report.as_json().items():
-                    total[key] = value if key == "cutoff" else total.get(key, 0) + value
-                # Batches end when nothing more was deleted (kept threads are re-found).
-                if args.dry_run or not report.deleted:
-                    break
+            report = await prune_threads(
+                engine, saver, older_than=older_than, now=utc_now(), dry_run=args.dry_run
+            )
     finally:
         await engine.dispose()
-    print(json.dumps({**total, "dry_run": args.dry_run}))
+    print(json.dumps({**report.as_json(), "dry_run": args.dry_run}))
     return 0

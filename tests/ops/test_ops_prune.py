@@ -4,6 +4,10 @@ through its own privileged path."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import sys
 from datetime import datetime, timedelta
 
 import pytest
@@ -179,8 +183,13 @@ async def test_prune_threads_uses_the_injected_clock(
             )
             assert early.deleted == []
             # A year from now every thread without an open approval is old.
+            # Pages of two: candidates are walked by (created_at, thread_id), kept ones skipped.
             late = await prune_threads(
-                engine, saver, older_than=timedelta(days=30), now=NOW + timedelta(days=365)
+                engine,
+                saver,
+                older_than=timedelta(days=30),
+                now=NOW + timedelta(days=365),
+                batch=2,
             )
     finally:
         await engine.dispose()
@@ -227,3 +236,24 @@ async def test_prune_audit_needs_its_own_setting(
     )
     assert await args.handler(args, on) == 0
     assert '"audit_events_deleted": 0' in capsys.readouterr().out
+
+
+async def test_opsbot_prune_as_a_process(database_url: str, world: dict[str, str]) -> None:
+    env = {**os.environ, "OPSBOT_DATABASE_URL": database_url, "OPSBOT_RETENTION__THREAD_DAYS": "30"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "opsbot.cli",
+        "prune",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    report = json.loads(out.decode().strip().splitlines()[-1])
+    assert report["threads_deleted"] == 2
+    assert report["kept_pending_approval"] == 1
+    state = await _state(database_url, world)
+    assert state["old_idle"] == (0, 0)
+    assert state["new"] == (1, 1)
