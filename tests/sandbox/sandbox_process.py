@@ -113,9 +113,11 @@ async def spawn_opsbot_dev(data_dir: Path, *args: str, **env: str) -> AsyncItera
 
 
 @contextlib.asynccontextmanager
-async def run_opsbot_dev(data_dir: Path) -> AsyncIterator[DevProcess]:
-    """``opsbot dev`` running and ready; stopped with Ctrl-C (SIGINT) at the end."""
+async def run_opsbot_dev(
+    data_dir: Path, stop_with: int = signal.SIGINT
+) -> AsyncIterator[DevProcess]:
+    """``opsbot dev`` running and ready; stopped with ``stop_with`` at the end."""
     async with spawn_opsbot_dev(data_dir) as dev:
         await dev.wait_ready()
         yield dev
-        await dev.stop()
+        await dev.stop(stop_with)

@@ -8,6 +8,7 @@ ticketing server and alice's thread says so. Screenshots go to ``test-artifacts/
 from __future__ import annotations
 
 import shutil
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -25,7 +26,8 @@ WAIT_MS = 30_000
 
 @pytest.fixture
 async def dev(tmp_path: Path) -> AsyncIterator[DevProcess]:
-    async with run_opsbot_dev(tmp_path / "data") as running:
+    # stopped with SIGTERM (as a process manager would); Ctrl-C is in test_sandbox_cli.py
+    async with run_opsbot_dev(tmp_path / "data", signal.SIGTERM) as running:
         yield running
     assert running.returncode == 0, running.stderr()
     assert "Traceback" not in running.stderr_after_stop(), running.stderr()
