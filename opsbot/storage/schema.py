@@ -175,3 +175,23 @@ link_logins = Table(
     Column("expires_at", UtcDateTime(), nullable=False),
     Index("ix_link_logins_expires_at", "expires_at"),
 )
+
+# Durable runs (migration 0005): every accepted chat message is a job any instance may run.
+# A running job holds a lease its worker renews; an expired lease (the worker crashed) makes
+# the job claimable again, so a run interrupted by a crash is finished by another worker.
+run_jobs = Table(
+    "run_jobs",
+    metadata,
+    Column("job_id", String(128), primary_key=True),
+    Column("kind", String(64), nullable=False),
+    Column("user_key", String(255), nullable=False),
+    Column("payload", JSON(), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer(), nullable=False),
+    Column("owner", String(64), nullable=True),
+    Column("lease_until", UtcDateTime(), nullable=True),
+    Column("created_at", UtcDateTime(), nullable=False),
+    Column("finished_at", UtcDateTime(), nullable=True),
+    Column("error", String(500), nullable=True),
+    Index("ix_run_jobs_status_created", "status", "created_at"),
+)

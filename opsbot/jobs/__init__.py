@@ -1,0 +1,32 @@
+"""Durable runs: every accepted chat message is a job in the database that any instance runs.
+
+A worker claims a job with a lease and renews it while the run goes on; if the process dies,
+the lease runs out and another worker (or the same app after a restart) claims the job again.
+On the embedded (SQLite, single-process) default, unfinished jobs are recovered at start.
+
+Exceptions::
+
+    JobError
+      └── DuplicateJobError   (never raised by enqueue, which returns False instead)
+
+Example::
+
+    queue = SqlJobQueue(engine)
+    await queue.enqueue("Ev123", "slack_message", "slack:T1:U1", {"text": "hi"})
+    async with JobRunner(queue, handler, RunLimits(global_runs=32, per_user_runs=2)):
+        ...
+"""
+
+from opsbot.jobs.queue import DuplicateJobError, Job, JobError, JobStatus, SqlJobQueue
+from opsbot.jobs.runner import JobHandler, JobRunner, RunLimits
+
+__all__ = [
+    "DuplicateJobError",
+    "Job",
+    "JobError",
+    "JobHandler",
+    "JobRunner",
+    "JobStatus",
+    "RunLimits",
+    "SqlJobQueue",
+]

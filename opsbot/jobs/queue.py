@@ -1,0 +1,194 @@
+"""The job table: enqueue once per key, claim with a lease, renew, finish.
+
+Claims are compare-and-set ``UPDATE``s on the row read (status, owner, lease), so two
+workers on two instances can never both claim a job, on SQLite or PostgreSQL alike.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_core.clock import Clock, utc_now
+from opsbot.storage.schema import run_jobs
+
+
+class JobError(Exception):
+    """Base class for job queue errors."""
+
+
+class DuplicateJobError(JobError):
+    """A job with this id exists already."""
+
+
+class JobStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    job_id: str
+    kind: str
+    user_key: str
+    payload: Mapping[str, Any]
+    attempts: int
+    created_at: datetime
+
+
+class SqlJobQueue:
+    def __init__(self, engine: AsyncEngine, clock: Clock = utc_now) -> None:
+        self._engine = engine
+        self._clock = clock
+
+    async def enqueue(
+        self, job_id: str, kind: str, user_key: str, payload: Mapping[str, Any]
+    ) -> bool:
+        """Add a job; ``False`` if ``job_id`` was enqueued before (a redelivery)."""
+        try:
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    run_jobs.insert().values(
+                        job_id=job_id,
+                        kind=kind,
+                        user_key=user_key,
+                        payload=dict(payload),
+                        status=JobStatus.QUEUED.value,
+                        attempts=0,
+                        created_at=self._clock(),
+                    )
+                )
+        except IntegrityError:
+            return False
+        return True
+
+    async def claim(
+        self,
+        worker: str,
+        *,
+        lease: timedelta,
+        limit: int,
+        per_user: int,
+        busy_users: Mapping[str, int] | None = None,
+    ) -> list[Job]:
+        """Claim up to ``limit`` runnable jobs (queued, or running with an expired lease),
+        oldest first, at most ``per_user`` running per user across all workers."""
+        if limit <= 0:
+            return []
+        now = self._clock()
+        c = run_jobs.c
+        runnable = or_(
+            c.status == JobStatus.QUEUED.value,
+            and_(c.status == JobStatus.RUNNING.value, c.lease_until < now),
+        )
+        async with self._engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(run_jobs).where(runnable).order_by(c.created_at).limit(limit * 4)
+                )
+            ).all()
+            live = and_(c.status == JobStatus.RUNNING.value, c.lease_until >= now)
+            counts = await conn.execute(
+                select(c.user_key, func.count()).where(live).group_by(c.user_key)
+            )
+            running: dict[str, int] = {str(u): int(n) for u, n in counts.all()}
+        for user, n in (busy_users or {}).items():
+            running[user] = max(running.get(user, 0), n)
+        claimed: list[Job] = []
+        for row in rows:
+            if len(claimed) >= limit:
+                break
+            m = row._mapping
+            if running.get(m["user_key"], 0) >= per_user:
+                continue
+            if await self._take(m, worker, now + lease):
+                running[m["user_key"]] = running.get(m["user_key"], 0) + 1
+                claimed.append(
+                    Job(
+                        m["job_id"],
+                        m["kind"],
+                        m["user_key"],
+                        m["payload"],
+                        m["attempts"] + 1,
+                        m["created_at"],
+                    )
+                )
+        return claimed
+
+    async def _take(self, row: Mapping[Any, Any], worker: str, lease_until: datetime) -> bool:
+        c = run_jobs.c
+        same = [c.job_id == row["job_id"], c.status == row["status"]]
+        same.append(c.owner.is_(None) if row["owner"] is None else c.owner == row["owner"])
+        if row["lease_until"] is not None:
+            same.append(c.lease_until == row["lease_until"])
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                update(run_jobs)
+                .where(*same)
+                .values(
+                    status=JobStatus.RUNNING.value,
+                    owner=worker,
+                    lease_until=lease_until,
+                    attempts=row["attempts"] + 1,
+                )
+            )
+        return result.rowcount == 1
+
+    async def renew(self, worker: str, job_ids: Sequence[str], lease: timedelta) -> None:
+        if not job_ids:
+            return
+        c = run_jobs.c
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                update(run_jobs)
+                .where(c.job_id.in_(list(job_ids)), c.owner == worker)
+                .where(c.status == JobStatus.RUNNING.value)
+                .values(lease_until=self._clock() + lease)
+            )
+
+    async def finish(self, worker: str, job_id: str, error: str | None = None) -> bool:
+        """Mark the job done (or failed); ``False`` if another worker took it over meanwhile."""
+        c = run_jobs.c
+        status = JobStatus.FAILED if error else JobStatus.DONE
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                update(run_jobs)
+                .where(c.job_id == job_id, c.owner == worker)
+                .where(c.status == JobStatus.RUNNING.value)
+                .values(
+                    status=status.value,
+                    finished_at=self._clock(),
+                    lease_until=None,
+                    error=(error or None) and error[:500],
+                )
+            )
+        return result.rowcount == 1
+
+    async def release_all_running(self) -> int:
+        """Requeue every running job at once (embedded, single-process start: no other
+        worker can hold one, so the previous process's leases need not run out)."""
+        c = run_jobs.c
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                update(run_jobs)
+                .where(c.status == JobStatus.RUNNING.value)
+                .values(status=JobStatus.QUEUED.value, owner=None, lease_until=None)
+            )
+        return int(result.rowcount or 0)
+
+    async def status(self, job_id: str) -> tuple[JobStatus, int] | None:
+        c = run_jobs.c
+        async with self._engine.connect() as conn:
+            row = (
+                await conn.execute(select(c.status, c.attempts).where(c.job_id == job_id))
+            ).first()
+        return None if row is None else (JobStatus(row[0]), int(row[1]))

@@ -1,0 +1,47 @@
+"""The Slack app with durable runs, as its own process, for crash tests:
+``python -m tests.reliability.slack_app_process DATABASE_URL SLACK_API_URL RUN_DELAY``.
+
+Prints ``PORT <n>`` once serving. The assistant is the scripted ``FakeAssistant`` (its
+``run_delay`` keeps a run in flight long enough to kill the process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import aiohttp
+
+from bot.slack import SlackBotConfig, SqlApprovalMessages, build_app, make_web_client, serve_http
+from bot.slack.durable import DurableSlackAdapter
+from broker.types import ChatUser
+from opsbot.jobs import JobRunner, SqlJobQueue
+from opsbot.serving import bind_socket
+from opsbot.storage import create_engine, migrate
+from tests.bot.fake_assistant import FakeAssistant
+from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, TEAM_ID
+
+
+async def main(url: str, api_url: str, run_delay: float) -> None:
+    engine = create_engine(url)
+    await migrate(engine)
+    assistant = FakeAssistant(run_delay=run_delay)
+    assistant.link(ChatUser("slack", TEAM_ID, "U0001"), "alice")
+    config = SlackBotConfig(bot_token=BOT_TOKEN, signing_secret=SIGNING_SECRET, api_url=api_url)
+    queue = SqlJobQueue(engine)
+    async with aiohttp.ClientSession() as session:
+        client = make_web_client(config, session)
+        adapter = DurableSlackAdapter(config, assistant, client, SqlApprovalMessages(engine), queue)
+        app = build_app(config, assistant, engine, client=client, adapter=adapter)
+        embedded = url.startswith("sqlite")
+        async with (
+            JobRunner(queue, adapter.run_job, recover_on_start=embedded) as runner,
+            serve_http(app, bind_socket("127.0.0.1", 0)) as app_url,
+        ):
+            adapter.runner = runner
+            print(f"PORT {app_url.rsplit(':', 1)[1]}", flush=True)
+            await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], float(sys.argv[3])))

@@ -1,0 +1,138 @@
+"""Durable runs: jobs run once across instances, within limits, and survive a killed worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections import Counter
+from datetime import timedelta
+
+from agent_core.clock import utc_now
+from opsbot.jobs import Job, JobRunner, JobStatus, RunLimits, SqlJobQueue
+from opsbot.storage import create_engine
+
+BOUND = 60.0
+
+
+async def test_each_job_runs_once_across_two_instances(database_url: str) -> None:
+    engines = [create_engine(database_url), create_engine(database_url)]
+    handled: Counter[str] = Counter()
+    all_done = asyncio.Event()
+    n = 40
+
+    async def handler(job: Job) -> None:
+        await asyncio.sleep(0)
+        handled[job.job_id] += 1
+        if sum(handled.values()) >= n:
+            all_done.set()
+
+    try:
+        queue_a, queue_b = SqlJobQueue(engines[0]), SqlJobQueue(engines[1])
+        async with (
+            JobRunner(queue_a, handler, RunLimits(8, 8), poll_seconds=0.02) as a,
+            JobRunner(queue_b, handler, RunLimits(8, 8), poll_seconds=0.02) as b,
+        ):
+            for i in range(n):
+                queue = queue_a if i % 2 else queue_b
+                assert await queue.enqueue(f"Ev{i}", "test", f"user{i % 5}", {"i": i})
+                a.notify()
+            # A redelivered event (same id) on either instance is not a second job.
+            assert not await queue_a.enqueue("Ev3", "test", "user3", {"i": 3})
+            await asyncio.wait_for(all_done.wait(), BOUND)
+            await asyncio.wait_for(asyncio.gather(a.idle(), b.idle()), BOUND)
+        assert handled == Counter({f"Ev{i}": 1 for i in range(n)})
+        for i in range(n):
+            assert await queue_a.status(f"Ev{i}") == (JobStatus.DONE, 1)
+    finally:
+        for engine in engines:
+            await engine.dispose()
+
+
+async def test_per_user_and_global_run_limits_hold(database_url: str) -> None:
+    engine = create_engine(database_url)
+    running: Counter[str] = Counter()
+    peak_user: Counter[str] = Counter()
+    peak_total = 0
+    finished = 0
+    release = asyncio.Event()
+    all_done = asyncio.Event()
+    jobs = [(f"J{u}{k}", f"user{u}") for u in range(4) for k in range(3)]
+
+    async def handler(job: Job) -> None:
+        nonlocal peak_total, finished
+        running[job.user_key] += 1
+        peak_user[job.user_key] = max(peak_user[job.user_key], running[job.user_key])
+        peak_total = max(peak_total, sum(running.values()))
+        if sum(running.values()) >= 3:
+            release.set()  # the global limit is reached: let runs finish
+        await release.wait()
+        running[job.user_key] -= 1
+        finished += 1
+        if finished == len(jobs):
+            all_done.set()
+
+    try:
+        queue = SqlJobQueue(engine)
+        for job_id, user in jobs:
+            await queue.enqueue(job_id, "test", user, {})
+        async with JobRunner(queue, handler, RunLimits(3, 1), poll_seconds=0.02):
+            await asyncio.wait_for(all_done.wait(), BOUND)
+        assert peak_total == 3
+        assert max(peak_user.values()) == 1
+    finally:
+        await engine.dispose()
+
+
+async def test_a_run_in_flight_when_its_worker_is_killed_is_finished_once_after(
+    database_url: str,
+) -> None:
+    engine = create_engine(database_url)
+    try:
+        queue = SqlJobQueue(engine)
+        assert await queue.enqueue("EvCRASH", "test", "alice", {"text": "close PAY-104"})
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.reliability.job_worker",
+            database_url,
+            stdout=asyncio.subprocess.PIPE,
+            cwd=os.getcwd(),
+        )
+        try:
+            assert proc.stdout is not None
+            line = b""
+            while not line.startswith(b"START"):
+                line = await asyncio.wait_for(proc.stdout.readline(), BOUND)
+                assert line, "the worker exited early"
+            assert line.split()[1] == b"EvCRASH"
+        finally:
+            proc.send_signal(signal.SIGKILL)  # the app dies with the run in flight
+            await proc.wait()
+        assert await queue.status("EvCRASH") == (JobStatus.RUNNING, 1)
+
+        handled: list[tuple[str, int]] = []
+        done = asyncio.Event()
+
+        async def handler(job: Job) -> None:
+            handled.append((job.job_id, job.attempts))
+            done.set()
+
+        embedded = database_url.startswith("sqlite")
+        # Embedded: the restarted app requeues at start. Shared PostgreSQL: another
+        # instance takes the job once the dead worker's lease has run out (time injected).
+        later = SqlJobQueue(engine, clock=lambda: utc_now() + timedelta(minutes=5))
+        async with JobRunner(
+            queue if embedded else later,
+            handler,
+            recover_on_start=embedded,
+            poll_seconds=0.02,
+        ) as restarted:
+            await asyncio.wait_for(done.wait(), BOUND)
+            await asyncio.wait_for(restarted.idle(), BOUND)
+        assert handled == [("EvCRASH", 2)]
+        status = await queue.status("EvCRASH")
+        assert status == (JobStatus.DONE, 2)
+    finally:
+        await engine.dispose()
