@@ -12,9 +12,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 from prometheus_client import generate_latest
 
 from agent_core import Agent, AgentConfig, Answer, ServerConfig, ToolPolicy
+from agent_core.errors import ToolTransientError
+from agent_core.health import ServerHealth
 from agent_core.threads import MemoryThreadStore, PlatformRef
 from broker import Identity
-from opsbot.observability import REGISTRY, ToolMetrics
+from opsbot.observability import REGISTRY, ToolMetrics, refresh_runtime_gauges, watching
 from tests.fixtures.agent import (
     FAKE_POLICY,
     FakeBroker,
@@ -25,7 +27,7 @@ from tests.fixtures.agent import (
     final,
     tool_results,
 )
-from tests.ops.conftest import Samples, delta, parse_metrics
+from tests.ops.conftest import Samples, delta, parse_metrics, value
 
 
 def echo(messages: list[BaseMessage]) -> Any:
@@ -101,3 +103,14 @@ async def test_retries_and_errors_per_server(fake: tuple[str, FaultPlan]) -> Non
         )
         == 0
     )
+
+
+async def test_breaker_state_is_published_at_scrape() -> None:
+    health = ServerHealth({"flaky": "http://127.0.0.1:9/mcp"}, failure_threshold=2)
+    with watching(health, ["flaky"]):
+        await refresh_runtime_gauges()
+        assert value(_scrape(), "opsbot_circuit_breaker_open", server="flaky") == 0
+        for _ in range(2):
+            await health.record("flaky", ToolTransientError("flaky", "503"))
+        await refresh_runtime_gauges()
+        assert value(_scrape(), "opsbot_circuit_breaker_open", server="flaky") == 1
