@@ -88,6 +88,20 @@ class SlackSettings(BaseModel):
     server_error_retries: int = 2
 
 
+class RunSettings(BaseModel):
+    """Durable runs (``opsbot.jobs``): every accepted message is a job any instance runs."""
+
+    # False: runs go back to in-process tasks (a restart loses runs in flight).
+    durable: bool = True
+    # Runs at once in this process, and per user across all instances.
+    global_runs: int = Field(default=32, ge=1)
+    per_user_runs: int = Field(default=2, ge=1)
+    # A worker renews its runs' leases; a run whose lease ran out (crash) is taken over.
+    lease_seconds: float = Field(default=30.0, gt=0)
+    # How often an idle worker looks for runs enqueued by other instances.
+    poll_seconds: float = Field(default=1.0, gt=0)
+
+
 class ModelPrice(BaseModel):
     """What a model costs, in US dollars per million tokens (for the cost-per-request metric)."""
 
@@ -210,6 +224,7 @@ class Settings(BaseSettings):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    runs: RunSettings = Field(default_factory=RunSettings)
 
     slack_bot_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN", "slack_bot_token")

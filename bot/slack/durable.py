@@ -17,18 +17,26 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
+from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
+import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_core.clock import Clock, utc_now
 from bot.slack.adapter import FAILURE_TEXT, Indicator, SlackAdapter
+from bot.slack.app import SlackBot, build_app
+from bot.slack.client import make_web_client
 from bot.slack.config import SlackBotConfig
 from bot.slack.core import AssistantPort, ChatUser, PlatformRef
 from bot.slack.render import text_message
 from bot.slack.store import SqlApprovalMessages
-from opsbot.jobs import Job, JobRunner, SqlJobQueue
+from opsbot.jobs import Job, JobRunner, RunLimits, SqlJobQueue
 
 log = logging.getLogger(__name__)
 JOB_KIND = "slack_message"
@@ -96,3 +104,47 @@ class DurableSlackAdapter(SlackAdapter):
                 await self._clear_status(indicator)
             return
         await self.deliver(reply, chat_user, team, channel, thread_ts, indicator)
+
+
+@contextlib.asynccontextmanager
+async def open_durable_bot(
+    config: SlackBotConfig,
+    assistant: AssistantPort,
+    engine: AsyncEngine,
+    *,
+    limits: RunLimits | None = None,
+    lease: timedelta = timedelta(seconds=30),
+    poll_seconds: float = 1.0,
+    clock: Clock = utc_now,
+    socket_mode: bool = False,
+) -> AsyncIterator[SlackBot]:
+    """Like ``open_bot``, with durable runs and this instance's worker running them.
+
+    On SQLite (the embedded, single-process default) unfinished runs are requeued at start;
+    on PostgreSQL a dead instance's runs are taken over when their lease runs out."""
+    async with aiohttp.ClientSession() as session:
+        client = make_web_client(config, session)
+        queue = SqlJobQueue(engine, clock)
+        adapter = DurableSlackAdapter(
+            config, assistant, client, SqlApprovalMessages(engine, clock), queue
+        )
+        app = build_app(
+            config,
+            assistant,
+            engine,
+            client=client,
+            clock=clock,
+            socket_mode=socket_mode,
+            adapter=adapter,
+        )
+        embedded = engine.dialect.name == "sqlite"
+        async with JobRunner(
+            queue,
+            adapter.run_job,
+            limits or RunLimits(),
+            lease=lease,
+            poll_seconds=poll_seconds,
+            recover_on_start=embedded,
+        ) as runner:
+            adapter.runner = runner
+            yield SlackBot(app, adapter)

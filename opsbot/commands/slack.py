@@ -68,6 +68,28 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _open_bot(
+    settings: Settings, config: Any, assistant: Any, engine: Any, socket_mode: bool
+) -> Any:
+    """The bot with durable runs (``opsbot.jobs``) unless ``OPSBOT_RUNS__DURABLE=false``."""
+    from bot.slack import open_bot
+    from bot.slack.durable import open_durable_bot
+    from opsbot.jobs import RunLimits
+
+    runs = settings.runs
+    if not runs.durable:
+        return open_bot(config, assistant, engine, socket_mode=socket_mode)
+    return open_durable_bot(
+        config,
+        assistant,
+        engine,
+        limits=RunLimits(runs.global_runs, runs.per_user_runs),
+        lease=timedelta(seconds=runs.lease_seconds),
+        poll_seconds=runs.poll_seconds,
+        socket_mode=socket_mode,
+    )
+
+
 async def serve_slack(
     settings: Settings,
     *,
@@ -80,7 +102,7 @@ async def serve_slack(
 ) -> None:
     """Run the Slack app until ``stop`` is set: HTTP (``on_ready`` gets the base URL) or
     Socket Mode; plus the in-process expiry sweeper and pruning of processed event ids."""
-    from bot.slack import SqlProcessedEvents, open_bot, run_socket_mode, serve_http
+    from bot.slack import SqlProcessedEvents, run_socket_mode, serve_http
     from opsbot.assistant import open_assistant
     from opsbot.observability import Readiness, ops_routes, request_metrics
     from opsbot.serving import bind_socket
@@ -94,7 +116,7 @@ async def serve_slack(
     try:
         async with (
             factory(settings) as assistant,
-            open_bot(config, assistant, engine, socket_mode=socket_mode) as bot,
+            _open_bot(settings, config, assistant, engine, socket_mode) as bot,
         ):
             background = [
                 asyncio.create_task(
