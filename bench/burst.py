@@ -1,6 +1,8 @@
 """A burst of N signed events (default 1,000) over loopback to the running Bolt app.
 
-A share of the events is delivered a second time as Slack's retry (same ``event_id``,
+Each event goes the production way: deduplicated, acked, enqueued as a durable run
+(``opsbot.jobs``) and run by the instance's worker (64 runs at once, 4 per user). A share of
+the events is delivered a second time as Slack's retry (same ``event_id``,
 ``X-Slack-Retry-Num: 1``), all POSTed with ``--concurrency`` in flight. Every ``event_id``
 must be answered exactly once in its thread: ``lost`` counts those that were not (0 is the
 only passing value). ``drain_s`` is the time from the first POST until the last answer.
@@ -74,8 +76,10 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
 async def _bench(
     n: int, share: float, concurrency: int, run_s: float, database_url: str
 ) -> dict[str, Any]:
-    from bot.slack import SlackBotConfig, open_app, serve_http
+    from bot.slack import SlackBotConfig, serve_http
+    from bot.slack.durable import open_durable_bot
     from broker.types import ChatUser
+    from opsbot.jobs import RunLimits
     from opsbot.serving import bind_socket
     from opsbot.storage import create_engine, migrate
     from tests.bot.fake_assistant import FakeAssistant
@@ -136,8 +140,10 @@ async def _bench(
 
     try:
         async with (
-            open_app(config, assistant, engine) as app,
-            serve_http(app, bind_socket("127.0.0.1", 0)) as app_url,
+            open_durable_bot(
+                config, assistant, engine, limits=RunLimits(64, 4), poll_seconds=0.2
+            ) as bot,
+            serve_http(bot.app, bind_socket("127.0.0.1", 0)) as app_url,
         ):
             results, posted, drained = await slack_side.call(deliver(app_url))
         updates = Counter((str(u["channel"]), str(u["ts"])) for u in fake.calls_to("chat.update"))
