@@ -10,6 +10,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 
+import pytest
 from sqlalchemy import select
 
 from opsbot.jobs import JobStatus
@@ -106,3 +107,38 @@ async def test_app_killed_with_a_run_in_flight_answers_once_after_restart(
     assert "PAY-1 is open" in reply["text"]
     [update] = fake_slack.calls_to("chat.update")
     assert update["ts"] == placeholder["ts"]
+
+
+@pytest.mark.postgres
+async def test_two_app_processes_on_postgres_answer_every_message_once(
+    fake_slack: FakeSlack, postgres_url: str
+) -> None:
+    """Deliveries land on either process, Slack's retries on the other one: every message
+    is answered exactly once, whichever worker ran it."""
+    n = 12
+    async with (
+        app_process(postgres_url, fake_slack, run_delay=0.05) as (url_a, _a),
+        app_process(postgres_url, fake_slack, run_delay=0.05) as (url_b, _b),
+    ):
+        senders = [SlackSender(url_a), SlackSender(url_b)]
+        events = [
+            (f"EvTWO{i}", mention("U0001", f"q{i}", channel=CHANNEL, ts=f"1700000600.{i:06d}"))
+            for i in range(n)
+        ]
+        first = await asyncio.gather(
+            *(senders[i % 2].post_event(ev, event_id=eid) for i, (eid, ev) in enumerate(events))
+        )
+        retries = await asyncio.gather(
+            *(
+                senders[(i + 1) % 2].post_event(ev, event_id=eid, retry_num=1)
+                for i, (eid, ev) in enumerate(events)
+            )
+        )
+        assert {status for status, _ in [*first, *retries]} == {200}
+        await fake_slack.wait_for("chat.update", n, wait=BOUND)
+        await fake_slack.settle(quiet=0.3, limit=BOUND)
+    for i, (_eid, event) in enumerate(events):
+        [reply] = fake_slack.thread(CHANNEL, event["ts"])
+        assert f"You asked: q{i}" in reply["text"]
+    assert len(fake_slack.calls_to("chat.update")) == n
+    assert sorted(await job_statuses(postgres_url)) == [(JobStatus.DONE.value, 1)] * n
