@@ -307,6 +307,7 @@ async def _serve_bot(settings: Settings, sock: socket.socket) -> AsyncIterator[N
     from bot.slack import open_bot, serve_http
     from opsbot.assistant import open_assistant
     from opsbot.commands.slack import slack_config
+    from opsbot.observability import Readiness, ops_routes, request_metrics
     from opsbot.storage import create_engine, migrate
 
     engine = create_engine(settings.resolved_database_url)
@@ -328,7 +329,13 @@ async def _serve_bot(settings: Settings, sock: socket.socket) -> AsyncIterator[N
                 )
             )
             try:
-                async with serve_http(bot.app, sock, link_callback):
+                async with serve_http(
+                    bot.app,
+                    sock,
+                    link_callback,
+                    routes=ops_routes(Readiness.from_settings(settings, engine)),
+                    middlewares=[request_metrics],
+                ):
                     yield
             finally:
                 sweeper.cancel()

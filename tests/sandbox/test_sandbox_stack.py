@@ -218,3 +218,18 @@ async def test_dm_assistant_thread_and_app_home_approval(sandbox: Sandbox) -> No
         "alice told in her DM thread",
     )
     assert "Your request was *approved*" in told[0].text
+
+
+async def test_the_sandbox_app_serves_health_readiness_and_metrics(sandbox: Sandbox) -> None:
+    async with httpx.AsyncClient(base_url=sandbox.urls.app) as http:
+        assert (await http.get("/healthz")).status_code == 200
+        ready = await http.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        body = ready.json()
+        assert body["status"] == "ready", body
+        expected = {"database", "idp"} | {f"mcp:{name}" for name in sandbox.urls.mcp}
+        assert set(body["checks"]) == expected
+        assert all(check["ok"] for check in body["checks"].values())
+        metrics = await http.get("/metrics")
+        assert metrics.status_code == 200
+        assert "opsbot_" in metrics.text
