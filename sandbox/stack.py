@@ -304,9 +304,9 @@ async def _source_page(
 @contextlib.asynccontextmanager
 async def _serve_bot(settings: Settings, sock: socket.socket) -> AsyncIterator[None]:
     """The production Slack app, exactly as ``opsbot slack`` builds it, over HTTP."""
-    from bot.slack import open_bot, serve_http
+    from bot.slack import serve_http
     from opsbot.assistant import open_assistant
-    from opsbot.commands.slack import slack_config
+    from opsbot.commands.slack import open_configured_bot, slack_config
     from opsbot.observability import Readiness, ops_routes, request_metrics
     from opsbot.storage import create_engine, migrate
 
@@ -315,7 +315,9 @@ async def _serve_bot(settings: Settings, sock: socket.socket) -> AsyncIterator[N
         await migrate(engine)
         async with (
             open_assistant(settings) as assistant,
-            open_bot(slack_config(settings), assistant, engine) as bot,
+            open_configured_bot(
+                settings, slack_config(settings), assistant, engine, socket_mode=False
+            ) as bot,
         ):
             linking = assistant.identities.linking  # type: ignore[attr-defined]
 

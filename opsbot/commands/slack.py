@@ -68,7 +68,7 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _open_bot(
+def open_configured_bot(
     settings: Settings, config: Any, assistant: Any, engine: Any, socket_mode: bool
 ) -> Any:
     """The bot with durable runs (``opsbot.jobs``) unless ``OPSBOT_RUNS__DURABLE=false``."""
@@ -116,7 +116,7 @@ async def serve_slack(
     try:
         async with (
             factory(settings) as assistant,
-            _open_bot(settings, config, assistant, engine, socket_mode) as bot,
+            open_configured_bot(settings, config, assistant, engine, socket_mode) as bot,
         ):
             background = [
                 asyncio.create_task(
