@@ -5,7 +5,8 @@ checkpoint is older too (a long-running conversation is kept while it is active)
 with an approval still ``pending`` or ``deciding`` are kept whatever their age: deleting
 their checkpoint would strand the decision. For each old thread: the checkpointer's
 ``adelete_thread`` (every checkpoint and write), its approvals and their chat card rows, then
-the thread row. Runs as the application's own database user.
+the thread row. Finished run jobs older than the cut-off go too (their payload is the user's
+message). Runs as the application's own database user.
 
 **The audit log** is append-only by trigger (migration 0003), for every role the application
 uses. Its retention is therefore a separate, deliberate, privileged path with its own
@@ -34,10 +35,18 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from opsbot.jobs.queue import JobStatus
 from opsbot.storage import create_engine
-from opsbot.storage.schema import approvals, audit_events, chat_approval_messages, threads
+from opsbot.storage.schema import (
+    approvals,
+    audit_events,
+    chat_approval_messages,
+    run_jobs,
+    threads,
+)
 
 OPEN_STATUSES = ("pending", "deciding")
+FINISHED_JOB_STATUSES = (JobStatus.DONE.value, JobStatus.FAILED.value)
 SQLITE_DELETE_TRIGGER = (
     "CREATE TRIGGER audit_events_no_delete BEFORE DELETE ON audit_events"
     " BEGIN SELECT RAISE(ABORT, 'audit_events is append-only'); END"
@@ -51,6 +60,7 @@ class PruneReport:
     kept_active: list[str] = field(default_factory=list)  # old, but a recent checkpoint
     kept_pending: list[str] = field(default_factory=list)  # old, but an open approval
     approvals_deleted: int = 0
+    jobs_deleted: int = 0  # finished run jobs (their payload holds the user's message)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +69,7 @@ class PruneReport:
             "kept_active": len(self.kept_active),
             "kept_pending_approval": len(self.kept_pending),
             "approvals_deleted": self.approvals_deleted,
+            "jobs_deleted": self.jobs_deleted,
         }
 
 
@@ -92,9 +103,25 @@ async def prune_threads(
         approvals_deleted += await _prune_page(
             engine, saver, [t for _, t in page], cutoff, report, dry_run=dry_run
         )
+    jobs_deleted = 0 if dry_run else await _prune_finished_jobs(engine, cutoff)
     return PruneReport(
-        cutoff, report.deleted, report.kept_active, report.kept_pending, approvals_deleted
+        cutoff,
+        report.deleted,
+        report.kept_active,
+        report.kept_pending,
+        approvals_deleted,
+        jobs_deleted,
     )
+
+
+async def _prune_finished_jobs(engine: AsyncEngine, cutoff: datetime) -> int:
+    """Delete run jobs that finished before ``cutoff``; queued and running ones stay."""
+    c = run_jobs.c
+    async with engine.begin() as conn:
+        result = await conn.execute(
+            delete(run_jobs).where(c.status.in_(FINISHED_JOB_STATUSES), c.finished_at < cutoff)
+        )
+    return result.rowcount or 0
 
 
 async def _candidates(

@@ -257,3 +257,40 @@ async def test_opsbot_prune_as_a_process(database_url: str, world: dict[str, str
     state = await _state(database_url, world)
     assert state["old_idle"] == (0, 0)
     assert state["new"] == (1, 1)
+
+
+async def test_finished_run_jobs_are_pruned_and_live_ones_kept(database_url: str) -> None:
+    from opsbot.storage.schema import run_jobs
+
+    old, recent = NOW - timedelta(days=60), NOW - timedelta(days=1)
+    rows = {
+        "old-done": ("done", old),
+        "old-failed": ("failed", old),
+        "recent-done": ("done", recent),
+        "old-queued": ("queued", None),
+        "old-running": ("running", None),
+    }
+    engine = create_engine(database_url)
+    try:
+        async with engine.begin() as conn:
+            for job_id, (status, finished) in rows.items():
+                await conn.execute(
+                    insert(run_jobs).values(
+                        job_id=job_id,
+                        kind="slack_message",
+                        user_key="alice",
+                        payload={"text": "show ticket PAY-101"},
+                        status=status,
+                        attempts=1,
+                        created_at=old,
+                        finished_at=finished,
+                    )
+                )
+        async with open_checkpointer(database_url) as saver:
+            report = await prune_threads(engine, saver, older_than=timedelta(days=30), now=NOW)
+        assert report.jobs_deleted == 2
+        async with engine.connect() as conn:
+            left = set((await conn.execute(select(run_jobs.c.job_id))).scalars())
+        assert left == {"recent-done", "old-queued", "old-running"}
+    finally:
+        await engine.dispose()
