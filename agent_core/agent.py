@@ -203,7 +203,7 @@ class Agent:
         """Answer ``message`` on ``thread_id`` for ``identity`` (who must own the thread)."""
         await self._threads.require_owner(thread_id, identity.subject)
         payload = {"messages": [HumanMessage(content=message)]}
-        return await self._invoke(identity, thread_id, lambda: payload, None)
+        return await self._invoke(identity, thread_id, lambda: payload, None, continues=message)
 
     async def resume(
         self,
@@ -267,6 +267,8 @@ class Agent:
         thread_id: str,
         payload: Callable[[], Any],
         approval_id: str | None,
+        *,
+        continues: str | None = None,
     ) -> RunResult:
         sessions = RunSessions(
             self._servers,
@@ -302,8 +304,13 @@ class Agent:
                     self._run_callbacks(identity, thread_id, toolset.unavailable)
                 )
             stopped = False
+            graph_input = payload()
+            if continues is not None and await _cut_off_turn_of(graph, config, continues):
+                # A crash stopped this very turn mid-way (a durable job runs it again): carry
+                # on from its last checkpoint instead of asking the same question twice.
+                graph_input = None
             try:
-                await graph.ainvoke(payload(), config, context=ctx)
+                await graph.ainvoke(graph_input, config, context=ctx)
             except GraphRecursionError:
                 stopped = True  # answered below from the state, like a call-limit stop
             except (AgentError, GraphBubbleUp):
@@ -436,3 +443,13 @@ class Agent:
         stack.append(BindRunMiddleware())
         stack.extend(self._extra_middleware)
         return stack
+
+
+async def _cut_off_turn_of(graph: Any, config: Any, message: str) -> bool:
+    """Whether the thread's last turn asked ``message`` and stopped before it finished."""
+    state = await graph.aget_state(config)
+    if not state.next or state.interrupts:
+        return False
+    messages = state.values.get("messages", [])
+    asked = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+    return asked is not None and asked.content == message

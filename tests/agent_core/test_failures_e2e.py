@@ -246,3 +246,52 @@ async def test_model_outage_is_a_clear_error_and_the_thread_survives(
     result = await healthy.run(alice, thread, "hello again")
     assert isinstance(result, Answer)
     assert result.answer == "back"
+
+
+async def test_a_turn_cut_off_by_a_crash_continues_from_its_last_checkpoint(
+    agent_env: AgentEnv,
+) -> None:
+    import asyncio
+    import threading
+
+    import pytest
+    from langchain_core.messages import HumanMessage, ToolMessage
+
+    from tests.fixtures.agent import FunctionChatModel, call
+
+    answering_started, release = threading.Event(), threading.Event()
+
+    def stalls_after_the_read(messages: list[Any]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return call("ticketing_get_ticket", key="PAY-101")
+        answering_started.set()
+        release.wait(10)  # the process "dies" (the task is cancelled) while it waits here
+        return final("never delivered")
+
+    agent = agent_env.agent(FunctionChatModel(fn=stalls_after_the_read))
+    alice = await agent_env.user("alice")
+    thread = await new_thread(agent, alice)
+    first = asyncio.create_task(agent.run(alice, thread, "show ticket PAY-101"))
+    assert await asyncio.to_thread(answering_started.wait, 10)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    release.set()
+
+    seen: list[list[Any]] = []
+
+    def answering(messages: list[Any]) -> Any:
+        seen.append(list(messages))
+        return final("PAY-101 is open", [("ticketing", "PAY-101")])
+
+    restarted = agent_env.agent(
+        FunctionChatModel(fn=answering), threads=agent.threads, checkpointer=agent._checkpointer
+    )
+    result = await restarted.run(alice, thread, "show ticket PAY-101")
+    assert isinstance(result, Answer)
+    assert result.answer == "PAY-101 is open"
+    # The read is not repeated and the question is asked once: the turn went on from the
+    # checkpoint after the tool result.
+    [messages] = seen
+    assert [m.content for m in messages if isinstance(m, HumanMessage)] == ["show ticket PAY-101"]
+    assert len([m for m in messages if isinstance(m, ToolMessage)]) == 1
