@@ -1,14 +1,19 @@
 """``opsbot sweep``: reject approvals past their maximum age and answer their requesters.
 
-One pass, then exit (for cron); the app runs the same sweep in-process every
-``OPSBOT_APPROVALS__SWEEP_INTERVAL_SECONDS``. Each expired approval's thread is resumed with
-the rejection, so the requester's conversation gets an answer.
+Each expired approval's thread is resumed with the rejection, so the requester's conversation
+gets an answer; when Slack is configured (``SLACK_BOT_TOKEN``, ``SLACK_SIGNING_SECRET``) the
+card is updated and the requester's Slack thread is told, as the app's in-process sweeper does.
+One pass by default (for cron); ``--every SECONDS`` keeps sweeping (the Procfile's
+``sweeper`` process).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from opsbot.settings import Settings
@@ -16,7 +21,13 @@ from opsbot.settings import Settings
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
-        "sweep", help="auto-reject approvals past their maximum age (one pass)"
+        "sweep", help="auto-reject approvals past their maximum age (one pass, or --every N)"
+    )
+    parser.add_argument(
+        "--every",
+        type=float,
+        metavar="SECONDS",
+        help="sweep again every SECONDS until stopped, instead of one pass",
     )
     parser.set_defaults(handler=handle)
 
@@ -24,19 +35,51 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
     from opsbot.assistant import open_assistant
 
-    async with open_assistant(settings) as assistant:
-        expired = await assistant.sweep()
-    for decided in expired:
-        print(
-            json.dumps(
-                {
-                    "approval_id": decided.approval_id,
-                    "outcome": decided.outcome,
-                    "requester_thread": None
-                    if decided.requester_ref is None
-                    else decided.requester_ref.thread_ts,
-                }
-            )
-        )
-    print(f"{len(expired)} approval(s) expired")
-    return 0
+    if args.every is not None and args.every <= 0:
+        print("--every must be a positive number of seconds")
+        return 2
+    async with open_assistant(settings) as assistant, _slack_notices(settings, assistant) as tell:
+        while True:
+            expired = await assistant.sweep()
+            for decided in expired:
+                if tell is not None:
+                    try:
+                        await tell(decided)
+                    except Exception as exc:  # one undeliverable notice must not stop the rest
+                        print(f"Slack notice for {decided.approval_id} failed: {exc}", flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "approval_id": decided.approval_id,
+                            "outcome": decided.outcome,
+                            "requester_thread": None
+                            if decided.requester_ref is None
+                            else decided.requester_ref.thread_ts,
+                        }
+                    ),
+                    flush=True,
+                )
+            print(f"{len(expired)} approval(s) expired", flush=True)
+            if args.every is None:
+                return 0
+            await asyncio.sleep(args.every)
+
+
+@contextlib.asynccontextmanager
+async def _slack_notices(
+    settings: Settings, assistant: Any
+) -> AsyncIterator[Callable[[Any], Awaitable[None]] | None]:
+    """The Slack adapter's ``announce`` when Slack is configured, else ``None``."""
+    if settings.slack_bot_token is None or settings.slack_signing_secret is None:
+        yield None
+        return
+    from bot.slack import open_bot
+    from opsbot.commands.slack import slack_config
+    from opsbot.storage import create_engine
+
+    engine = create_engine(settings.resolved_database_url)
+    try:
+        async with open_bot(slack_config(settings), assistant, engine) as bot:
+            yield bot.adapter.announce
+    finally:
+        await engine.dispose()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from approval_fakes import make_interrupt
+from pydantic import SecretStr
 
 from agent_core.clock import utc_now
 from approvals import ApprovalStatus, SqlApprovalStore
@@ -17,6 +18,7 @@ from audit import AuditLog, SqlAuditSink
 from opsbot.cli import build_parser
 from opsbot.settings import Settings
 from opsbot.storage import create_engine
+from tests.fixtures.slack import BOT_TOKEN, FakeSlack
 
 
 @pytest.fixture
@@ -88,6 +90,55 @@ async def test_sweep_expires_overdue_approvals(
     assert done is not None
     assert done.status is ApprovalStatus.EXPIRED
     assert done.decided_by == "system:expiry"
+
+
+async def test_sweep_tells_slack_when_slack_is_configured(
+    settings: Settings, sqlite_url: str, fake_slack: FakeSlack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bot.slack.store import SqlApprovalMessages
+
+    engine = create_engine(sqlite_url)
+    now = utc_now()
+    request = make_interrupt().action_requests[0]
+    await SqlApprovalStore(engine).create(
+        Approval(
+            approval_id="apr-slack",
+            thread_id="thr-gone",
+            requester_subject="alice",
+            actions=(
+                ActionRequest(
+                    request.name, "ticketing", dict(request.args), approver_group="ticket-leads"
+                ),
+            ),
+            created_at=now - timedelta(hours=2),
+            expires_at=now - timedelta(hours=1),
+        )
+    )
+    card_ts = fake_slack._api_chat_postMessage({"channel": "C0APPROVALS", "text": "card"})["ts"]
+    await SqlApprovalMessages(engine).save(
+        "apr-slack", "T1", ("C0APPROVALS", card_ts), ("C0OPS", "200.1")
+    )
+    await engine.dispose()
+    slack = settings.model_copy(
+        update={
+            "slack_bot_token": SecretStr(BOT_TOKEN),
+            "slack_signing_secret": SecretStr("signing"),
+            "slack_api_url": fake_slack.url,
+        }
+    )
+    args = parse("sweep")
+    assert await args.handler(args, slack) == 0
+    assert "1 approval(s) expired" in capsys.readouterr().out
+    [update] = fake_slack.calls_to("chat.update")
+    assert (update["channel"], update["ts"]) == ("C0APPROVALS", card_ts)
+    told = [c for c in fake_slack.calls_to("chat.postMessage") if c.get("thread_ts") == "200.1"]
+    assert told
+    assert "expired" in json.dumps(told[0])
+
+
+async def test_sweep_every_must_be_positive(settings: Settings) -> None:
+    args = parse("sweep", "--every", "0")
+    assert await args.handler(args, settings) == 2
 
 
 async def test_reconcile_reports_what_stays_ambiguous(

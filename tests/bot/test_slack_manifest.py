@@ -92,4 +92,7 @@ def test_procfile_processes_are_valid_commands() -> None:
     assert (web_args.command, web_args.port, web_args.socket_mode) == ("slack", 3000, False)
     worker_args = build_parser().parse_args(worker[1:])
     assert (worker_args.command, worker_args.socket_mode) == ("slack", True)
-    assert shlex.split(processes["sweeper"]) == ["opsbot", "sweep"]
+    sweeper = shlex.split(processes["sweeper"])
+    assert sweeper[0] == "opsbot"
+    sweeper_args = build_parser().parse_args(sweeper[1:])
+    assert (sweeper_args.command, sweeper_args.every) == ("sweep", 60.0)
