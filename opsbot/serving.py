@@ -15,11 +15,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import signal
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator
 
 import uvicorn
 from uvicorn._types import ASGIApplication
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """A uvicorn server that leaves signals to the process that embeds it.
+
+    uvicorn installs its own SIGINT/SIGTERM handlers while serving and re-raises captured
+    signals on exit; with several servers in one process (``opsbot dev``) they override each
+    other and the command's own handler, and a Ctrl-C delivered twice (the terminal and ``uv
+    run`` both send it) tore servers down mid-shutdown. The embedding command owns signals.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
 
 
 class PortInUseError(OSError):
@@ -58,7 +73,7 @@ async def serve_asgi(
 ) -> AsyncIterator[str]:
     """Run ``app`` on ``sock`` until the block exits; yields the base URL."""
     config = uvicorn.Config(app, log_level=log_level, lifespan="auto", access_log=False)
-    server = uvicorn.Server(config)
+    server = _EmbeddedServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
@@ -72,3 +87,16 @@ async def serve_asgi(
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, timeout=5)
         sock.close()
+
+
+async def wait_for_shutdown() -> None:
+    """Return on the first SIGINT or SIGTERM (a server command's main wait)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

@@ -7,7 +7,6 @@ Agents then run with ``OPSBOT_BROKER__MODE=remote`` and never hold refresh token
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,7 +27,7 @@ async def handle_serve(args: argparse.Namespace, settings: Settings) -> int:
     from broker.local import LocalIdentityService
     from broker.service import build_service_app
     from broker.web import link_routes
-    from opsbot.serving import bind_socket, serve_asgi
+    from opsbot.serving import bind_socket, serve_asgi, wait_for_shutdown
     from opsbot.storage import create_engine, migrate
 
     url = urlsplit(settings.broker.service_url)
@@ -48,7 +47,7 @@ async def handle_serve(args: argparse.Namespace, settings: Settings) -> int:
             )
             async with serve_asgi(app, sock) as base:
                 print(f"token broker service at {base}; Ctrl-C to stop")
-                await asyncio.Event().wait()
+                await wait_for_shutdown()
     finally:
         await engine.dispose()
     return 0

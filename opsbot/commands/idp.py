@@ -7,7 +7,6 @@ the demo directory; ``opsbot idp users`` lists the demo users and what they hold
 from __future__ import annotations
 
 import argparse
-import asyncio
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,7 @@ async def handle_users(args: argparse.Namespace, settings: Settings) -> int:
 
 async def handle_serve(args: argparse.Namespace, settings: Settings) -> int:
     from broker.dev_idp import DevClient, DevIdentityProvider, build_app, load_directory
-    from opsbot.serving import bind_socket, serve_asgi, socket_url
+    from opsbot.serving import bind_socket, serve_asgi, socket_url, wait_for_shutdown
 
     issuer = urlsplit(settings.idp.issuer)
     host = args.host or issuer.hostname or "127.0.0.1"
@@ -71,5 +70,5 @@ async def handle_serve(args: argparse.Namespace, settings: Settings) -> int:
     app: Any = build_app(provider)
     async with serve_asgi(app, sock) as base:
         print(f"dev IdP (development only) at {base}, issuer {url}; Ctrl-C to stop")
-        await asyncio.Event().wait()
+        await wait_for_shutdown()
     return 0

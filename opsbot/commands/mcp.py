@@ -10,7 +10,6 @@ the database server uses SQLite there too, or PostgreSQL with ``--postgres-url``
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import Any
 from urllib.parse import urlparse
 
@@ -68,7 +67,7 @@ async def _provision(admin_url: str, role_prefix: str, settings: Settings) -> st
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
     from mcp_servers import AuthConfig, DatabaseConfig
     from mcp_servers.runner import open_server
-    from opsbot.serving import bind_socket, serve_asgi
+    from opsbot.serving import bind_socket, serve_asgi, wait_for_shutdown
 
     sock = bind_socket(args.host, DEFAULT_PORTS[args.server] if args.port is None else args.port)
     port = sock.getsockname()[1]
@@ -108,5 +107,5 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
             f"(audience {auth.audience}, issuer {auth.issuer})",
             flush=True,
         )
-        await asyncio.Event().wait()
+        await wait_for_shutdown()
     return 0

@@ -13,7 +13,7 @@ import httpx
 from tests.sandbox.sandbox_process import spawn_opsbot_dev
 
 
-async def test_starts_prints_the_url_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+async def test_starts_prints_the_url_and_stops_cleanly_on_a_double_ctrl_c(tmp_path: Path) -> None:
     async with spawn_opsbot_dev(tmp_path) as dev:
         url = await dev.wait_ready()
         async with httpx.AsyncClient() as http:
@@ -22,6 +22,9 @@ async def test_starts_prints_the_url_and_stops_cleanly_on_ctrl_c(tmp_path: Path)
         assert page.status_code == 200
         assert "opsbot sandbox" in page.text
         assert [u["name"] for u in users] == ["alice", "bob", "carol", "dave", "erin", "mallory"]
+        # A Ctrl-C under `uv run` arrives twice (the terminal signals the process group and
+        # uv forwards it): the second one must not tear the servers down mid-shutdown.
+        dev.process.send_signal(signal.SIGINT)
         code = await dev.stop(signal.SIGINT)
     assert code == 0, dev.stderr()
     assert "opsbot dev: stopped." in "".join(dev.output)
