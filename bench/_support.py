@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import resource
 import secrets
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
 import psycopg
 from sqlalchemy.engine import make_url
 
 from opsbot.settings import Settings
+
+T = TypeVar("T")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -48,3 +53,21 @@ def throwaway_postgres(prefix: str = "opsbot_bench") -> Iterator[str]:
     finally:
         with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class OtherLoop:
+    """Slack's side (the fake Web API and the event sender) on its own thread and loop, so
+    the measured app loop does only the app's work."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()

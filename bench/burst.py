@@ -16,18 +16,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import tempfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 
-from bench._support import percentile, postgres_reachable, throwaway_postgres
+from bench._support import OtherLoop, percentile, postgres_reachable, throwaway_postgres
 
-T = TypeVar("T")
 USERS = 25
 
 
@@ -39,23 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--database-url", default=None, help="'sqlite' or a URL; default PostgreSQL if reachable"
     )
-
-
-class _SlackSide:
-    """Slack's side (fake Web API, sender) on its own loop and thread, off the app's loop."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        self.loop.close()
 
 
 async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
@@ -93,7 +73,7 @@ async def _bench(
         start_fake_slack,
     )
 
-    slack_side = _SlackSide()
+    slack_side = OtherLoop()
     fake = FakeSlack()
     runner = await slack_side.call(start_fake_slack(fake))
     engine = create_engine(database_url)

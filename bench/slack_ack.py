@@ -13,25 +13,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import secrets
 import statistics
 import tempfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
-import psycopg
-from sqlalchemy.engine import make_url
 
+from bench._support import OtherLoop, percentile, postgres_reachable, throwaway_postgres
 from bot.slack import SlackBotConfig, open_app, serve_http
 from broker.types import ChatUser
 from opsbot.serving import bind_socket
-from opsbot.settings import Settings
 from opsbot.storage import create_engine, migrate
 from tests.bot.fake_assistant import FakeAssistant
 from tests.fixtures.slack import (
@@ -44,17 +38,10 @@ from tests.fixtures.slack import (
     start_fake_slack,
 )
 
-T = TypeVar("T")
 DEFAULT_N = 300
 DEFAULT_CONCURRENCY = 50
 RETRY_SHARE = 0.2
 USERS = 20
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,57 +61,17 @@ async def run(args: Any) -> dict[str, Any]:
     n = int(getattr(args, "n", None) or DEFAULT_N)
     concurrency = int(getattr(args, "concurrency", None) or DEFAULT_CONCURRENCY)
     database_url = getattr(args, "database_url", None)
-    if database_url == "sqlite" or (database_url is None and not _postgres_reachable()):
+    if database_url == "sqlite" or (database_url is None and not postgres_reachable()):
         with tempfile.TemporaryDirectory() as tmp:
             return await _bench(n, concurrency, f"sqlite:///{Path(tmp) / 'bench.db'}")
     if database_url:
         return await _bench(n, concurrency, database_url)
-    with _throwaway_postgres() as url:
+    with throwaway_postgres() as url:
         return await _bench(n, concurrency, url)
 
 
-def _postgres_reachable() -> bool:
-    try:
-        psycopg.connect(Settings().test_database_url, connect_timeout=3).close()
-    except psycopg.OperationalError:
-        return False
-    return True
-
-
-@contextlib.contextmanager
-def _throwaway_postgres() -> Iterator[str]:
-    """A fresh database on the test server (production runs on PostgreSQL), dropped after."""
-    admin_url = Settings().test_database_url
-    name = f"opsbot_bench_{secrets.token_hex(4)}"
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-class _OtherLoop:
-    """Slack's side (the fake Web API and the event sender) on its own thread and loop, so
-    the measured app loop does only the app's work."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        self.loop.close()
-
-
 async def _bench(n: int, concurrency: int, database_url: str) -> dict[str, Any]:
-    slack_side = _OtherLoop()
+    slack_side = OtherLoop()
     fake = FakeSlack()
     runner = await slack_side.call(start_fake_slack(fake))
     engine = create_engine(database_url)
@@ -193,7 +140,7 @@ async def _bench(n: int, concurrency: int, database_url: str) -> dict[str, Any]:
             "requests": len(results),
             "database": database_url.split(":", 1)[0],
             "p50_ack_ms": round(statistics.median(latencies), 2),
-            "p99_ack_ms": round(_percentile(latencies, 0.99), 2),
+            "p99_ack_ms": round(percentile(latencies, 0.99), 2),
             "max_ack_ms": round(max(latencies), 2),
             "wall_ms": round(wall_ms, 1),
             "non_200": sum(1 for _, status in results if status != 200),
