@@ -89,14 +89,19 @@ async def serve_asgi(
         sock.close()
 
 
-async def wait_for_shutdown() -> None:
-    """Return on the first SIGINT or SIGTERM (a server command's main wait)."""
+def shutdown_event() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM, for a command's main wait.
+
+    The handlers stay installed for the rest of the loop's life, so a repeated Ctrl-C during
+    shutdown (a terminal and ``uv run`` both deliver it) only sets the event again.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+    return stop
+
+
+async def wait_for_shutdown() -> None:
+    """Return on the first SIGINT or SIGTERM (see ``shutdown_event``)."""
+    await shutdown_event().wait()

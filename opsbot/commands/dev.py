@@ -4,9 +4,7 @@ web UI (the sandbox). Prints the URL to open; Ctrl-C stops everything."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
-import signal
 import sys
 from typing import Any
 
@@ -45,17 +43,14 @@ def _quiet_logs() -> None:
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
-    from opsbot.serving import PortInUseError
+    from opsbot.serving import PortInUseError, shutdown_event
     from sandbox import open_sandbox
 
     if args.port is not None:
         sandbox = settings.sandbox.model_copy(update={"port": args.port})
         settings = settings.model_copy(update={"sandbox": sandbox})
     _quiet_logs()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = shutdown_event()
     try:
         async with open_sandbox(settings) as running:
             model = settings.model if settings.model != "demo" else "demo (offline)"
@@ -73,8 +68,5 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
     except PortInUseError as exc:
         print(f"opsbot dev: {exc.strerror}", file=sys.stderr)
         return 2
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
     print("opsbot dev: stopped.", flush=True)
     return 0

@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
@@ -59,10 +58,9 @@ def slack_config(settings: Settings) -> SlackBotConfig:
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    from opsbot.serving import shutdown_event
+
+    stop = shutdown_event()
     port = settings.port if args.port is None else args.port
     await serve_slack(settings, socket_mode=args.socket_mode, host=args.host, port=port, stop=stop)
     return 0
