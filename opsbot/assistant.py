@@ -366,14 +366,25 @@ class Assistant:
         """
         while True:
             try:
-                for decided in await self.sweep():
-                    try:
-                        await notify(decided)
-                    except Exception as exc:  # one undeliverable notice must not stop the rest
-                        log.warning("expiry notice not delivered: %s", type(exc).__name__)
+                await self.sweep_and_notify(notify)
             except Exception as exc:  # the next tick retries
                 log.warning("sweep failed: %s", type(exc).__name__)
             await asyncio.sleep(interval)
+
+    async def sweep_and_notify(
+        self, notify: Callable[[Decided], Awaitable[None]] | None
+    ) -> list[Decided]:
+        """One sweep; each expiry is passed to ``notify`` (a failed notice does not stop the
+        rest). Returns what expired."""
+        expired = await self.sweep()
+        if notify is None:
+            return expired
+        for decided in expired:
+            try:
+                await notify(decided)
+            except Exception as exc:  # one undeliverable notice must not stop the rest
+                log.warning("expiry notice not delivered: %s", type(exc).__name__)
+        return expired
 
     async def approval_view(self, approval_id: str) -> ApprovalView | None:
         approval = await self._approvals.store.get(approval_id)

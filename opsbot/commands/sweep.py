@@ -40,13 +40,8 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     async with open_assistant(settings) as assistant, _slack_notices(settings, assistant) as tell:
         while True:
-            expired = await assistant.sweep()
+            expired = await assistant.sweep_and_notify(tell)
             for decided in expired:
-                if tell is not None:
-                    try:
-                        await tell(decided)
-                    except Exception as exc:  # one undeliverable notice must not stop the rest
-                        print(f"Slack notice for {decided.approval_id} failed: {exc}", flush=True)
                 print(
                     json.dumps(
                         {
