@@ -6,10 +6,12 @@ Business rules live in the core; this class only turns its results into Web API 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot.slack.cards import approval_card, decided_card
 from bot.slack.config import SlackBotConfig
@@ -25,9 +27,11 @@ from bot.slack.core import (
     InvalidEdit,
     LinkRequired,
     NotAuthorised,
+    PlatformRef,
     Refused,
     Reply,
 )
+from bot.slack.incoming import Progress, UserMessage
 from bot.slack.render import (
     Message,
     answer_messages,
@@ -40,10 +44,21 @@ from bot.slack.store import SqlApprovalMessages
 
 log = logging.getLogger(__name__)
 
+NOT_IN_CHANNEL_TEXT = (
+    "I can't post in this conversation. Invite me with `/invite @opsbot`, "
+    "mention me in a channel I'm in, or send me a direct message."
+)
 FAILURE_TEXT = (
     ":x: Something went wrong on opsbot's side and the request was not completed. "
     "Nothing was changed; please try again."
 )
+
+# Saves a message's ``Progress`` (durable runs keep it in their job).
+Recorder = Callable[[Progress], Awaitable[None]]
+
+
+async def _keep_nothing(_progress: Progress) -> None:
+    """In-process runs (``OPSBOT_RUNS__DURABLE=false``) keep no record: a crash loses them."""
 
 
 @dataclass(slots=True)
@@ -157,35 +172,67 @@ class SlackAdapter:
                 log.info("ephemeral failed (%s); sending a DM", exc.response.get("error"))
         await self.client.chat_postMessage(channel=user, text=message.text, blocks=message.blocks)
 
-    async def converse(
-        self,
-        chat_user: ChatUser,
-        team_id: str,
-        channel: str,
-        thread_ts: str,
-        text: str,
-        *,
-        is_dm: bool,
-    ) -> None:
-        """One user message → the core → the reply in the thread."""
-        from bot.slack.core import PlatformRef
+    # -- answering a message ----------------------------------------------------------
 
-        ref = PlatformRef("slack", team_id, channel, thread_ts)
-        indicator = await self.start_working(channel, thread_ts, is_dm)
+    async def accept(self, message: UserMessage, delivery_id: str) -> bool:
+        """Called before Slack is acknowledged; ``False`` if ``delivery_id`` was accepted
+        before (a redelivery). In-process runs persist nothing here: the dedup middleware
+        drops redeliveries."""
+        return True
+
+    async def converse(self, message: UserMessage) -> None:
+        """Called after the acknowledgement: answer ``message`` in this process."""
+        await self.answer(message, Progress(), _keep_nothing)
+
+    async def answer(self, message: UserMessage, progress: Progress, record: Recorder) -> None:
+        """Open the thread (``/ops ask``), show the working indicator, ask the core, deliver.
+
+        Steps already in ``progress`` (an earlier attempt's) are not repeated; each new one is
+        ``record``ed before the next, so a retry after a crash reuses the same placeholder."""
+        channel, thread_ts = message.channel, message.thread_ts
+        if thread_ts is None:
+            if progress.thread_ts is None:
+                opened = await self.open_thread(message)
+                if opened is None:
+                    return
+                progress.thread_channel, progress.thread_ts = opened
+                await record(progress)
+            channel, thread_ts = progress.thread_channel or channel, progress.thread_ts
+        if not progress.indicator_shown:
+            shown = await self.start_working(channel, thread_ts, message.is_dm)
+            progress.indicator_shown = True
+            progress.placeholder_ts, progress.status_set = shown.placeholder_ts, shown.status_set
+            await record(progress)
+        indicator = Indicator(channel, thread_ts, progress.placeholder_ts, progress.status_set)
+        ref = PlatformRef("slack", message.team_id, channel, thread_ts)
         try:
-            reply = await self.assistant.handle_message(chat_user, ref, text)
+            reply = await self.assistant.handle_message(message.chat_user, ref, message.text)
         except Exception:
             log.exception("assistant failed on a message")
             await self.post(
-                channel,
-                thread_ts,
-                [text_message(FAILURE_TEXT)],
-                replace_ts=indicator.placeholder_ts,
+                channel, thread_ts, [text_message(FAILURE_TEXT)], indicator.placeholder_ts
             )
             if indicator.status_set:
                 await self._clear_status(indicator)
             return
-        await self.deliver(reply, chat_user, team_id, channel, thread_ts, indicator)
+        await self.deliver(reply, message.chat_user, message.team_id, channel, thread_ts, indicator)
+
+    async def open_thread(self, message: UserMessage) -> tuple[str, str] | None:
+        """``/ops ask``: quote the question in its channel; that message starts the thread.
+        ``None`` (and the user told, through the command's ``response_url``) if opsbot
+        cannot post there."""
+        user, question = message.chat_user.user_id, escape(message.text)
+        try:
+            posted = await self.client.chat_postMessage(
+                channel=message.channel, text=f"<@{user}> asked: {question}"
+            )
+        except SlackApiError as exc:
+            log.info("cannot post in %s: %s", message.channel, exc.response.get("error"))
+            if message.response_url:
+                webhook = AsyncWebhookClient(message.response_url, session=self.client.session)
+                await webhook.send(text=NOT_IN_CHANNEL_TEXT, response_type="ephemeral")
+            return None
+        return str(posted["channel"]), str(posted["ts"])
 
     async def deliver(
         self,

@@ -1,4 +1,5 @@
-"""Build the Bolt ``AsyncApp``: signature checks (Bolt), event deduplication, listeners.
+"""Build the Bolt ``AsyncApp``: signature checks (Bolt), accepting messages before the ack,
+event deduplication, listeners.
 
 Example::
 
@@ -25,6 +26,7 @@ from bot.slack.adapter import SlackAdapter
 from bot.slack.client import make_web_client
 from bot.slack.config import SlackBotConfig
 from bot.slack.core import AssistantPort
+from bot.slack.incoming import user_message
 from bot.slack.listeners import register
 from bot.slack.store import ProcessedEvents, SqlApprovalMessages, SqlProcessedEvents
 
@@ -50,6 +52,31 @@ def dedup_middleware(
         return await next()
 
     return deduplicate
+
+
+def accept_middleware(
+    adapter: SlackAdapter,
+) -> Callable[..., Awaitable[BoltResponse | None]]:
+    """Hand a user's message to ``adapter.accept`` before Bolt acknowledges the request.
+
+    Global middleware runs before the listener, and Bolt acks an event only when its
+    listener starts, so a durable adapter has stored the message by the time Slack hears
+    "200"; if storing fails, Slack gets a 500 and delivers again. A redelivery the adapter
+    already holds gets an empty 200.
+    """
+
+    async def accept(
+        body: dict[str, Any], next: Callable[[], Awaitable[BoltResponse | None]]
+    ) -> BoltResponse | None:
+        message = user_message(body)
+        if message is None or not adapter.team_allowed(message.chat_user.team_id, message.team_id):
+            return await next()
+        if not await adapter.accept(message, str(body.get("event_id") or "")):
+            log.info("redelivery of %s dropped", body.get("event_id"))
+            return BoltResponse(status=200, body="")
+        return await next()
+
+    return accept
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +146,10 @@ def build_app(
         request_verification_enabled=not socket_mode,
         logger=logging.getLogger("bot.slack.bolt"),
     )
-    app.middleware(dedup_middleware(SqlProcessedEvents(engine, clock)))
     adapter = adapter or SlackAdapter(config, assistant, client, SqlApprovalMessages(engine, clock))
+    # Accept first: a message is stored before its event id is marked processed, so a
+    # failed store is retried by Slack rather than dropped as a duplicate.
+    app.middleware(accept_middleware(adapter))
+    app.middleware(dedup_middleware(SqlProcessedEvents(engine, clock)))
     register(app, adapter)
     return app

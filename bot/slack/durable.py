@@ -1,10 +1,11 @@
 """Durable conversations: an accepted Slack message becomes a job any instance runs.
 
-``DurableSlackAdapter`` replaces the in-process run of ``SlackAdapter.converse`` with
-"post the working indicator, enqueue a job" (both before Bolt's listener returns); a
-``JobRunner`` on any instance then runs the job with ``run_job``. The indicator's ``ts`` is
-in the job, so a run retried after a crash replaces the same placeholder: one answer per
-message, however many attempts it took.
+``DurableSlackAdapter.accept`` stores every accepted message as a job *before* Slack is
+acknowledged (the accept middleware and the ``/ops`` listener call it ahead of the ack), so an
+acknowledged message survives a crash at any point after. A ``JobRunner`` on any instance
+runs the job with ``run_job``: it posts the working indicator and records it in the job, so
+a run retried after a crash replaces the same placeholder: one answer per message, however
+many attempts it took.
 
 Example::
 
@@ -22,19 +23,18 @@ import logging
 import secrets
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any
 
 import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_core.clock import Clock, utc_now
-from bot.slack.adapter import FAILURE_TEXT, Indicator, SlackAdapter
+from bot.slack.adapter import SlackAdapter
 from bot.slack.app import SlackBot, build_app
 from bot.slack.client import make_web_client
 from bot.slack.config import SlackBotConfig
-from bot.slack.core import AssistantPort, ChatUser, PlatformRef
-from bot.slack.render import text_message
+from bot.slack.core import AssistantPort
+from bot.slack.incoming import Progress, UserMessage
 from bot.slack.store import SqlApprovalMessages
 from opsbot.jobs import Job, JobRunner, RunLimits, SqlJobQueue
 
@@ -55,55 +55,30 @@ class DurableSlackAdapter(SlackAdapter):
         self.queue = queue
         self.runner: JobRunner | None = None
 
-    async def converse(
-        self,
-        chat_user: ChatUser,
-        team_id: str,
-        channel: str,
-        thread_ts: str,
-        text: str,
-        *,
-        is_dm: bool,
-    ) -> None:
-        """Accept the message: show that it is being worked on, then persist it as a job."""
-        indicator = await self.start_working(channel, thread_ts, is_dm)
-        payload: dict[str, Any] = {
-            "platform": chat_user.platform,
-            "user_team": chat_user.team_id,
-            "user": chat_user.user_id,
-            "team": team_id,
-            "channel": channel,
-            "thread_ts": thread_ts,
-            "text": text,
-            "placeholder_ts": indicator.placeholder_ts,
-            "status_set": indicator.status_set,
-        }
-        user_key = f"{chat_user.platform}:{chat_user.team_id}:{chat_user.user_id}"
-        # Slack's redeliveries were dropped by the dedup middleware already; a fresh id.
-        await self.queue.enqueue(f"slack-{secrets.token_urlsafe(12)}", JOB_KIND, user_key, payload)
+    async def accept(self, message: UserMessage, delivery_id: str) -> bool:
+        """Persist the message as a job before Slack is acknowledged (if this raises, Slack
+        gets no ack and delivers again). The job id is the delivery's, so a redelivery that
+        reaches any instance is recognised here."""
+        job_id = f"slack-{delivery_id or secrets.token_urlsafe(12)}"
+        payload = {"message": message.to_payload(), "progress": Progress().to_payload()}
+        return await self.queue.enqueue(job_id, JOB_KIND, message.user_key, payload)
+
+    async def converse(self, message: UserMessage) -> None:
+        """After the ack: the job is stored already; wake this instance's worker for it."""
         if self.runner is not None:
             self.runner.notify()
 
     async def run_job(self, job: Job) -> None:
         """Run one accepted message (on whichever instance claimed it) and answer it."""
-        p = job.payload
-        chat_user = ChatUser(str(p["platform"]), str(p["user_team"]), str(p["user"]))
-        team, channel, thread_ts = str(p["team"]), str(p["channel"]), str(p["thread_ts"])
-        indicator = Indicator(channel, thread_ts)
-        indicator.placeholder_ts = p.get("placeholder_ts")
-        indicator.status_set = bool(p.get("status_set"))
-        ref = PlatformRef("slack", team, channel, thread_ts)
-        try:
-            reply = await self.assistant.handle_message(chat_user, ref, str(p["text"]))
-        except Exception:
-            log.exception("assistant failed on a message (job %s)", job.job_id)
-            await self.post(
-                channel, thread_ts, [text_message(FAILURE_TEXT)], indicator.placeholder_ts
-            )
-            if indicator.status_set:
-                await self._clear_status(indicator)
-            return
-        await self.deliver(reply, chat_user, team, channel, thread_ts, indicator)
+        message = UserMessage.from_payload(job.payload["message"])
+        progress = Progress.from_payload(job.payload.get("progress"))
+
+        async def record(step: Progress) -> None:
+            payload = {**job.payload, "progress": step.to_payload()}
+            if not await self.queue.update_payload(job, payload):
+                log.warning("job %s was taken over; its progress was not saved", job.job_id)
+
+        await self.answer(message, progress, record)
 
 
 @contextlib.asynccontextmanager

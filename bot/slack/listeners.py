@@ -1,17 +1,16 @@
 """Bolt listeners: events, the ``/ops`` command, approval buttons and modals.
 
-Each listener acks first (Slack's 3-second rule), then calls the adapter.
+Each listener acks first (Slack's 3-second rule), then calls the adapter; a user's message
+is handed to ``adapter.accept`` before the ack (by the accept middleware for events).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from typing import Any
 
-from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncRespond
-from slack_sdk.errors import SlackApiError
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.adapter import SlackAdapter
@@ -25,6 +24,7 @@ from bot.slack.core import (
     NotAuthorised,
     Reject,
 )
+from bot.slack.incoming import UserMessage, user_message
 from bot.slack.memory import memory_home_blocks, register_memory_actions
 from bot.slack.modals import (
     EDIT_CALLBACK_ID,
@@ -49,11 +49,9 @@ from bot.slack.render import (
 
 log = logging.getLogger(__name__)
 
-_MENTION = re.compile(r"<@[A-Z0-9]+(\|[^>]*)?>")
-_IGNORED_SUBTYPES = frozenset({"message_changed", "message_deleted", "bot_message"})
-NOT_IN_CHANNEL_TEXT = (
-    "I can't post in this conversation. Invite me with `/invite @opsbot`, "
-    "mention me in a channel I'm in, or send me a direct message."
+UNAVAILABLE_TEXT = (
+    ":warning: opsbot can't take requests right now (its database is unreachable). "
+    "Nothing was recorded; please try again in a minute."
 )
 HELP_TEXT = (
     "*opsbot* answers from ticketing, docs and the database as you.\n"
@@ -87,20 +85,6 @@ EVENT_SCOPES = {
 }
 
 
-def strip_mentions(text: str) -> str:
-    return _MENTION.sub("", text).strip()
-
-
-def _is_ignored(event: dict[str, Any]) -> bool:
-    """Bots (ourselves included), edits, deletions and other non-user messages."""
-    return bool(
-        event.get("bot_id")
-        or event.get("bot_profile")
-        or event.get("subtype")
-        or not event.get("user")
-    )
-
-
 def register(app: AsyncApp, adapter: SlackAdapter) -> None:
     _register_events(app, adapter)
     _register_command(app, adapter)
@@ -112,34 +96,24 @@ def register(app: AsyncApp, adapter: SlackAdapter) -> None:
 
 
 def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
-    async def on_user_message(event: dict[str, Any], body: dict[str, Any], *, is_dm: bool) -> None:
-        if _is_ignored(event):
+    # The accept middleware stored the message before the ack; this answers it (in process)
+    # or wakes the worker that will (durable runs).
+    async def on_user_message(body: dict[str, Any]) -> None:
+        message = user_message(body)
+        if message is None:
             return
-        home_team = body.get("team_id")
-        user_team = event.get("user_team") or event.get("team") or home_team
-        if not adapter.team_allowed(user_team, home_team):
-            log.info("ignoring a message from team %s", user_team)
+        if not adapter.team_allowed(message.chat_user.team_id, message.team_id):
+            log.info("ignoring a message from team %s", message.chat_user.team_id)
             return
-        chat_user = ChatUser("slack", str(user_team), str(event["user"]))
-        thread_ts = str(event.get("thread_ts") or event["ts"])
-        await adapter.converse(
-            chat_user,
-            str(home_team),
-            str(event["channel"]),
-            thread_ts,
-            strip_mentions(str(event.get("text", ""))),
-            is_dm=is_dm,
-        )
+        await adapter.converse(message)
 
     @app.event("app_mention")
-    async def app_mention(event: dict[str, Any], body: dict[str, Any]) -> None:
-        await on_user_message(event, body, is_dm=False)
+    async def app_mention(body: dict[str, Any]) -> None:
+        await on_user_message(body)
 
     @app.event("message")
-    async def message(event: dict[str, Any], body: dict[str, Any]) -> None:
-        if event.get("channel_type") != "im" or event.get("subtype") in _IGNORED_SUBTYPES:
-            return
-        await on_user_message(event, body, is_dm=True)
+    async def message(body: dict[str, Any]) -> None:
+        await on_user_message(body)
 
     @app.event("app_home_opened")
     async def app_home_opened(event: dict[str, Any], body: dict[str, Any]) -> None:
@@ -176,9 +150,7 @@ def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
     async def ops(
         ack: AsyncAck,
         command: dict[str, Any],
-        client: AsyncWebClient,
         context: AsyncBoltContext,
-        respond: AsyncRespond,
     ) -> None:
         team = str(command.get("team_id"))
         chat_user = ChatUser("slack", team, str(command["user_id"]))
@@ -209,26 +181,28 @@ def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
             else:
                 await ack(text=await memory.handle(chat_user, rest))
         else:
-            question = rest.strip() if verb == "ask" else text
-            await ack(text="On it — I'll answer in a thread.")
-            channel = str(command["channel_id"])
-            try:
-                posted = await client.chat_postMessage(
-                    channel=channel, text=f"<@{chat_user.user_id}> asked: {escape(question)}"
-                )
-            except SlackApiError as exc:
-                log.info("cannot post in %s: %s", channel, exc.response.get("error"))
-                await respond(text=NOT_IN_CHANNEL_TEXT, response_type="ephemeral")
-                return
-            is_dm = str(command.get("channel_name")) == "directmessage"
-            await adapter.converse(
+            message = UserMessage(
                 chat_user,
                 team,
-                str(posted["channel"]),
-                str(posted["ts"]),
-                question,
-                is_dm=is_dm,
+                str(command["channel_id"]),
+                None,
+                rest.strip() if verb == "ask" else text,
+                is_dm=str(command.get("channel_name")) == "directmessage",
+                response_url=command.get("response_url"),
             )
+            # Stored before the ack, like an event; Slack does not redeliver commands, so a
+            # failure to store is said in the ack instead.
+            try:
+                first = await adapter.accept(message, str(command.get("trigger_id") or ""))
+            except Exception:
+                log.exception("could not accept /ops from %s", chat_user.user_id)
+                await ack(text=UNAVAILABLE_TEXT)
+                return
+            if not first:
+                await ack()
+                return
+            await ack(text="On it — I'll answer in a thread.")
+            await adapter.converse(message)
 
     @app.action(CONNECT_ACTION_ID)
     async def connect_clicked(ack: AsyncAck) -> None:
@@ -444,5 +418,4 @@ __all__ = [
     "SLASH_COMMAND",
     "SUBSCRIBED_EVENTS",
     "register",
-    "strip_mentions",
 ]

@@ -155,6 +155,19 @@ class SqlJobQueue:
                 .values(lease_until=self._clock() + lease)
             )
 
+    async def update_payload(self, job: Job, payload: Mapping[str, Any]) -> bool:
+        """Replace the payload of a job this attempt still holds (a run's progress, so a
+        retry does not repeat it); ``False`` if another attempt took the job over."""
+        c = run_jobs.c
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                update(run_jobs)
+                .where(c.job_id == job.job_id, c.attempts == job.attempts)
+                .where(c.status == JobStatus.RUNNING.value)
+                .values(payload=dict(payload))
+            )
+        return result.rowcount == 1
+
     async def finish(self, worker: str, job_id: str, error: str | None = None) -> bool:
         """Mark the job done (or failed); ``False`` if another worker took it over meanwhile."""
         c = run_jobs.c

@@ -10,8 +10,9 @@ import aiohttp
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.slack import SlackBotConfig, open_app, serve_http
+from bot.slack import SlackBotConfig, open_bot, serve_http
 from bot.slack.core import AssistantPort, ChatUser
+from bot.slack.durable import open_durable_bot
 from opsbot.serving import bind_socket
 from opsbot.storage import create_engine
 from tests.bot.fake_assistant import FakeAssistant
@@ -46,6 +47,7 @@ class SlackEnv:
     sender: SlackSender
     url: str
     engine: AsyncEngine
+    durable: bool
 
 
 RunApp = Callable[..., AbstractAsyncContextManager[SlackEnv]]
@@ -60,22 +62,31 @@ def fake_assistant() -> FakeAssistant:
     return assistant
 
 
-@pytest.fixture
-def run_app(fake_slack: FakeSlack, sqlite_url: str) -> RunApp:
-    """``async with run_app(assistant) as env``: the app serving HTTP on a fresh port."""
+@pytest.fixture(params=["in_process", "durable"])
+def run_app(request: pytest.FixtureRequest, fake_slack: FakeSlack, sqlite_url: str) -> RunApp:
+    """``async with run_app(assistant) as env``: the app serving HTTP on a fresh port, with
+    messages answered in process or as durable jobs (every test here runs both ways)."""
+    durable = request.param == "durable"
 
     @asynccontextmanager
     async def run(
         assistant: AssistantPort, database_url: str | None = None, **config: object
     ) -> AsyncIterator[SlackEnv]:
         engine = create_engine(database_url or sqlite_url)
+        bot_config = slack_config(fake_slack, **config)
+        opened = (
+            open_durable_bot(bot_config, assistant, engine)
+            if durable
+            else open_bot(bot_config, assistant, engine)
+        )
         try:
             async with (
-                open_app(slack_config(fake_slack, **config), assistant, engine) as app,
-                serve_http(app, bind_socket("127.0.0.1", 0)) as url,
+                opened as bot,
+                serve_http(bot.app, bind_socket("127.0.0.1", 0)) as url,
                 aiohttp.ClientSession() as session,
             ):
-                yield SlackEnv(fake_slack, SlackSender(url, session=session), url, engine)
+                sender = SlackSender(url, session=session)
+                yield SlackEnv(fake_slack, sender, url, engine, durable)
         finally:
             await engine.dispose()
 

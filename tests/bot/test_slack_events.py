@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+from sqlalchemy import text
+
 from tests.bot.conftest import ALICE, BOB, DAVE, ERIN, RunApp, SlackEnv
 from tests.bot.fake_assistant import FakeAssistant
 from tests.fixtures.slack import (
@@ -289,3 +292,23 @@ async def test_ops_ask_where_the_bot_cannot_post_answers_through_the_response_ur
     assert reply["response_type"] == "ephemeral"
     assert "/invite @opsbot" in reply["text"]
     assert fake_assistant.messages == []
+
+
+@pytest.mark.parametrize("run_app", ["durable"], indirect=True)
+async def test_ops_ask_that_cannot_be_stored_says_so_in_the_ack(
+    env: SlackEnv, fake_assistant: FakeAssistant
+) -> None:
+    """Slack never resends a command: if the question cannot be stored, the user is told at
+    once (and nothing half-runs); once the database is back, asking again works."""
+    async with env.engine.begin() as conn:
+        await conn.execute(text("ALTER TABLE run_jobs RENAME TO run_jobs_away"))
+    status, body = await env.sender.post_command("ask is PAY-1 open?", user=ALICE.user_id)
+    assert status == 200
+    assert "can't take requests right now" in body
+    assert env.fake.calls_to("chat.postMessage") == []
+    async with env.engine.begin() as conn:
+        await conn.execute(text("ALTER TABLE run_jobs_away RENAME TO run_jobs"))
+    status, body = await env.sender.post_command("ask is PAY-1 open?", user=ALICE.user_id)
+    assert "On it" in body
+    await env.fake.wait_for("chat.update")
+    assert [question for _, _, question in fake_assistant.messages] == ["is PAY-1 open?"]

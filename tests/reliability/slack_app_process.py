@@ -1,8 +1,10 @@
 """The Slack app with durable runs, as its own process, for crash tests:
-``python -m tests.reliability.slack_app_process DATABASE_URL SLACK_API_URL RUN_DELAY``.
+``python -m tests.reliability.slack_app_process DATABASE_URL SLACK_API_URL RUN_DELAY [stall]``.
 
 Prints ``PORT <n>`` once serving. The assistant is the scripted ``FakeAssistant`` (its
-``run_delay`` keeps a run in flight long enough to kill the process).
+``run_delay`` keeps a run in flight long enough to kill the process). With ``stall``, the
+process does nothing after acknowledging a message (no work after the ack, no worker poll),
+so killing it then shows what an acknowledged message depends on.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import aiohttp
 
 from bot.slack import SlackBotConfig, SqlApprovalMessages, build_app, make_web_client, serve_http
 from bot.slack.durable import DurableSlackAdapter
+from bot.slack.incoming import UserMessage
 from broker.types import ChatUser
 from opsbot.jobs import JobRunner, SqlJobQueue
 from opsbot.serving import bind_socket
@@ -22,7 +25,7 @@ from tests.bot.fake_assistant import FakeAssistant
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, TEAM_ID
 
 
-async def main(url: str, api_url: str, run_delay: float) -> None:
+async def main(url: str, api_url: str, run_delay: float, stall: bool) -> None:
     engine = create_engine(url)
     await migrate(engine)
     assistant = FakeAssistant(run_delay=run_delay)
@@ -32,10 +35,17 @@ async def main(url: str, api_url: str, run_delay: float) -> None:
     async with aiohttp.ClientSession() as session:
         client = make_web_client(config, session)
         adapter = DurableSlackAdapter(config, assistant, client, SqlApprovalMessages(engine), queue)
+        if stall:
+            adapter.converse = stall_forever  # type: ignore[method-assign]
         app = build_app(config, assistant, engine, client=client, adapter=adapter)
         embedded = url.startswith("sqlite")
         async with (
-            JobRunner(queue, adapter.run_job, recover_on_start=embedded) as runner,
+            JobRunner(
+                queue,
+                adapter.run_job,
+                recover_on_start=embedded,
+                poll_seconds=3600 if stall else 1.0,
+            ) as runner,
             serve_http(app, bind_socket("127.0.0.1", 0)) as app_url,
         ):
             adapter.runner = runner
@@ -43,5 +53,9 @@ async def main(url: str, api_url: str, run_delay: float) -> None:
             await asyncio.Event().wait()
 
 
+async def stall_forever(_message: UserMessage) -> None:
+    await asyncio.Event().wait()
+
+
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], float(sys.argv[3])))
+    asyncio.run(main(sys.argv[1], sys.argv[2], float(sys.argv[3]), "stall" in sys.argv[4:]))

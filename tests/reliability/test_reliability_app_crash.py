@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -24,7 +25,7 @@ CHANNEL, TS = "C0GENERAL", "1700000500.000100"
 
 @contextlib.asynccontextmanager
 async def app_process(
-    url: str, fake: FakeSlack, run_delay: float
+    url: str, fake: FakeSlack, run_delay: float, *, stall: bool = False
 ) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -33,6 +34,7 @@ async def app_process(
         url,
         fake.url,
         str(run_delay),
+        *(["stall"] if stall else []),
         stdout=asyncio.subprocess.PIPE,
         cwd=os.getcwd(),
     )
@@ -47,14 +49,19 @@ async def app_process(
         await proc.wait()
 
 
-async def job_statuses(url: str) -> list[tuple[str, int]]:
+async def job_rows(url: str) -> list[tuple[str, int, dict[str, Any]]]:
     engine = create_engine(url)
     try:
         async with engine.connect() as conn:
-            rows = (await conn.execute(select(run_jobs.c.status, run_jobs.c.attempts))).all()
-        return [(str(s), int(a)) for s, a in rows]
+            c = run_jobs.c
+            rows = (await conn.execute(select(c.status, c.attempts, c.payload))).all()
+        return [(str(s), int(a), dict(p)) for s, a, p in rows]
     finally:
         await engine.dispose()
+
+
+async def job_statuses(url: str) -> list[tuple[str, int]]:
+    return [(s, a) for s, a, _ in await job_rows(url)]
 
 
 async def until(condition: object, what: str) -> None:
@@ -79,7 +86,12 @@ async def test_app_killed_with_a_run_in_flight_answers_once_after_restart(
         assert status == 200
 
         async def running() -> bool:
-            return await job_statuses(sqlite_url) == [(JobStatus.RUNNING.value, 1)]
+            # In flight once its placeholder is recorded in the job (a crash between posting
+            # and recording it would leave a second placeholder: a window of one UPDATE).
+            jobs = await job_rows(sqlite_url)
+            return [(s, a) for s, a, _ in jobs] == [(JobStatus.RUNNING.value, 1)] and bool(
+                jobs[0][2].get("progress", {}).get("placeholder_ts")
+            )
 
         await until(running, "the run to be in flight")
         proc.send_signal(signal.SIGKILL)
@@ -107,6 +119,31 @@ async def test_app_killed_with_a_run_in_flight_answers_once_after_restart(
     assert "PAY-1 is open" in reply["text"]
     [update] = fake_slack.calls_to("chat.update")
     assert update["ts"] == placeholder["ts"]
+
+
+async def test_app_killed_right_after_acknowledging_a_message_answers_it_after_restart(
+    fake_slack: FakeSlack, sqlite_url: str
+) -> None:
+    """Slack got its 200, so it will never deliver the message again: the message must
+    already be stored when the ack goes out, not in the listener that runs after it."""
+    async with app_process(sqlite_url, fake_slack, run_delay=0, stall=True) as (app_url, proc):
+        status, _ = await SlackSender(app_url).post_event(
+            mention("U0001", "what is PAY-2?", channel=CHANNEL, ts=TS), event_id="EvACKED"
+        )
+        assert status == 200
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    assert fake_slack.thread(CHANNEL, TS) == []
+
+    async with app_process(sqlite_url, fake_slack, run_delay=0) as (_app_url, _proc):
+
+        async def finished() -> bool:
+            return await job_statuses(sqlite_url) == [(JobStatus.DONE.value, 1)]
+
+        await until(finished, "the stored message to be answered")
+        await fake_slack.settle(quiet=0.3, limit=BOUND)
+    [reply] = fake_slack.thread(CHANNEL, TS)
+    assert "You asked: what is PAY-2?" in reply["text"]
 
 
 @pytest.mark.postgres
