@@ -27,7 +27,6 @@ from agent_core.clock import Clock, IdFactory, random_id, utc_now
 from agent_core.errors import NoPendingApprovalError
 from agent_core.policy import ToolPolicy
 from approvals.errors import (
-    AlreadyDecidedError,
     ApprovalError,
     ApprovalNotFoundError,
     InvalidEditError,
@@ -206,15 +205,23 @@ class ApprovalService:
             reports.append(await self._execute(claimed))
         return reports
 
-    async def retry(self, approval_id: str) -> DecisionReport:
-        """Finish an approval left in ``deciding`` by a crash; the idempotency key (derived
-        from the approval id) makes the server drop a write that already happened."""
-        approval = await self.store.get(approval_id)
-        if approval is None:
-            raise ApprovalNotFoundError(f"no approval {approval_id!r}")
-        if approval.status is not ApprovalStatus.DECIDING:
-            raise AlreadyDecidedError(approval.decided_by, approval.status.value)
-        return await self._execute(approval)
+    async def finish_interrupted(self, grace: timedelta, limit: int = 100) -> list[DecisionReport]:
+        """Finish every approval a crash left in ``deciding`` for longer than ``grace``.
+
+        Each is taken over atomically (``store.reclaim``), so concurrent sweepers on several
+        instances finish it once; the idempotency key stops a write that already happened.
+        Run the reconciler first: whether a half-done write happened is read from the audit log.
+        """
+        now = self._clock()
+        stale_before = now - grace
+        reports = []
+        for stuck in await self.store.find(statuses=[ApprovalStatus.DECIDING], limit=limit):
+            if stuck.decided_at is None or stuck.decided_at >= stale_before:
+                continue  # may still be running on another instance
+            taken = await self.store.reclaim(stuck.approval_id, stale_before, now)
+            if taken is not None:
+                reports.append(await self._execute(taken))
+        return reports
 
     def _decisions(
         self, approval: Approval, decision: ActionDecision, edited_tool: str | None

@@ -58,6 +58,15 @@ class ApprovalStore(Protocol):
         """
         ...
 
+    async def reclaim(
+        self, approval_id: str, stale_before: datetime, now: datetime
+    ) -> Approval | None:
+        """Take over an approval left in ``deciding`` since before ``stale_before`` (its
+        decider crashed): one conditional write moves ``decided_at`` to ``now``, so of any
+        number of concurrent recoverers exactly one gets the approval; the rest get ``None``,
+        as does an approval that is not, or no longer, stale."""
+        ...
+
     async def finish(
         self, approval_id: str, status: ApprovalStatus, outcome: dict[str, Any]
     ) -> Approval:
@@ -87,6 +96,14 @@ def _claim_refusal(current: Approval | None, approval_id: str, now: datetime) ->
             return ApprovalExpiredError("this approval has expired")
         return AlreadyDecidedError(None, current.status.value)
     return AlreadyDecidedError(current.decided_by, current.status.value)
+
+
+def _stale(approval: Approval, stale_before: datetime) -> bool:
+    return (
+        approval.status is ApprovalStatus.DECIDING
+        and approval.decided_at is not None
+        and approval.decided_at < stale_before
+    )
 
 
 def _claimable(approval: Approval, decided_by: str, now: datetime) -> bool:
@@ -133,6 +150,17 @@ class MemoryApprovalStore:
             )
             self._by_id[approval_id] = claimed
             return claimed
+
+    async def reclaim(
+        self, approval_id: str, stale_before: datetime, now: datetime
+    ) -> Approval | None:
+        async with self._lock:
+            current = self._by_id.get(approval_id)
+            if current is None or not _stale(current, stale_before):
+                return None
+            taken = dataclasses.replace(current, decided_at=now)
+            self._by_id[approval_id] = taken
+            return taken
 
     async def finish(
         self, approval_id: str, status: ApprovalStatus, outcome: dict[str, Any]
@@ -212,6 +240,20 @@ class SqlApprovalStore:
         if not won or current is None:
             raise _claim_refusal(current, approval_id, now)
         return current
+
+    async def reclaim(
+        self, approval_id: str, stale_before: datetime, now: datetime
+    ) -> Approval | None:
+        c = approvals_table.c
+        statement = (
+            update(approvals_table)
+            .where(c.approval_id == approval_id, c.status == ApprovalStatus.DECIDING.value)
+            .where(c.decided_at < stale_before)
+            .values(decided_at=now)
+        )
+        async with self._engine.begin() as conn:
+            taken = (await conn.execute(statement)).rowcount == 1
+        return await self.get(approval_id) if taken else None
 
     async def finish(
         self, approval_id: str, status: ApprovalStatus, outcome: dict[str, Any]

@@ -19,7 +19,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from agent_core import answer as core
@@ -42,6 +42,7 @@ from approvals.errors import (
 from approvals.records import EXPIRY_DECIDER, ActionDecision, Approval, ApprovalStatus
 from approvals.rules import check_decider
 from approvals.service import ApprovalService, DecisionReport
+from audit.reconcile import McpChangeLog, Reconciler, ReconcileReport
 from broker.errors import BrokerError
 from broker.types import ChatUser, Identity, IdentityService
 from opsbot.memory_chat import MemoryCommands
@@ -201,6 +202,22 @@ class Decided:
 
 
 @dataclass(frozen=True, slots=True)
+class Recovery:
+    """How sweeps finish what a crash interrupted: ``reconciler`` settles writes whose outcome
+    was never recorded (from the servers' change logs), then approvals left deciding for
+    longer than ``grace`` are finished."""
+
+    reconciler: Reconciler
+    grace: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    reconciled: ReconcileReport
+    finished: list[Decided]
+
+
+@dataclass(frozen=True, slots=True)
 class AlreadyDecided:
     """Another decision won; ``by`` is who made it."""
 
@@ -283,8 +300,10 @@ class Assistant:
         *,
         clock: Clock = utc_now,
         memory: MemoryCommands | None = None,
+        recovery: Recovery | None = None,
     ) -> None:
         self._identities = identities
+        self._recovery = recovery
         # User memory (``/ops memory``, App Home); None when disabled.
         self.memory = memory
         self._threads = threads
@@ -354,8 +373,23 @@ class Assistant:
         return await self._decided(report)
 
     async def sweep(self) -> list[Decided]:
-        """Expire overdue approvals; each result is to be posted in the requester's thread."""
-        return [await self._decided(report) for report in await self._approvals.sweep()]
+        """Expire overdue approvals, then finish those a crash interrupted (see ``recover``);
+        each result is to be posted in the requester's thread."""
+        decided = [await self._decided(report) for report in await self._approvals.sweep()]
+        try:
+            decided += (await self.recover()).finished
+        except Exception as exc:  # the expiries above must still be announced
+            log.warning("recovering interrupted approvals failed: %s", type(exc).__name__)
+        return decided
+
+    async def recover(self) -> Recovered:
+        """Settle unrecorded writes, then finish approvals a crash left deciding (each once,
+        whichever instance's sweeper gets it). Nothing to do without a ``Recovery``."""
+        if self._recovery is None:
+            return Recovered(ReconcileReport(), [])
+        reconciled = await self._recovery.reconciler.run()
+        reports = await self._approvals.finish_interrupted(self._recovery.grace)
+        return Recovered(reconciled, [await self._decided(r) for r in reports])
 
     async def sweep_forever(
         self, interval: float, notify: Callable[[Decided], Awaitable[None]]
@@ -541,6 +575,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
     from opsbot.storage import create_engine
 
     url = settings.resolved_database_url
+    grace = timedelta(seconds=settings.approvals.reconcile_grace_seconds)
     engine = create_engine(url)
     try:
         async with (
@@ -572,7 +607,29 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                 identities,
                 clock=clock,
             )
+            recovery = Recovery(
+                Reconciler(audit, _change_log(settings, identities), clock=clock, grace=grace),
+                grace,
+            )
             with ops.watch(agent, identities):
-                yield Assistant(identities, threads, agent, service, clock=clock, memory=ops.memory)
+                yield Assistant(
+                    identities,
+                    threads,
+                    agent,
+                    service,
+                    clock=clock,
+                    memory=ops.memory,
+                    recovery=recovery,
+                )
     finally:
         await engine.dispose()
+
+
+def _change_log(settings: Settings, identities: IdentityService) -> McpChangeLog:
+    """The servers' change logs, read as each pending write's requester."""
+
+    async def token_for(subject: str, server: str) -> str:
+        identity = await identities.resolve_subject(subject)
+        return (await identities.get_token(identity, server)).value
+
+    return McpChangeLog({s.name: s.url for s in settings.mcp_servers}, token_for)

@@ -1,4 +1,5 @@
-"""``opsbot sweep``: reject approvals past their maximum age and answer their requesters.
+"""``opsbot sweep``: reject approvals past their maximum age and answer their requesters;
+finish approvals a crash interrupted (as ``opsbot reconcile`` does) and tell theirs too.
 
 Each expired approval's thread is resumed with the rejection, so the requester's conversation
 gets an answer; when Slack is configured (``SLACK_BOT_TOKEN``, ``SLACK_SIGNING_SECRET``) the
@@ -40,21 +41,27 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     async with open_assistant(settings) as assistant, _slack_notices(settings, assistant) as tell:
         while True:
-            expired = await assistant.sweep_and_notify(tell)
-            for decided in expired:
+            decided = await assistant.sweep_and_notify(tell)
+            for one in decided:
                 print(
                     json.dumps(
                         {
-                            "approval_id": decided.approval_id,
-                            "outcome": decided.outcome,
+                            "approval_id": one.approval_id,
+                            "decision": one.decision,
+                            "outcome": one.outcome,
                             "requester_thread": None
-                            if decided.requester_ref is None
-                            else decided.requester_ref.thread_ts,
+                            if one.requester_ref is None
+                            else one.requester_ref.thread_ts,
                         }
                     ),
                     flush=True,
                 )
-            print(f"{len(expired)} approval(s) expired", flush=True)
+            expired = sum(one.decision == "expired" for one in decided)
+            print(
+                f"{expired} approval(s) expired, {len(decided) - expired} interrupted one(s) "
+                "finished",
+                flush=True,
+            )
             if args.every is None:
                 return 0
             await asyncio.sleep(args.every)

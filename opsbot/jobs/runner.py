@@ -105,8 +105,11 @@ class JobRunner:
                 await self._claim()
             except Exception:
                 log.exception("claiming jobs failed; retrying")
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
+            # lands as its timeout fires, and this loop would then outlive the runner's exit.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._poll)
+                async with asyncio.timeout(self._poll):
+                    await self._wake.wait()
 
     async def _claim(self) -> None:
         free = self._limits.global_runs - len(self._running)

@@ -12,7 +12,7 @@ from approval_fakes import make_interrupt
 from pydantic import SecretStr
 
 from agent_core.clock import utc_now
-from approvals import ApprovalStatus, SqlApprovalStore
+from approvals import ActionDecision, ApprovalStatus, SqlApprovalStore
 from approvals.records import ActionRequest, Approval
 from audit import AuditLog, SqlAuditSink
 from opsbot.cli import build_parser
@@ -28,6 +28,34 @@ def settings(sqlite_url: str, tmp_path: Path) -> Settings:
 
 def parse(*argv: str) -> argparse.Namespace:
     return build_parser().parse_args(list(argv))
+
+
+def close_request(approval_id: str, created: timedelta, expires: timedelta) -> Approval:
+    """alice's request to close a ticket, created and expiring at these offsets from now."""
+    now = utc_now()
+    request = make_interrupt().action_requests[0]
+    return Approval(
+        approval_id=approval_id,
+        thread_id="thr-gone",
+        requester_subject="alice",
+        actions=(
+            ActionRequest(
+                request.name, "ticketing", dict(request.args), approver_group="ticket-leads"
+            ),
+        ),
+        created_at=now + created,
+        expires_at=now + expires,
+    )
+
+
+def with_slack(settings: Settings, fake_slack: FakeSlack) -> Settings:
+    return settings.model_copy(
+        update={
+            "slack_bot_token": SecretStr(BOT_TOKEN),
+            "slack_signing_secret": SecretStr("signing"),
+            "slack_api_url": fake_slack.url,
+        }
+    )
 
 
 async def test_audit_queries_by_user_and_thread(
@@ -65,22 +93,7 @@ async def test_sweep_expires_overdue_approvals(
 ) -> None:
     engine = create_engine(sqlite_url)
     store = SqlApprovalStore(engine)
-    now = utc_now()
-    request = make_interrupt().action_requests[0]
-    await store.create(
-        Approval(
-            approval_id="apr-old",
-            thread_id="thr-gone",
-            requester_subject="alice",
-            actions=(
-                ActionRequest(
-                    request.name, "ticketing", dict(request.args), approver_group="ticket-leads"
-                ),
-            ),
-            created_at=now - timedelta(hours=2),
-            expires_at=now - timedelta(hours=1),
-        )
-    )
+    await store.create(close_request("apr-old", -timedelta(hours=2), -timedelta(hours=1)))
     args = parse("sweep")
     assert await args.handler(args, settings) == 0
     out = capsys.readouterr().out
@@ -98,34 +111,15 @@ async def test_sweep_tells_slack_when_slack_is_configured(
     from bot.slack.store import SqlApprovalMessages
 
     engine = create_engine(sqlite_url)
-    now = utc_now()
-    request = make_interrupt().action_requests[0]
     await SqlApprovalStore(engine).create(
-        Approval(
-            approval_id="apr-slack",
-            thread_id="thr-gone",
-            requester_subject="alice",
-            actions=(
-                ActionRequest(
-                    request.name, "ticketing", dict(request.args), approver_group="ticket-leads"
-                ),
-            ),
-            created_at=now - timedelta(hours=2),
-            expires_at=now - timedelta(hours=1),
-        )
+        close_request("apr-slack", -timedelta(hours=2), -timedelta(hours=1))
     )
     card_ts = fake_slack._api_chat_postMessage({"channel": "C0APPROVALS", "text": "card"})["ts"]
     await SqlApprovalMessages(engine).save(
         "apr-slack", "T1", ("C0APPROVALS", card_ts), ("C0OPS", "200.1")
     )
     await engine.dispose()
-    slack = settings.model_copy(
-        update={
-            "slack_bot_token": SecretStr(BOT_TOKEN),
-            "slack_signing_secret": SecretStr("signing"),
-            "slack_api_url": fake_slack.url,
-        }
-    )
+    slack = with_slack(settings, fake_slack)
     args = parse("sweep")
     assert await args.handler(args, slack) == 0
     assert "1 approval(s) expired" in capsys.readouterr().out
@@ -134,6 +128,49 @@ async def test_sweep_tells_slack_when_slack_is_configured(
     told = [c for c in fake_slack.calls_to("chat.postMessage") if c.get("thread_ts") == "200.1"]
     assert told
     assert "expired" in json.dumps(told[0])
+
+
+async def test_sweep_finishes_an_approval_a_crash_left_deciding_and_tells_slack(
+    settings: Settings, sqlite_url: str, fake_slack: FakeSlack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bob's click was claimed, then the instance died before resuming: the next sweep (on
+    any instance) finishes it and tells the card and the requester; later sweeps do not."""
+    from bot.slack.store import SqlApprovalMessages
+
+    engine = create_engine(sqlite_url)
+    store = SqlApprovalStore(engine)
+    now = utc_now()
+    for approval_id, claimed_ago in (("apr-stuck", 10), ("apr-busy", 0)):
+        await store.create(
+            close_request(approval_id, -timedelta(minutes=20), timedelta(minutes=10))
+        )
+        await store.claim(
+            approval_id, "bob", [ActionDecision("approve")], now - timedelta(minutes=claimed_ago)
+        )
+    card_ts = fake_slack._api_chat_postMessage({"channel": "C0APPROVALS", "text": "card"})["ts"]
+    await SqlApprovalMessages(engine).save(
+        "apr-stuck", "T1", ("C0APPROVALS", card_ts), ("C0OPS", "300.1")
+    )
+    slack = with_slack(settings, fake_slack)
+    args = parse("sweep")
+    assert await args.handler(args, slack) == 0
+    assert "0 approval(s) expired, 1 interrupted one(s) finished" in capsys.readouterr().out
+    stuck, busy = await store.get("apr-stuck"), await store.get("apr-busy")
+    assert stuck is not None
+    assert busy is not None
+    # Its thread is gone, so it cannot be resumed: it ends failed, never half-done.
+    assert stuck.status is ApprovalStatus.FAILED
+    assert busy.status is ApprovalStatus.DECIDING  # within the grace: maybe still running
+    [update] = fake_slack.calls_to("chat.update")
+    assert (update["channel"], update["ts"]) == ("C0APPROVALS", card_ts)
+    told = [c for c in fake_slack.calls_to("chat.postMessage") if c.get("thread_ts") == "300.1"]
+    assert len(told) == 1
+    assert "approved" in json.dumps(told[0])
+
+    assert await args.handler(args, slack) == 0
+    assert "1 interrupted one(s) finished" not in capsys.readouterr().out
+    await engine.dispose()
+    assert len(fake_slack.calls_to("chat.update")) == 1
 
 
 async def test_sweep_every_must_be_positive(settings: Settings) -> None:

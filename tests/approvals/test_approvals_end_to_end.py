@@ -326,7 +326,7 @@ async def test_crash_between_write_and_outcome_is_reconciled_and_a_retry_adds_no
         assert report.ambiguous == []
         assert await one.log.unresolved_writes() == []
 
-        retried = await one.service.retry(approval_id)
+        [retried] = await one.service.finish_interrupted(grace=timedelta(0))
         # The thread had already moved past the interrupt; the reconciled audit trail shows
         # the write happened, so the approval ends approved — and nothing is written again.
         assert retried.approval.status is ApprovalStatus.APPROVED

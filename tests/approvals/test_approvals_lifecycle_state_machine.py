@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import timedelta
 from typing import Any
 
 from approval_fakes import build_harness, identity
@@ -98,10 +99,10 @@ class ApprovalLifecycle(RuleBasedStateMachine):
             self.injected[key] = self.injected.get(key, 0) + 1
             self.h.executor.execute(current.requester_subject, current.actions[0].tool, {}, key)
 
-    @rule(approval=approvals)
-    def retry(self, approval: str) -> None:
-        with contextlib.suppress(ApprovalError):
-            self.run(self.h.service.retry(approval))
+    @rule(grace_minutes=st.integers(min_value=0, max_value=10))
+    def finish_interrupted(self, grace_minutes: int) -> None:
+        """A sweeper's recovery pass: finish what crashed claims left deciding."""
+        self.run(self.h.service.finish_interrupted(timedelta(minutes=grace_minutes)))
 
     @rule(minutes=st.integers(min_value=1, max_value=40))
     def time_passes(self, minutes: int) -> None:

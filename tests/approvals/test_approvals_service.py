@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 from approval_fakes import Harness, identity
@@ -210,7 +211,7 @@ async def test_a_failed_resume_ends_failed_and_is_audited(harness: Harness) -> N
     assert [e.outcome for e in finished] == ["failed"]
 
 
-async def test_retry_finishes_a_stuck_claim_without_a_second_effect(harness: Harness) -> None:
+async def test_finishing_a_stuck_claim_has_no_second_effect(harness: Harness) -> None:
     approval_id = await harness.open("alice")
     # A crash after the claim and the write, before the approval was finished:
     await harness.store.claim(approval_id, "bob", [APPROVE], harness.clock())
@@ -219,15 +220,37 @@ async def test_retry_finishes_a_stuck_claim_without_a_second_effect(harness: Har
         identity("alice"), "thr-1", [{"type": "approve"}], approval_id=approval_id
     )
     assert interrupt is harness.resumer.interrupts["thr-1"]
-    report = await harness.service.retry(approval_id)
+    harness.clock.advance(minutes=3)
+    [report] = await harness.service.finish_interrupted(timedelta(minutes=2))
     assert report.approval.status is ApprovalStatus.APPROVED
     assert len(harness.executor.calls) == 2  # the write was replayed with the same key ...
     assert harness.executor.executions == 1  # ... and the server dropped it
-    with pytest.raises(AlreadyDecidedError):
-        await harness.service.retry(approval_id)
+    assert await harness.service.finish_interrupted(timedelta(0)) == []
 
 
-async def test_a_retry_on_a_thread_resumed_before_fails_unless_the_write_is_recorded(
+async def test_interrupted_approvals_are_finished_once_after_the_grace(harness: Harness) -> None:
+    stuck = await harness.open("alice", thread_id="thr-1")
+    await harness.store.claim(stuck, "bob", [APPROVE], harness.clock())  # then a crash
+    live = await harness.open("alice", thread_id="thr-2")
+    harness.clock.advance(seconds=90)
+    await harness.store.claim(live, "carol", [APPROVE], harness.clock())  # still deciding
+    grace = timedelta(minutes=2)
+    assert await harness.service.finish_interrupted(grace) == []  # too recent to judge
+
+    harness.clock.advance(seconds=60)  # stuck: 150 s old; live: 60 s
+    reports = await asyncio.gather(*(harness.service.finish_interrupted(grace) for _ in range(4)))
+    [report] = [r for batch in reports for r in batch]
+    assert report.approval.approval_id == stuck
+    assert report.approval.status is ApprovalStatus.APPROVED
+    assert report.approval.decided_by == "bob"
+    assert harness.executor.executions == 1
+    assert [r[1] for r in harness.resumer.resumes] == ["thr-1"]
+    still = await harness.store.get(live)
+    assert still is not None
+    assert still.status is ApprovalStatus.DECIDING
+
+
+async def test_a_stuck_claim_on_a_thread_resumed_before_fails_unless_the_write_is_recorded(
     harness: Harness,
 ) -> None:
     from agent_core.errors import NoPendingApprovalError
@@ -235,7 +258,8 @@ async def test_a_retry_on_a_thread_resumed_before_fails_unless_the_write_is_reco
     approval_id = await harness.open("alice")
     await harness.store.claim(approval_id, "bob", [APPROVE], harness.clock())
     harness.resumer.fail_with = NoPendingApprovalError("not waiting")
-    report = await harness.service.retry(approval_id)
+    harness.clock.advance(minutes=3)
+    [report] = await harness.service.finish_interrupted(timedelta(minutes=2))
     assert report.approval.status is ApprovalStatus.FAILED
     assert "no write is recorded" in report.approval.outcome["reason"]
 

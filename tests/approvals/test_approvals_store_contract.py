@@ -207,3 +207,27 @@ async def test_concurrent_claims_across_instances_have_exactly_one_winner(
     stored = await second.get("apr-1")
     assert stored is not None
     assert stored.decided_by == winner
+
+
+async def test_reclaim_takes_only_a_stale_deciding_approval_once(instances: StoreFactory) -> None:
+    first, second = instances(), instances()
+    await first.create(make_approval())
+    later = NOW + timedelta(minutes=5)
+    assert await first.reclaim("apr-1", later, later) is None  # pending: nothing to recover
+    await first.claim("apr-1", "bob", APPROVE, NOW)
+    assert await first.reclaim("apr-1", NOW, later) is None  # claimed at NOW: not stale yet
+    assert await first.reclaim("nope", later, later) is None
+
+    results = await asyncio.gather(
+        *((first if i % 2 else second).reclaim("apr-1", later, later) for i in range(10))
+    )
+    taken = [r for r in results if r is not None]
+    assert len(taken) == 1
+    assert taken[0].status is ApprovalStatus.DECIDING
+    assert taken[0].decided_by == "bob"
+    assert taken[0].decided_at == later
+    assert taken[0].decisions == APPROVE
+    # Taken over: stale again only relative to the new time.
+    assert await second.reclaim("apr-1", later, later) is None
+    await second.finish("apr-1", ApprovalStatus.APPROVED, {"result": "ok"})
+    assert await first.reclaim("apr-1", later + timedelta(hours=1), later) is None

@@ -136,3 +136,33 @@ async def test_a_run_in_flight_when_its_worker_is_killed_is_finished_once_after(
         assert status == (JobStatus.DONE, 2)
     finally:
         await engine.dispose()
+
+
+async def test_a_runner_always_stops_when_its_block_exits(database_url: str) -> None:
+    """Leaving the ``async with`` right as a run finishes stops the worker, every time. (On
+    Python 3.11, ``asyncio.wait_for`` swallows a cancel that lands once the awaited event is
+    set, and a finished run sets the claim loop's wake-up event: the loop then kept polling
+    and shutdown hung.)"""
+    engine = create_engine(database_url)
+    finished = asyncio.Event()
+
+    class SignallingQueue(SqlJobQueue):
+        async def finish(self, worker: str, job_id: str, error: str | None = None) -> bool:
+            done = await super().finish(worker, job_id, error)
+            finished.set()  # the runner wakes its claim loop right after this returns
+            return done
+
+    async def handler(job: Job) -> None:
+        return None
+
+    try:
+        queue = SignallingQueue(engine)
+        for i in range(40):
+            finished.clear()
+            await queue.enqueue(f"stop{i}", "test", "user", {})
+            async with asyncio.timeout(BOUND):
+                async with JobRunner(queue, handler, poll_seconds=0.01) as runner:
+                    runner.notify()
+                    await finished.wait()
+    finally:
+        await engine.dispose()
