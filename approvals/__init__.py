@@ -3,7 +3,7 @@
 Public API::
 
     from approvals import Approval, ApprovalStatus, ApprovalStore, SqlApprovalStore
-    from approvals import ApprovalService, DecisionReport    # decide, sweep, retry
+    from approvals import ApprovalService, DecisionReport    # decide, sweep, finish_interrupted
     from approvals import ApprovalError, AlreadyDecidedError, NotAuthorisedError
 """
 
