@@ -408,17 +408,10 @@ class Assistant:
     async def sweep_and_notify(
         self, notify: Callable[[Decided], Awaitable[None]] | None
     ) -> list[Decided]:
-        """One sweep; each expiry is passed to ``notify`` (a failed notice does not stop the
-        rest). Returns what expired."""
-        expired = await self.sweep()
-        if notify is None:
-            return expired
-        for decided in expired:
-            try:
-                await notify(decided)
-            except Exception as exc:  # one undeliverable notice must not stop the rest
-                log.warning("expiry notice not delivered: %s", type(exc).__name__)
-        return expired
+        """One sweep; each result is passed to ``notify`` (see ``notify_each``)."""
+        decided = await self.sweep()
+        await notify_each(decided, notify)
+        return decided
 
     async def approval_view(self, approval_id: str) -> ApprovalView | None:
         approval = await self._approvals.store.get(approval_id)
@@ -542,6 +535,20 @@ class Assistant:
             decided_by=approval.decided_by,
             approver_group=first.approver_group or None,
         )
+
+
+async def notify_each(
+    decided: list[Decided], notify: Callable[[Decided], Awaitable[None]] | None
+) -> None:
+    """Tell each decision's card and requester through ``notify`` (the chat adapter's
+    ``announce``); one undeliverable notice does not stop the rest."""
+    if notify is None:
+        return
+    for one in decided:
+        try:
+            await notify(one)
+        except Exception as exc:  # logged; the decision itself stands
+            log.warning("decision notice not delivered: %s", type(exc).__name__)
 
 
 def _who(subject: str | None) -> str:

@@ -200,9 +200,9 @@ class SlackAdapter:
             channel, thread_ts = progress.thread_channel or channel, progress.thread_ts
         if not progress.indicator_shown:
             shown = await self.start_working(channel, thread_ts, message.is_dm)
-            progress.indicator_shown = True
             progress.placeholder_ts, progress.status_set = shown.placeholder_ts, shown.status_set
-            await record(progress)
+            if progress.indicator_shown:
+                await record(progress)
         indicator = Indicator(channel, thread_ts, progress.placeholder_ts, progress.status_set)
         ref = PlatformRef("slack", message.team_id, channel, thread_ts)
         try:

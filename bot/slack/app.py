@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from slack_bolt.async_app import AsyncApp
+from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,7 +26,7 @@ from bot.slack.adapter import SlackAdapter
 from bot.slack.client import make_web_client
 from bot.slack.config import SlackBotConfig
 from bot.slack.core import AssistantPort
-from bot.slack.incoming import user_message
+from bot.slack.incoming import ACCEPTED, user_message
 from bot.slack.listeners import register
 from bot.slack.store import ProcessedEvents, SqlApprovalMessages, SqlProcessedEvents
 
@@ -62,18 +62,26 @@ def accept_middleware(
     Global middleware runs before the listener, and Bolt acks an event only when its
     listener starts, so a durable adapter has stored the message by the time Slack hears
     "200"; if storing fails, Slack gets a 500 and delivers again. A redelivery the adapter
-    already holds gets an empty 200.
+    already holds gets an empty 200. The accepted message is left in the context under
+    ``ACCEPTED`` for the listener.
     """
 
     async def accept(
-        body: dict[str, Any], next: Callable[[], Awaitable[BoltResponse | None]]
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        next: Callable[[], Awaitable[BoltResponse | None]],
     ) -> BoltResponse | None:
         message = user_message(body)
-        if message is None or not adapter.team_allowed(message.chat_user.team_id, message.team_id):
+        if message is None:
+            return await next()
+        if not adapter.team_allowed(message.chat_user.team_id, message.team_id):
+            log.info("ignoring a message from team %s", message.chat_user.team_id)
             return await next()
         if not await adapter.accept(message, str(body.get("event_id") or "")):
             log.info("redelivery of %s dropped", body.get("event_id"))
             return BoltResponse(status=200, body="")
+        # The listener answers exactly what was accepted here.
+        context[ACCEPTED] = message
         return await next()
 
     return accept

@@ -1,8 +1,8 @@
 """A user's message for the assistant, read from a Slack request, and how far its answer got.
 
 ``user_message`` decides whether an Events API envelope is a message opsbot answers (a
-mention, or a direct message from a person); the accept middleware (before Bolt acks) and the
-listeners (after) both use it, so the two can never disagree.
+mention, or a direct message from a person). The accept middleware decides it once, before
+Bolt acks, and leaves the message in the Bolt context under ``ACCEPTED`` for the listener.
 
 ``Progress`` records the visible steps already taken for a message (the thread opened for
 ``/ops ask``, the working indicator), so a run retried after a crash reuses them instead of
@@ -18,6 +18,8 @@ from typing import Any
 
 from bot.slack.core import ChatUser
 
+# Bolt context key under which the accept middleware leaves the message it accepted.
+ACCEPTED = "opsbot_accepted_message"
 _MENTION = re.compile(r"<@[A-Z0-9]+(\|[^>]*)?>")
 _IGNORED_SUBTYPES = frozenset({"message_changed", "message_deleted", "bot_message"})
 
@@ -77,9 +79,12 @@ class Progress:
 
     thread_channel: str | None = None
     thread_ts: str | None = None
-    indicator_shown: bool = False
     placeholder_ts: str | None = None
     status_set: bool = False
+
+    @property
+    def indicator_shown(self) -> bool:
+        return self.placeholder_ts is not None or self.status_set
 
     def to_payload(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,7 +95,6 @@ class Progress:
         return cls(
             thread_channel=p.get("thread_channel"),
             thread_ts=p.get("thread_ts"),
-            indicator_shown=bool(p.get("indicator_shown")),
             placeholder_ts=p.get("placeholder_ts"),
             status_set=bool(p.get("status_set")),
         )

@@ -24,7 +24,7 @@ from bot.slack.core import (
     NotAuthorised,
     Reject,
 )
-from bot.slack.incoming import UserMessage, user_message
+from bot.slack.incoming import ACCEPTED, UserMessage
 from bot.slack.memory import memory_home_blocks, register_memory_actions
 from bot.slack.modals import (
     EDIT_CALLBACK_ID,
@@ -96,24 +96,20 @@ def register(app: AsyncApp, adapter: SlackAdapter) -> None:
 
 
 def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
-    # The accept middleware stored the message before the ack; this answers it (in process)
-    # or wakes the worker that will (durable runs).
-    async def on_user_message(body: dict[str, Any]) -> None:
-        message = user_message(body)
-        if message is None:
-            return
-        if not adapter.team_allowed(message.chat_user.team_id, message.team_id):
-            log.info("ignoring a message from team %s", message.chat_user.team_id)
-            return
-        await adapter.converse(message)
+    # The accept middleware accepted (and, for durable runs, stored) the message before the
+    # ack; this answers it in process, or wakes the worker that will.
+    async def on_user_message(context: AsyncBoltContext) -> None:
+        message = context.get(ACCEPTED)
+        if isinstance(message, UserMessage):
+            await adapter.converse(message)
 
     @app.event("app_mention")
-    async def app_mention(body: dict[str, Any]) -> None:
-        await on_user_message(body)
+    async def app_mention(context: AsyncBoltContext) -> None:
+        await on_user_message(context)
 
     @app.event("message")
-    async def message(body: dict[str, Any]) -> None:
-        await on_user_message(body)
+    async def message(context: AsyncBoltContext) -> None:
+        await on_user_message(context)
 
     @app.event("app_home_opened")
     async def app_home_opened(event: dict[str, Any], body: dict[str, Any]) -> None:

@@ -5,7 +5,8 @@ record), looks each up in its server's change log by idempotency key (as the req
 appends the outcome found, then finishes approvals left in ``deciding`` by a crash (the
 idempotency key stops a second write). Prints what is still ambiguous; exit code 3 if any.
 The sweeper (``opsbot sweep``, and the app's in-process one) does the same on every pass and
-also tells the requesters; this command is for running it by hand.
+tells the requesters; this command is for running it by hand (and tells them too when Slack
+is configured).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
-    from opsbot.assistant import open_assistant
+    from opsbot.assistant import notify_each, open_assistant
+    from opsbot.commands.sweep import slack_notices
 
-    async with open_assistant(settings) as assistant:
+    async with open_assistant(settings) as assistant, slack_notices(settings, assistant) as tell:
         recovered = await assistant.recover()
+        await notify_each(recovered.finished, tell)
     report = recovered.reconciled
     for event, outcome in report.resolved:
         print(

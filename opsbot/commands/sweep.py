@@ -39,7 +39,7 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
     if args.every is not None and args.every <= 0:
         print("--every must be a positive number of seconds")
         return 2
-    async with open_assistant(settings) as assistant, _slack_notices(settings, assistant) as tell:
+    async with open_assistant(settings) as assistant, slack_notices(settings, assistant) as tell:
         while True:
             decided = await assistant.sweep_and_notify(tell)
             for one in decided:
@@ -68,7 +68,7 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
 
 
 @contextlib.asynccontextmanager
-async def _slack_notices(
+async def slack_notices(
     settings: Settings, assistant: Any
 ) -> AsyncIterator[Callable[[Any], Awaitable[None]] | None]:
     """The Slack adapter's ``announce`` when Slack is configured, else ``None``."""

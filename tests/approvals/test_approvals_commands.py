@@ -196,3 +196,30 @@ async def test_reconcile_reports_what_stays_ambiguous(
     out = capsys.readouterr().out
     assert '"ambiguous": "opsbot-k1"' in out
     assert "1 still ambiguous" in out
+
+
+async def test_reconcile_finishes_an_interrupted_approval_and_tells_slack(
+    settings: Settings, sqlite_url: str, fake_slack: FakeSlack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bot.slack.store import SqlApprovalMessages
+
+    engine = create_engine(sqlite_url)
+    store = SqlApprovalStore(engine)
+    await store.create(close_request("apr-hand", -timedelta(minutes=20), timedelta(minutes=10)))
+    await store.claim(
+        "apr-hand", "bob", [ActionDecision("approve")], utc_now() - timedelta(minutes=10)
+    )
+    card_ts = fake_slack._api_chat_postMessage({"channel": "C0APPROVALS", "text": "card"})["ts"]
+    await SqlApprovalMessages(engine).save(
+        "apr-hand", "T1", ("C0APPROVALS", card_ts), ("C0OPS", "400.1")
+    )
+    args = parse("reconcile")
+    assert await args.handler(args, with_slack(settings, fake_slack)) == 0
+    assert '"approval_finished": "apr-hand"' in capsys.readouterr().out
+    done = await store.get("apr-hand")
+    await engine.dispose()
+    assert done is not None
+    assert done.status.is_final
+    [update] = fake_slack.calls_to("chat.update")
+    assert update["ts"] == card_ts
+    assert [c for c in fake_slack.calls_to("chat.postMessage") if c.get("thread_ts") == "400.1"]

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -39,6 +37,7 @@ from tests.fixtures.identity import (
     serve_broker_service,
     start_dev_idp,
 )
+from tests.reliability.children import serving_child
 
 POLICY = """
 tools:
@@ -57,22 +56,8 @@ def echo_last_tool(messages: list[BaseMessage]) -> Any:
 @contextlib.asynccontextmanager
 async def mcp_process() -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
     """The throwaway MCP server as its own process; killed (if still alive) on exit."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.reliability.slow_mcp_server",
-        stdout=asyncio.subprocess.PIPE,
-        cwd=os.getcwd(),
-    )
-    try:
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), BOUND)
-        assert line.startswith(b"PORT "), line
-        yield f"http://127.0.0.1:{int(line.split()[1])}/mcp", proc
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
+    async with serving_child("tests.reliability.slow_mcp_server", bound=BOUND) as (port, proc):
+        yield f"http://127.0.0.1:{port}/mcp", proc
 
 
 async def until_line(proc: asyncio.subprocess.Process, prefix: bytes) -> bytes:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,6 +16,7 @@ from opsbot.jobs import JobStatus
 from opsbot.storage import create_engine
 from opsbot.storage.schema import run_jobs
 from tests.fixtures.slack import FakeSlack, SlackSender, mention
+from tests.reliability.children import serving_child
 
 BOUND = 60.0
 CHANNEL, TS = "C0GENERAL", "1700000500.000100"
@@ -27,26 +26,12 @@ CHANNEL, TS = "C0GENERAL", "1700000500.000100"
 async def app_process(
     url: str, fake: FakeSlack, run_delay: float, *, stall: bool = False
 ) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.reliability.slack_app_process",
-        url,
-        fake.url,
-        str(run_delay),
-        *(["stall"] if stall else []),
-        stdout=asyncio.subprocess.PIPE,
-        cwd=os.getcwd(),
-    )
-    try:
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), BOUND)
-        assert line.startswith(b"PORT "), line
-        yield f"http://127.0.0.1:{int(line.split()[1])}", proc
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
+    args = [url, fake.url, str(run_delay), *(["stall"] if stall else [])]
+    async with serving_child("tests.reliability.slack_app_process", *args, bound=BOUND) as (
+        port,
+        proc,
+    ):
+        yield f"http://127.0.0.1:{port}", proc
 
 
 async def job_rows(url: str) -> list[tuple[str, int, dict[str, Any]]]:
