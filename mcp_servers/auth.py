@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,9 +28,41 @@ from starlette.requests import Request
 
 from mcp_servers.errors import JwksUnavailableError, TokenRejectedError, ToolRefusedError
 
+logger = logging.getLogger(__name__)
+
 Clock = Callable[[], datetime]
 
-ALLOWED_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA")
+# The algorithms each asymmetric key type can verify. A key is used only with the algorithms
+# of its own type (and only its JWK ``alg`` when the IdP names one): an ES256 header must never
+# reach an RSA key, and symmetric ("oct") keys and ``none`` are never accepted.
+_RSA_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
+_EC_ALGORITHMS = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
+_OKP_CURVES = frozenset({"Ed25519", "Ed448"})
+
+
+def key_algorithms(jwk: Mapping[str, Any]) -> frozenset[str]:
+    """The signature algorithms a JWK may verify; empty for keys this server never uses."""
+    kty = jwk.get("kty")
+    if kty == "RSA":
+        family = _RSA_ALGORITHMS
+    elif kty == "EC" and jwk.get("crv") in _EC_ALGORITHMS:
+        family = frozenset({_EC_ALGORITHMS[str(jwk["crv"])]})
+    elif kty == "OKP" and jwk.get("crv") in _OKP_CURVES:
+        family = frozenset({"EdDSA"})
+    else:
+        return frozenset()  # symmetric, unknown or malformed: never a verification key here
+    alg = jwk.get("alg")
+    if alg is None:
+        return family
+    return family & {alg} if isinstance(alg, str) else frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class SigningKey:
+    """One usable key of the IdP's JWKS and the algorithms it may verify."""
+
+    key: jwt.PyJWK
+    algorithms: frozenset[str]
 
 
 def utc_now() -> datetime:
@@ -55,11 +88,17 @@ class JwksClient:
         self._min_refetch_seconds = min_refetch_seconds
         self._clock = clock
         self._http = http
-        self._keys: dict[str, jwt.PyJWK] = {}
+        self._keys: dict[str, SigningKey] = {}
         self._fetched_at: datetime | None = None
         self._lock = asyncio.Lock()
 
-    async def get_key(self, kid: str | None) -> jwt.PyJWK:
+    async def algorithms(self) -> frozenset[str]:
+        """Every algorithm some key of the (fresh enough) JWKS may verify."""
+        if self._stale():
+            await self._refresh(self._fetched_at)
+        return frozenset().union(*(k.algorithms for k in self._keys.values()))
+
+    async def get_key(self, kid: str | None) -> SigningKey:
         """The signing key for ``kid`` (the only key when ``kid`` is absent and there is one)."""
         if self._stale():
             await self._refresh(self._fetched_at)
@@ -71,7 +110,7 @@ class JwksClient:
             raise TokenRejectedError("token signed with an unknown key")
         return key
 
-    def _pick(self, kid: str | None) -> jwt.PyJWK | None:
+    def _pick(self, kid: str | None) -> SigningKey | None:
         if kid is None:
             return next(iter(self._keys.values())) if len(self._keys) == 1 else None
         return self._keys.get(kid)
@@ -103,16 +142,7 @@ class JwksClient:
                 raise JwksUnavailableError(
                     f"could not fetch the signing keys of {self._issuer}: {type(exc).__name__}"
                 ) from exc
-            keys: dict[str, jwt.PyJWK] = {}
-            for raw in document.get("keys", []):
-                if raw.get("use", "sig") != "sig":
-                    continue
-                try:
-                    key = jwt.PyJWK(raw)
-                except jwt.PyJWTError:
-                    continue  # a key type we cannot use must not hide the others
-                keys[str(raw.get("kid", ""))] = key
-            self._keys = keys
+            self._keys = _usable_keys(document)
             self._fetched_at = self._clock()
 
     async def _discover(self, http: httpx.AsyncClient) -> str:
@@ -131,6 +161,24 @@ class JwksClient:
             return
         async with httpx.AsyncClient(timeout=5.0) as http:
             yield http
+
+
+def _usable_keys(document: object) -> dict[str, SigningKey]:
+    """The JWKS's asymmetric signing keys by ``kid``; a key we cannot use never hides others."""
+    raw_keys = document.get("keys") if isinstance(document, dict) else None
+    keys: dict[str, SigningKey] = {}
+    for raw in raw_keys if isinstance(raw_keys, list) else []:
+        if not isinstance(raw, dict) or raw.get("use", "sig") != "sig":
+            continue
+        algorithms = key_algorithms(raw)
+        if not algorithms:
+            continue
+        try:
+            key = jwt.PyJWK(raw, algorithm=min(algorithms))
+        except (jwt.PyJWTError, ValueError, TypeError, KeyError):
+            continue  # a malformed key (bad modulus, missing coordinate)
+        keys[str(raw.get("kid", ""))] = SigningKey(key, algorithms)
+    return keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,19 +238,37 @@ class JwtVerifier:
         self._leeway = leeway_seconds
 
     async def verify(self, token: str) -> dict[str, Any]:
-        """The token's claims, or ``TokenRejectedError`` saying why it is not acceptable."""
+        """The token's claims, or ``TokenRejectedError`` saying why it is not acceptable.
+
+        Raises only ``TokenRejectedError`` or ``JwksUnavailableError``: anything unexpected
+        while checking a token rejects it (fail closed) with one log line, never a 500.
+        """
+        try:
+            return await self._verify(token)
+        except (TokenRejectedError, JwksUnavailableError):
+            raise
+        except Exception as exc:
+            logger.warning("token rejected: verification failed with %s", type(exc).__name__)
+            raise TokenRejectedError("token is invalid") from exc
+
+    async def _verify(self, token: str) -> dict[str, Any]:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as exc:
             raise TokenRejectedError("malformed token") from exc
         alg = header.get("alg")
-        if alg not in ALLOWED_ALGORITHMS:
+        kid = header.get("kid")
+        if not isinstance(alg, str) or alg not in await self._jwks.algorithms():
             raise TokenRejectedError("token algorithm not accepted")
-        key = await self._jwks.get_key(header.get("kid"))
+        if kid is not None and not isinstance(kid, str):
+            raise TokenRejectedError("malformed token")
+        signing = await self._jwks.get_key(kid)
+        if alg not in signing.algorithms:
+            raise TokenRejectedError("token algorithm does not match its key")
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,
-                key.key,
+                signing.key.key,
                 algorithms=[alg],
                 issuer=self.issuer,
                 options={
@@ -211,6 +277,7 @@ class JwtVerifier:
                     "verify_exp": False,  # checked below against the injected clock
                     "verify_nbf": False,
                     "verify_iat": False,
+                    "verify_sub": False,  # checked below: a non-blank string
                 },
             )
         except jwt.InvalidSignatureError as exc:
@@ -221,9 +288,16 @@ class JwtVerifier:
             raise TokenRejectedError(f"token lacks the {exc.claim!r} claim") from exc
         except jwt.PyJWTError as exc:
             raise TokenRejectedError("token is invalid") from exc
+        self._check_subject(claims.get("sub"))
         self._check_audience(claims.get("aud"))
         self._check_times(claims)
         return claims
+
+    @staticmethod
+    def _check_subject(sub: object) -> None:
+        # An empty or blank subject would make every such caller the same nobody.
+        if not isinstance(sub, str) or not sub.strip() or sub != sub.strip():
+            raise TokenRejectedError("token has no valid subject ('sub')")
 
     def _check_audience(self, aud: object) -> None:
         if isinstance(aud, list) and len(aud) == 1:
