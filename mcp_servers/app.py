@@ -36,7 +36,31 @@ R = TypeVar("R")
 
 
 class _FastMCP(FastMCP):
-    """FastMCP whose argument-validation errors read as one line per bad field."""
+    """FastMCP that advertises only what it has, with one-line argument-validation errors.
+
+    FastMCP registers prompt and resource handlers up front, and the low-level server
+    advertises a capability for every registered handler, so a server with only tools would
+    claim ``prompts`` and ``resources`` (and fail conformance checks for them). Here only the
+    tool handlers are registered at construction; the others when the app is built and the
+    server actually has resources or prompts.
+    """
+
+    def _setup_handlers(self) -> None:
+        # The low-level server's decorators are untyped upstream (hence the ignores).
+        self._mcp_server.list_tools()(self.list_tools)  # type: ignore[no-untyped-call]
+        # FastMCP converts arguments itself before validating them (as upstream does).
+        self._mcp_server.call_tool(validate_input=False)(self.call_tool)
+
+    def register_implemented_handlers(self) -> None:
+        """Add the resource and prompt handlers if (and only if) there is something to serve."""
+        resources = self._resource_manager
+        if resources.list_resources() or resources.list_templates():
+            self._mcp_server.list_resources()(self.list_resources)  # type: ignore[no-untyped-call]
+            self._mcp_server.read_resource()(self.read_resource)  # type: ignore[no-untyped-call]
+            self._mcp_server.list_resource_templates()(self.list_resource_templates)  # type: ignore[no-untyped-call]
+        if self._prompt_manager.list_prompts():
+            self._mcp_server.list_prompts()(self.list_prompts)  # type: ignore[no-untyped-call]
+            self._mcp_server.get_prompt()(self.get_prompt)  # type: ignore[no-untyped-call]
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any]
@@ -154,6 +178,7 @@ class ScopedServer:
 
     def asgi_app(self) -> ASGIApp:
         """The streamable-HTTP app behind the auth gate (build once per server)."""
+        self.mcp.register_implemented_handlers()
         return AuthGate(
             self.mcp.streamable_http_app(),
             verifier=self.verifier,

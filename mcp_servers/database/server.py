@@ -59,9 +59,13 @@ def build_database(
 
     @server.tool(scope=READ, read_only=True, title="Failed jobs")
     async def list_failed_jobs(
-        since_hours: Annotated[int, Field(ge=1, le=24 * 90)] = 24,
-        name: Annotated[str | None, Field(max_length=100)] = None,
-        limit: Annotated[int, Field(ge=1, le=200)] = 50,
+        since_hours: Annotated[
+            int, Field(ge=1, le=24 * 90, description="how far back to look, in hours")
+        ] = 24,
+        name: Annotated[
+            str | None, Field(max_length=100, description="only jobs with this exact name")
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=200, description="most jobs to return")] = 50,
     ) -> Jobs:
         """Your teams' jobs that failed in the last ``since_hours`` hours, newest first."""
         caller = current_caller(READ)
@@ -84,8 +88,10 @@ def build_database(
 
     @server.tool(scope=READ, read_only=True, title="Recent deploys")
     async def recent_deploys(
-        service: Annotated[str | None, Field(max_length=100)] = None,
-        limit: Annotated[int, Field(ge=1, le=200)] = 20,
+        service: Annotated[
+            str | None, Field(max_length=100, description="only deploys of this service")
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=200, description="most deploys to return")] = 20,
     ) -> Deploys:
         """Your teams' most recent deploys, optionally of one service."""
         caller = current_caller(READ)
@@ -111,7 +117,14 @@ def build_database(
 
         @server.tool(scope=QUERY, read_only=True, title="Read-only SQL query")
         async def run_readonly_query(
-            sql: Annotated[str, Field(min_length=1, max_length=10_000)],
+            sql: Annotated[
+                str,
+                Field(
+                    min_length=1,
+                    max_length=10_000,
+                    description="one SELECT statement over orders, jobs and deploys",
+                ),
+            ],
         ) -> QueryResult:
             """Run one SELECT over orders, jobs and deploys as you, read-only.
 

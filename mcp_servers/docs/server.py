@@ -24,15 +24,23 @@ def build_docs(
 
     @server.tool(scope=READ, read_only=True, title="Search docs")
     async def search_docs(
-        query: Annotated[str, Field(min_length=1, max_length=300)],
-        limit: Annotated[int, Field(ge=1, le=20)] = 5,
+        query: Annotated[str, Field(min_length=1, max_length=300, description="words to look for")],
+        limit: Annotated[int, Field(ge=1, le=20, description="most docs to return")] = 5,
     ) -> SearchDocsResult:
         """Search runbooks and policies you can read; best match first, each with its URL."""
         return await store.search(current_caller(READ), query, limit)
 
     @server.tool(scope=READ, read_only=True, title="Get a doc")
     async def get_doc(
-        doc_id: Annotated[str, Field(min_length=1, max_length=120, pattern=r"^[a-z0-9-]+$")],
+        doc_id: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=120,
+                pattern=r"^[a-z0-9-]+$",
+                description="the doc's id from search_docs, e.g. payments-refund-stuck",
+            ),
+        ],
     ) -> Doc:
         """One doc's full content and canonical URL."""
         return await store.get(current_caller(READ), doc_id)

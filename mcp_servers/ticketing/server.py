@@ -27,7 +27,16 @@ READ = "tickets:read"
 WRITE = "tickets:write"
 
 TicketKey = Annotated[
-    str, Field(min_length=3, max_length=32, pattern=r"^[A-Za-z]+-\d+$", description="e.g. PAY-101")
+    str,
+    Field(
+        min_length=3,
+        max_length=32,
+        pattern=r"^[A-Za-z]+-\d+$",
+        description="ticket key: project and number, e.g. PAY-101",
+    ),
+]
+Assignee = Annotated[
+    str | None, Field(max_length=128, description="user id of the assignee, e.g. alice")
 ]
 IdemKey = Annotated[str, IDEMPOTENCY_KEY_FIELD]
 
@@ -44,11 +53,17 @@ def build_ticketing(
 
     @server.tool(scope=READ, read_only=True, title="Search tickets")
     async def search_tickets(
-        query: Annotated[str, Field(max_length=200, description="words to look for")] = "",
-        project: Annotated[str | None, Field(max_length=16, description="e.g. PAY")] = None,
-        status: Status | None = None,
-        assignee: Annotated[str | None, Field(max_length=128)] = None,
-        limit: Annotated[int, Field(ge=1, le=100)] = 20,
+        query: Annotated[
+            str, Field(max_length=200, description="words to look for; empty lists all")
+        ] = "",
+        project: Annotated[
+            str | None, Field(max_length=16, description="only this project's key, e.g. PAY")
+        ] = None,
+        status: Annotated[Status | None, Field(description="only tickets in this status")] = None,
+        assignee: Annotated[
+            str | None, Field(max_length=128, description="only tickets assigned to this user id")
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=100, description="most tickets to return")] = 20,
     ) -> SearchResult:
         """Search the tickets you can see, best matches first (title counts more)."""
         caller = current_caller(READ)
@@ -63,12 +78,21 @@ def build_ticketing(
 
     @server.tool(scope=WRITE, read_only=False, idempotent=True, title="Create a ticket")
     async def create_ticket(
-        project: Annotated[str, Field(min_length=2, max_length=16, description="e.g. PAY")],
-        title: Annotated[str, Field(min_length=3, max_length=300)],
-        description: Annotated[str, Field(max_length=20_000)],
+        project: Annotated[
+            str,
+            Field(
+                min_length=2,
+                max_length=16,
+                description="project key of one of your teams, e.g. PAY",
+            ),
+        ],
+        title: Annotated[str, Field(min_length=3, max_length=300, description="one-line summary")],
+        description: Annotated[
+            str, Field(max_length=20_000, description="what happened and what is needed")
+        ],
         idempotency_key: IdemKey,
-        priority: Priority = "medium",
-        assignee: Annotated[str | None, Field(max_length=128)] = None,
+        priority: Annotated[Priority, Field(description="how urgent the ticket is")] = "medium",
+        assignee: Assignee = None,
     ) -> Ticket:
         """Create a ticket in one of your teams' projects."""
         return await store.create(
@@ -85,13 +109,20 @@ def build_ticketing(
     async def update_ticket(
         key: TicketKey,
         idempotency_key: IdemKey,
-        title: Annotated[str | None, Field(min_length=3, max_length=300)] = None,
-        description: Annotated[str | None, Field(max_length=20_000)] = None,
-        status: Annotated[
-            Status | None, Field(description="use close_ticket to close a ticket")
+        title: Annotated[
+            str | None, Field(min_length=3, max_length=300, description="new one-line summary")
         ] = None,
-        priority: Priority | None = None,
-        assignee: Annotated[str | None, Field(max_length=128)] = None,
+        description: Annotated[
+            str | None, Field(max_length=20_000, description="new description (replaces it)")
+        ] = None,
+        status: Annotated[
+            Status | None,
+            Field(description="new status; use close_ticket to close a ticket"),
+        ] = None,
+        priority: Annotated[Priority | None, Field(description="new priority")] = None,
+        assignee: Annotated[
+            str | None, Field(max_length=128, description="user id of the new assignee")
+        ] = None,
     ) -> Ticket:
         """Change fields of a ticket; only the fields you give change."""
         caller = current_caller(WRITE)
@@ -109,7 +140,9 @@ def build_ticketing(
     @server.tool(scope=WRITE, read_only=False, idempotent=True, title="Comment on a ticket")
     async def add_comment(
         key: TicketKey,
-        body: Annotated[str, Field(min_length=1, max_length=10_000)],
+        body: Annotated[
+            str, Field(min_length=1, max_length=10_000, description="the comment's text")
+        ],
         idempotency_key: IdemKey,
     ) -> Ticket:
         """Add a comment to a ticket."""
@@ -120,7 +153,10 @@ def build_ticketing(
     )
     async def close_ticket(
         key: TicketKey,
-        resolution: Annotated[str, Field(min_length=3, max_length=2_000)],
+        resolution: Annotated[
+            str,
+            Field(min_length=3, max_length=2_000, description="how the ticket was resolved"),
+        ],
         idempotency_key: IdemKey,
     ) -> Ticket:
         """Close a ticket with a resolution note."""
@@ -128,9 +164,20 @@ def build_ticketing(
 
     @server.tool(scope=READ, read_only=True, title="Read the change log")
     async def get_change_log(
-        idempotency_key: Annotated[str | None, Field(max_length=200)] = None,
-        ticket_key: TicketKey | None = None,
-        limit: Annotated[int, Field(ge=1, le=200)] = 50,
+        idempotency_key: Annotated[
+            str | None,
+            Field(max_length=200, description="only the changes made with this idempotency key"),
+        ] = None,
+        ticket_key: Annotated[
+            str | None,
+            Field(
+                min_length=3,
+                max_length=32,
+                pattern=r"^[A-Za-z]+-\d+$",
+                description="only the changes to this ticket, e.g. PAY-101",
+            ),
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=200, description="most entries to return")] = 50,
     ) -> ChangeLog:
         """Reconciliation: changes made with an idempotency key or to a ticket, newest first.
 
