@@ -28,6 +28,7 @@ from starlette.types import ASGIApp
 from mcp_servers.auth import JwksClient, JwtVerifier
 from mcp_servers.errors import ToolRefusedError
 from mcp_servers.gate import AuthGate
+from mcp_servers.hosts import DEFAULT_ALLOWED_HOSTS, transport_security
 
 logger = logging.getLogger(__name__)
 
@@ -104,9 +105,12 @@ class ScopedServer:
     instructions: str
     jwks: JwksClient | None = None
     host: str = "127.0.0.1"
+    # Host names this server answers (``mcp_servers.hosts``); others get 421.
+    allowed_hosts: Sequence[str] = DEFAULT_ALLOWED_HOSTS
     tool_scopes: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.transport_security = transport_security(self.allowed_hosts)
         if self.jwks is None:
             self.jwks = JwksClient(issuer=self.auth.issuer, jwks_url=self.auth.jwks_url)
         self.verifier = JwtVerifier(
@@ -126,6 +130,8 @@ class ScopedServer:
                 validate_token_resource=True,
             ),
             host=self.host,
+            # Also checked by the gate, before auth; the SDK checks again on the MCP route.
+            transport_security=self.transport_security,
             streamable_http_path=urlparse(self.auth.audience).path.rstrip("/") or "/mcp",
         )
 
@@ -186,4 +192,5 @@ class ScopedServer:
             authorization_servers=[self.auth.issuer],
             tool_scopes=self.tool_scopes,
             resource_name=self.name,
+            transport_security=self.transport_security,
         )

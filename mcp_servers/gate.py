@@ -10,7 +10,11 @@ an error result). The gate:
 - reads a POST's JSON-RPC body and, for ``tools/call`` of a tool whose scope the token lacks,
   answers 403 ``insufficient_scope`` with the needed ``scope`` (MCP authorization, scope
   challenge), before the SDK sees the call;
-- serves RFC 9728 protected resource metadata listing every scope the server uses.
+- serves RFC 9728 protected resource metadata listing every scope the server uses;
+- answers ``/healthz`` (200, no token, no MCP session, any ``Host``: probes use the pod's
+  address) before anything else;
+- refuses a ``Host`` that is not allowed with 421 and a foreign browser ``Origin`` with 403
+  (DNS-rebinding protection, ``mcp_servers.hosts``) before looking at any token.
 
 The SDK's own bearer middleware still runs behind the gate (same verifier), so tools read the
 caller with ``get_access_token()`` and sessions stay bound to the credential that opened them.
@@ -24,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_servers.auth import JwtVerifier, scopes_of
@@ -32,6 +38,7 @@ from mcp_servers.errors import JwksUnavailableError, TokenRejectedError
 logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1_000_000
+HEALTH_PATH = "/healthz"
 
 
 def resource_metadata_path(resource: str) -> str:
@@ -57,8 +64,11 @@ class AuthGate:
         authorization_servers: Sequence[str],
         tool_scopes: Mapping[str, str],
         resource_name: str,
+        transport_security: TransportSecuritySettings,
     ) -> None:
         self.app = app
+        self.resource_name = resource_name
+        self.host_check = TransportSecurityMiddleware(transport_security)
         self.verifier = verifier
         self.resource = resource
         self.mcp_path = urlparse(resource).path.rstrip("/") or "/mcp"
@@ -78,6 +88,13 @@ class AuthGate:
             await self.app(scope, receive, send)
             return
         path = str(scope["path"]).rstrip("/")
+        if path == HEALTH_PATH and scope["method"] in ("GET", "HEAD"):
+            await _send_json(send, 200, {"status": "ok", "server": self.resource_name})
+            return
+        refused = await self.host_check.validate_request(HTTPConnection(scope), is_post=False)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
         if path == self.metadata_path and scope["method"] in ("GET", "HEAD"):
             await _send_json(send, 200, self.metadata)
             return

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -25,6 +25,7 @@ from mcp_servers.database import DatabaseConfig, DatabaseGateway, build_database
 from mcp_servers.docs import DocStore, build_docs
 from mcp_servers.docs import seed_docs as docs_seed
 from mcp_servers.errors import ConfigError
+from mcp_servers.hosts import DEFAULT_ALLOWED_HOSTS
 from mcp_servers.ticketing import TicketStore, build_ticketing, seed_data
 from opsbot.serving import bind_socket, serve_asgi, socket_url
 
@@ -111,10 +112,12 @@ async def open_server(
     data_dir: Path | None = None,
     host: str = "127.0.0.1",
     public_url: str | None = None,
+    allowed_hosts: Sequence[str] = DEFAULT_ALLOWED_HOSTS,
 ) -> AsyncIterator[ScopedServer]:
     """One seeded server by name (``opsbot mcp NAME``); its stores close with the block.
 
     ``public_url``: base of the canonical links of tickets and docs (default: the server's).
+    ``allowed_hosts``: the ``Host`` names it answers (``mcp_servers.hosts``).
     """
     jwks = JwksClient(issuer=auth.issuer, jwks_url=auth.jwks_url)
     parsed = urlparse(auth.audience)
@@ -123,20 +126,27 @@ async def open_server(
         tickets = await TicketStore.open(store_url, base_url=links)
         try:
             await tickets.seed(seed_data())
-            yield build_ticketing(tickets, auth, jwks=jwks, host=host)
+            yield build_ticketing(tickets, auth, jwks=jwks, host=host, allowed_hosts=allowed_hosts)
         finally:
             await tickets.close()
     elif name == "docs":
         docs = await DocStore.open(store_url, base_url=links)
         try:
             await docs.seed(docs_seed())
-            yield build_docs(docs, auth, jwks=jwks, host=host)
+            yield build_docs(docs, auth, jwks=jwks, host=host, allowed_hosts=allowed_hosts)
         finally:
             await docs.close()
     elif name == "database":
         config = database or DatabaseConfig()
         async with open_gateway(config, data_dir=data_dir) as db:
-            yield build_database(db, auth, jwks=jwks, enable_query=config.enable_query, host=host)
+            yield build_database(
+                db,
+                auth,
+                jwks=jwks,
+                enable_query=config.enable_query,
+                host=host,
+                allowed_hosts=allowed_hosts,
+            )
     else:
         raise ConfigError(f"unknown server {name!r}; choose one of {', '.join(SERVER_NAMES)}")
 
@@ -151,6 +161,7 @@ async def start_reference_servers(
     docs_store_url: str = "sqlite+aiosqlite://",
     database: DatabaseConfig | None = None,
     data_dir: Path | None = None,
+    allowed_hosts: Sequence[str] = DEFAULT_ALLOWED_HOSTS,
 ) -> AsyncIterator[ReferenceServers]:
     """All three servers on free loopback ports, seeded, trusting ``issuer``'s keys."""
     socks = {name: bind_socket(host, 0) for name in SERVER_NAMES}
@@ -169,9 +180,15 @@ async def start_reference_servers(
         db_config = database or DatabaseConfig()
         db = await stack.enter_async_context(open_gateway(db_config, data_dir=data_dir))
         servers = [
-            build_ticketing(tickets, auth("ticketing"), jwks=jwks),
-            build_docs(docs, auth("docs"), jwks=jwks),
-            build_database(db, auth("database"), jwks=jwks, enable_query=db_config.enable_query),
+            build_ticketing(tickets, auth("ticketing"), jwks=jwks, allowed_hosts=allowed_hosts),
+            build_docs(docs, auth("docs"), jwks=jwks, allowed_hosts=allowed_hosts),
+            build_database(
+                db,
+                auth("database"),
+                jwks=jwks,
+                enable_query=db_config.enable_query,
+                allowed_hosts=allowed_hosts,
+            ),
         ]
         running = await stack.enter_async_context(
             _serve_together([(server, socks[server.name]) for server in servers])

@@ -172,6 +172,39 @@ class SandboxSettings(BaseModel):
     database_port: int = Field(default=8103, ge=0, le=65535)
 
 
+def _loopback_hosts() -> list[str]:
+    return ["127.0.0.1", "localhost", "[::1]"]
+
+
+class ReferenceServerSettings(BaseModel):
+    """One reference MCP server run by ``opsbot mcp NAME`` (``mcp_servers``).
+
+    ``allowed_hosts``: the ``Host`` names it answers (others get 421): a name or address, with
+    ``:port`` for that port only, without for any port. Default loopback; behind a proxy or as
+    a Kubernetes service list the name it is reached by, e.g.
+    ``OPSBOT_REFERENCE_SERVERS__TICKETING__ALLOWED_HOSTS='["localhost","tickets.internal"]'``.
+    """
+
+    allowed_hosts: list[str] = Field(default_factory=_loopback_hosts, min_length=1)
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _plain_host_names(cls, hosts: list[str]) -> list[str]:
+        for host in hosts:
+            if not host.strip() or any(c in host for c in "/ @?#") or "://" in host:
+                raise ValueError(
+                    f"{host!r} is not a host name: give a name with an optional port, without "
+                    "scheme or path, e.g. tickets.internal or tickets.internal:8101"
+                )
+        return [host.strip().lower() for host in hosts]
+
+
+class ReferenceServersSettings(BaseModel):
+    ticketing: ReferenceServerSettings = Field(default_factory=ReferenceServerSettings)
+    docs: ReferenceServerSettings = Field(default_factory=ReferenceServerSettings)
+    database: ReferenceServerSettings = Field(default_factory=ReferenceServerSettings)
+
+
 class Settings(BaseSettings):
     """Everything opsbot can be configured with. See ``.env.example`` for each variable."""
 
@@ -197,6 +230,8 @@ class Settings(BaseSettings):
     tool_policy_path: Path | None = None
 
     mcp_servers: list[McpServerSettings] = Field(default_factory=_default_mcp_servers)
+    # The reference servers themselves (`opsbot mcp NAME`), not the servers opsbot talks to.
+    reference_servers: ReferenceServersSettings = Field(default_factory=ReferenceServersSettings)
 
     @field_validator("mcp_servers")
     @classmethod

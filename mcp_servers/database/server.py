@@ -6,6 +6,7 @@ registered only when the configuration enables it (PostgreSQL only).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -16,6 +17,7 @@ from mcp_servers.auth import Clock, JwksClient, current_caller, utc_now
 from mcp_servers.database.gateway import DatabaseGateway
 from mcp_servers.database.models import Deploy, Deploys, Job, Jobs, Order, QueryResult
 from mcp_servers.errors import NotFoundError
+from mcp_servers.hosts import DEFAULT_ALLOWED_HOSTS
 
 READ = "db:read"
 QUERY = "db:query"
@@ -37,8 +39,11 @@ def build_database(
     enable_query: bool = False,
     clock: Clock = utc_now,
     host: str = "127.0.0.1",
+    allowed_hosts: Sequence[str] = DEFAULT_ALLOWED_HOSTS,
 ) -> ScopedServer:
-    server = ScopedServer("database", auth, READ, INSTRUCTIONS, jwks=jwks, host=host)
+    server = ScopedServer(
+        "database", auth, READ, INSTRUCTIONS, jwks=jwks, host=host, allowed_hosts=allowed_hosts
+    )
 
     @server.tool(scope=READ, read_only=True, title="Order status")
     async def get_order_status(

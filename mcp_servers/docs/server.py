@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import Field
@@ -9,6 +10,7 @@ from pydantic import Field
 from mcp_servers.app import AuthConfig, ScopedServer
 from mcp_servers.auth import JwksClient, current_caller
 from mcp_servers.docs.store import Doc, DocStore, SearchDocsResult
+from mcp_servers.hosts import DEFAULT_ALLOWED_HOSTS
 
 READ = "docs:read"
 
@@ -18,9 +20,16 @@ INSTRUCTIONS = (
 
 
 def build_docs(
-    store: DocStore, auth: AuthConfig, *, jwks: JwksClient | None = None, host: str = "127.0.0.1"
+    store: DocStore,
+    auth: AuthConfig,
+    *,
+    jwks: JwksClient | None = None,
+    host: str = "127.0.0.1",
+    allowed_hosts: Sequence[str] = DEFAULT_ALLOWED_HOSTS,
 ) -> ScopedServer:
-    server = ScopedServer("docs", auth, READ, INSTRUCTIONS, jwks=jwks, host=host)
+    server = ScopedServer(
+        "docs", auth, READ, INSTRUCTIONS, jwks=jwks, host=host, allowed_hosts=allowed_hosts
+    )
 
     @server.tool(scope=READ, read_only=True, title="Search docs")
     async def search_docs(

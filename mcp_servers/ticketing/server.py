@@ -6,6 +6,7 @@ only tickets of their teams' projects (``team-<x>`` groups). Writes take ``idemp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import Field
@@ -13,6 +14,7 @@ from pydantic import Field
 from mcp_servers.app import AuthConfig, ScopedServer
 from mcp_servers.auth import JwksClient, current_caller
 from mcp_servers.errors import ToolRefusedError
+from mcp_servers.hosts import DEFAULT_ALLOWED_HOSTS
 from mcp_servers.ticketing.models import (
     IDEMPOTENCY_KEY_FIELD,
     ChangeLog,
@@ -47,9 +49,16 @@ INSTRUCTIONS = (
 
 
 def build_ticketing(
-    store: TicketStore, auth: AuthConfig, *, jwks: JwksClient | None = None, host: str = "127.0.0.1"
+    store: TicketStore,
+    auth: AuthConfig,
+    *,
+    jwks: JwksClient | None = None,
+    host: str = "127.0.0.1",
+    allowed_hosts: Sequence[str] = DEFAULT_ALLOWED_HOSTS,
 ) -> ScopedServer:
-    server = ScopedServer("ticketing", auth, READ, INSTRUCTIONS, jwks=jwks, host=host)
+    server = ScopedServer(
+        "ticketing", auth, READ, INSTRUCTIONS, jwks=jwks, host=host, allowed_hosts=allowed_hosts
+    )
 
     @server.tool(scope=READ, read_only=True, title="Search tickets")
     async def search_tickets(

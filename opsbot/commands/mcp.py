@@ -10,10 +10,11 @@ the database server uses SQLite there too, or PostgreSQL with ``--postgres-url``
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 from urllib.parse import urlparse
 
-from opsbot.settings import Settings
+from opsbot.settings import ReferenceServerSettings, Settings
 
 DEFAULT_PORTS = {"ticketing": 8101, "docs": 8102, "database": 8103}
 
@@ -34,12 +35,46 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--enable-query", action="store_true", help="offer run_readonly_query")
     parser.add_argument("--public-url", default=None, help="base of ticket/doc links")
     parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=None,
+        dest="allowed_hosts",
+        type=_allowed_host,
+        metavar="HOST[:PORT]",
+        help="a Host name to answer (repeat; replaces "
+        "OPSBOT_REFERENCE_SERVERS__<NAME>__ALLOWED_HOSTS, default loopback)",
+    )
+    parser.add_argument(
         "--provision-admin-url",
         default=None,
         help="dev only: create schema, roles and RLS there from the demo directory (once), "
         "then serve from it as the gateway role",
     )
     parser.set_defaults(handler=handle)
+
+
+def _allowed_host(value: str) -> str:
+    from mcp_servers.hosts import normalize_allowed_host
+
+    try:
+        return normalize_allowed_host(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _allowed_hosts(args: argparse.Namespace, settings: Settings) -> list[str] | None:
+    """``--allowed-host`` values, else the configured ones (checked: one line and None if bad)."""
+    from mcp_servers.hosts import normalize_allowed_host
+
+    if args.allowed_hosts:
+        return list(args.allowed_hosts)
+    configured: ReferenceServerSettings = getattr(settings.reference_servers, args.server)
+    variable = f"OPSBOT_REFERENCE_SERVERS__{args.server.upper()}__ALLOWED_HOSTS"
+    try:
+        return [normalize_allowed_host(host) for host in configured.allowed_hosts]
+    except ValueError as exc:
+        print(f"opsbot mcp: {variable}: {exc}", file=sys.stderr, flush=True)
+        return None
 
 
 def _audience(args: argparse.Namespace, settings: Settings, port: int) -> str:
@@ -91,6 +126,9 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
         role_prefix=args.role_prefix,
         enable_query=args.enable_query,
     )
+    allowed_hosts = _allowed_hosts(args, settings)
+    if allowed_hosts is None:
+        return 2
     async with (
         open_server(
             args.server,
@@ -99,12 +137,14 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
             database=database,
             host=args.host,
             public_url=args.public_url,
+            allowed_hosts=allowed_hosts,
         ) as server,
         serve_asgi(server.asgi_app(), sock, log_level="info") as base,  # type: ignore[arg-type]
     ):
         print(
             f"opsbot mcp {args.server}: serving {base}/mcp "
-            f"(audience {auth.audience}, issuer {auth.issuer})",
+            f"(audience {auth.audience}, issuer {auth.issuer}, "
+            f"hosts {' '.join(allowed_hosts)})",
             flush=True,
         )
         await wait_for_shutdown()
