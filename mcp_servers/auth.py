@@ -38,6 +38,7 @@ Clock = Callable[[], datetime]
 _RSA_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
 _EC_ALGORITHMS = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
 _OKP_CURVES = frozenset({"Ed25519", "Ed448"})
+ASYMMETRIC_ALGORITHMS = _RSA_ALGORITHMS | frozenset(_EC_ALGORITHMS.values()) | {"EdDSA"}
 
 
 def key_algorithms(jwk: Mapping[str, Any]) -> frozenset[str]:
@@ -91,12 +92,6 @@ class JwksClient:
         self._keys: dict[str, SigningKey] = {}
         self._fetched_at: datetime | None = None
         self._lock = asyncio.Lock()
-
-    async def algorithms(self) -> frozenset[str]:
-        """Every algorithm some key of the (fresh enough) JWKS may verify."""
-        if self._stale():
-            await self._refresh(self._fetched_at)
-        return frozenset().union(*(k.algorithms for k in self._keys.values()))
 
     async def get_key(self, kid: str | None) -> SigningKey:
         """The signing key for ``kid`` (the only key when ``kid`` is absent and there is one)."""
@@ -258,13 +253,15 @@ class JwtVerifier:
             raise TokenRejectedError("malformed token") from exc
         alg = header.get("alg")
         kid = header.get("kid")
-        if not isinstance(alg, str) or alg not in await self._jwks.algorithms():
-            raise TokenRejectedError("token algorithm not accepted")
+        if not isinstance(alg, str) or alg not in ASYMMETRIC_ALGORITHMS:
+            raise TokenRejectedError("token algorithm not accepted")  # none, HS*: no fetch
         if kid is not None and not isinstance(kid, str):
             raise TokenRejectedError("malformed token")
+        # Refetches the JWKS once on an unknown kid, so a rotation to a new key (even of a new
+        # type) is picked up; then only the algorithms of that key's type are accepted.
         signing = await self._jwks.get_key(kid)
         if alg not in signing.algorithms:
-            raise TokenRejectedError("token algorithm does not match its key")
+            raise TokenRejectedError("token algorithm not accepted for its key")
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,

@@ -295,10 +295,10 @@ def test_logging_of_rejections_is_one_line(caplog: pytest.LogCaptureFixture) -> 
     import asyncio
 
     from mcp_servers import JwtVerifier, TokenRejectedError
-    from mcp_servers.auth import JwksClient
+    from mcp_servers.auth import JwksClient, SigningKey
 
     class Broken(JwksClient):
-        async def algorithms(self) -> frozenset[str]:
+        async def get_key(self, kid: str | None) -> SigningKey:
             raise RuntimeError("boom")
 
     verifier = JwtVerifier(
@@ -310,3 +310,34 @@ def test_logging_of_rejections_is_one_line(caplog: pytest.LogCaptureFixture) -> 
         asyncio.run(verifier.verify(token))
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
     assert caplog.records[0].exc_info is None
+
+
+async def test_rotation_to_a_key_of_a_new_type_is_picked_up() -> None:
+    """An RSA-only JWKS refuses ES256; once the IdP publishes an EC key, its tokens verify."""
+    from mcp_servers import JwtVerifier, TokenRejectedError
+    from mcp_servers.auth import JwksClient
+
+    rsa_key = _rsa_key("mixed")
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    keys = [{**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(rsa_key.public_key())), "kid": "r"}]
+    sock = bind_socket("127.0.0.1", 0)
+    host, port = sock.getsockname()[:2]
+    issuer = f"http://{host}:{port}"
+
+    async def jwks(request: Request) -> JSONResponse:
+        return JSONResponse({"keys": keys})
+
+    async with serve_asgi(Starlette(routes=[Route("/jwks", jwks)]), sock):
+        client = JwksClient(issuer=issuer, jwks_url=f"{issuer}/jwks", min_refetch_seconds=0)
+        verifier = JwtVerifier(issuer=issuer, audience="http://a/mcp", jwks=client)
+        claims = _claims(issuer, "http://a/mcp")
+        es256 = jwt.encode(claims, ec_key, algorithm="ES256", headers={"kid": "e"})
+        with pytest.raises(TokenRejectedError, match="unknown key"):
+            await verifier.verify(es256)
+        keys.append(
+            {**json.loads(jwt.algorithms.ECAlgorithm.to_jwk(ec_key.public_key())), "kid": "e"}
+        )
+        assert (await verifier.verify(es256))["sub"] == "alice"
+        wrong = jwt.encode(claims, ec_key, algorithm="ES256", headers={"kid": "r"})
+        with pytest.raises(TokenRejectedError, match="not accepted for its key"):
+            await verifier.verify(wrong)
