@@ -13,30 +13,19 @@ Example::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from mcp.server.transport_security import TransportSecuritySettings
 
-DEFAULT_ALLOWED_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+from opsbot.settings import normalize_host_entry
 
-# A DNS name or IPv4 address, or a bracketed IPv6 address; optional :port.
-_HOST = re.compile(
-    r"^(?P<name>\[[0-9a-f:.]+\]|[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*)"
-    r"(:(?P<port>\d{1,5}))?$"
-)
+DEFAULT_ALLOWED_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 
 def normalize_allowed_host(entry: str) -> str:
     """``entry`` lower-cased, or ``ValueError`` saying what is wrong (no scheme, no path)."""
-    value = entry.strip().lower()
-    match = _HOST.match(value)
-    if match is None or (match["port"] is not None and not 0 < int(match["port"]) < 65536):
-        raise ValueError(
-            f"{entry!r} is not a host name: give a name or address with an optional port, "
-            "without scheme or path, e.g. tickets.internal or tickets.internal:8101"
-        )
-    return value
+    # One rule for the settings and here (the settings validate before any server is built).
+    return normalize_host_entry(entry)
 
 
 def transport_security(allowed_hosts: Iterable[str]) -> TransportSecuritySettings:
@@ -45,9 +34,8 @@ def transport_security(allowed_hosts: Iterable[str]) -> TransportSecuritySetting
     origins: list[str] = []
     for entry in allowed_hosts:
         host = normalize_allowed_host(entry)
-        with_port = _HOST.match(host)
-        assert with_port is not None  # normalize_allowed_host checked it
-        variants = [host] if with_port["port"] else [host, f"{host}:*"]
+        has_port = not host.endswith("]") and ":" in host
+        variants = [host] if has_port else [host, f"{host}:*"]
         hosts += variants
         origins += [f"{scheme}://{v}" for scheme in ("http", "https") for v in variants]
     if not hosts:

@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -176,6 +177,25 @@ def _loopback_hosts() -> list[str]:
     return ["127.0.0.1", "localhost", "[::1]"]
 
 
+# A DNS name or IPv4 address, or a bracketed IPv6 address; optional :port.
+_HOST_ENTRY = re.compile(
+    r"^(?P<name>\[[0-9a-f:.]+\]|[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*)"
+    r"(:(?P<port>\d{1,5}))?$"
+)
+
+
+def normalize_host_entry(entry: str) -> str:
+    """An allowed ``Host`` entry, lower-cased; ``ValueError`` saying what is wrong."""
+    value = entry.strip().lower()
+    match = _HOST_ENTRY.match(value)
+    if match is None or (match["port"] is not None and not 0 < int(match["port"]) < 65536):
+        raise ValueError(
+            f"{entry!r} is not a host name: give a name or address with an optional port, "
+            "without scheme or path, e.g. tickets.internal or tickets.internal:8101"
+        )
+    return value
+
+
 class ReferenceServerSettings(BaseModel):
     """One reference MCP server run by ``opsbot mcp NAME`` (``mcp_servers``).
 
@@ -190,13 +210,7 @@ class ReferenceServerSettings(BaseModel):
     @field_validator("allowed_hosts")
     @classmethod
     def _plain_host_names(cls, hosts: list[str]) -> list[str]:
-        for host in hosts:
-            if not host.strip() or any(c in host for c in "/ @?#") or "://" in host:
-                raise ValueError(
-                    f"{host!r} is not a host name: give a name with an optional port, without "
-                    "scheme or path, e.g. tickets.internal or tickets.internal:8101"
-                )
-        return [host.strip().lower() for host in hosts]
+        return [normalize_host_entry(host) for host in hosts]
 
 
 class ReferenceServersSettings(BaseModel):

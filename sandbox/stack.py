@@ -253,10 +253,25 @@ async def _serve_mcp(
                 data_dir=data_dir,
             )
         )
+        hosts = settings.reference_servers  # the Host names each answers (default loopback)
         servers = (
-            build_ticketing(tickets, auth("ticketing"), jwks=jwks, host=host),
-            build_docs(docs, auth("docs"), jwks=jwks, host=host),
-            build_database(db, auth("database"), jwks=jwks, host=host),
+            build_ticketing(
+                tickets,
+                auth("ticketing"),
+                jwks=jwks,
+                host=host,
+                allowed_hosts=hosts.ticketing.allowed_hosts,
+            ),
+            build_docs(
+                docs, auth("docs"), jwks=jwks, host=host, allowed_hosts=hosts.docs.allowed_hosts
+            ),
+            build_database(
+                db,
+                auth("database"),
+                jwks=jwks,
+                host=host,
+                allowed_hosts=hosts.database.allowed_hosts,
+            ),
         )
         for server in servers:
             await stack.enter_async_context(serve_server(server, socks[server.name + "_port"]))

@@ -10,7 +10,6 @@ the database server uses SQLite there too, or PostgreSQL with ``--postgres-url``
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 from urllib.parse import urlparse
 
@@ -62,21 +61,6 @@ def _allowed_host(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _allowed_hosts(args: argparse.Namespace, settings: Settings) -> list[str] | None:
-    """``--allowed-host`` values, else the configured ones (checked: one line and None if bad)."""
-    from mcp_servers.hosts import normalize_allowed_host
-
-    if args.allowed_hosts:
-        return list(args.allowed_hosts)
-    configured: ReferenceServerSettings = getattr(settings.reference_servers, args.server)
-    variable = f"OPSBOT_REFERENCE_SERVERS__{args.server.upper()}__ALLOWED_HOSTS"
-    try:
-        return [normalize_allowed_host(host) for host in configured.allowed_hosts]
-    except ValueError as exc:
-        print(f"opsbot mcp: {variable}: {exc}", file=sys.stderr, flush=True)
-        return None
-
-
 def _audience(args: argparse.Namespace, settings: Settings, port: int) -> str:
     if args.audience:
         return str(args.audience)
@@ -126,9 +110,9 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
         role_prefix=args.role_prefix,
         enable_query=args.enable_query,
     )
-    allowed_hosts = _allowed_hosts(args, settings)
-    if allowed_hosts is None:
-        return 2
+    # Checked where they come from: the flag by argparse, the setting by the settings object.
+    configured: ReferenceServerSettings = getattr(settings.reference_servers, args.server)
+    allowed_hosts: list[str] = args.allowed_hosts or configured.allowed_hosts
     async with (
         open_server(
             args.server,

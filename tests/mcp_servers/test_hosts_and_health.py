@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from mcp_servers import ReferenceServers, start_reference_servers
 from mcp_servers.hosts import normalize_allowed_host, transport_security
@@ -242,14 +243,25 @@ async def test_default_opsbot_mcp_refuses_a_deployment_name(
         await _stop(process)
 
 
-async def test_a_bad_allowed_hosts_setting_is_one_line_and_exit_2(
+async def test_a_bad_allowed_host_flag_exits_2_naming_the_problem(
     mcp_test_issuer: TestIssuer, tmp_path: Path
 ) -> None:
-    variable = "OPSBOT_REFERENCE_SERVERS__TICKETING__ALLOWED_HOSTS"
-    process = await _spawn(mcp_test_issuer, tmp_path, {variable: '["tickets_internal"]'})
+    process = await _spawn(mcp_test_issuer, tmp_path, {}, "--allowed-host", "http://tickets/")
     _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
-    lines = stderr.decode().strip().splitlines()
     assert process.returncode == 2
-    assert len(lines) == 1, lines
-    assert variable in lines[0]
-    assert "e.g. tickets.internal" in lines[0]
+    assert "argument --allowed-host: 'http://tickets/' is not a host name" in stderr.decode()
+    assert "Traceback" not in stderr.decode()
+
+
+def test_a_bad_allowed_hosts_setting_is_refused_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The settings object refuses it at start-up, before any server is built (how a settings
+    # error is reported to the operator is the CLI's concern).
+    monkeypatch.setenv("OPSBOT_REFERENCE_SERVERS__DOCS__ALLOWED_HOSTS", '["tickets_internal"]')
+    with pytest.raises(ValidationError) as refused:
+        Settings(_env_file=None)  # type: ignore[call-arg]
+    error = refused.value.errors()[0]
+    assert error["loc"] == ("reference_servers", "docs", "allowed_hosts")
+    assert "'tickets_internal' is not a host name" in error["msg"]
+    assert "e.g. tickets.internal" in error["msg"]
