@@ -4,7 +4,7 @@ The adapter only translates: it calls an ``AssistantPort`` (the real ``Assistant
 test fake) and renders the results.
 """
 
-from opsbot.assistant import (
+from assistant.types import (
     AlreadyDecided,
     Answer,
     Answered,
