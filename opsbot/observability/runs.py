@@ -5,7 +5,7 @@ Every span carries ``thread_id`` and ``opsbot.user`` — the pseudonymous id, ne
 subject, email or chat user. Spans carry names, counts, models and error *classes*; never
 prompts, arguments or tool output.
 
-Wiring (``opsbot.assistant.open_assistant``)::
+Wiring (``opsbot.wiring.open_assistant``)::
 
     agent = Agent(..., run_callbacks=RunInstrumentation(tracing, prices))
 """

@@ -1,4 +1,4 @@
-"""The Slack app over HTTP against the REAL core: ``opsbot.assistant.Assistant`` with the dev
+"""The Slack app over HTTP against the REAL core: ``assistant.service.Assistant`` with the dev
 IdP, a real broker and identity service, the reference MCP servers, the real agent (a scripted
 model: no LLM is reachable), approvals and audit in SQL. Only Slack's servers are faked.
 """
