@@ -24,7 +24,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from opsbot.storage.engine import sqlite_path, sync_url
+from infra.storage.engine import sqlite_path, sync_url
 
 MEMORY_URL = "memory://"
 

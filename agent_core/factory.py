@@ -15,7 +15,7 @@ from agent_core.policy import ToolPolicy
 from agent_core.sessions import ServerConfig
 from agent_core.threads import ThreadStore
 from broker import Broker
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 
 def agent_config(settings: Settings) -> AgentConfig:

@@ -21,8 +21,8 @@ from sqlalchemy import RowMapping, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_core.clock import Clock, IdFactory, random_id, utc_now
-from opsbot.storage.schema import threads as threads_table
+from infra.clock import Clock, IdFactory, random_id, utc_now
+from infra.storage.schema import threads as threads_table
 
 
 class ThreadError(Exception):

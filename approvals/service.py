@@ -23,7 +23,6 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from agent_core.answer import Interrupt
-from agent_core.clock import Clock, IdFactory, random_id, utc_now
 from agent_core.errors import NoPendingApprovalError
 from agent_core.policy import ToolPolicy
 from approvals.errors import (
@@ -44,6 +43,7 @@ from approvals.store import ApprovalStore
 from audit.log import AuditLog, AuditQuery, EventKind, error_outcome
 from broker.errors import BrokerError
 from broker.types import Broker, Identity
+from infra.clock import Clock, IdFactory, random_id, utc_now
 
 log = logging.getLogger(__name__)
 

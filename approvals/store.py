@@ -33,7 +33,7 @@ from approvals.records import (
     ReadRef,
 )
 from broker.types import ChatUser
-from opsbot.storage.schema import approvals as approvals_table
+from infra.storage.schema import approvals as approvals_table
 
 
 class ApprovalStore(Protocol):

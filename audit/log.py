@@ -25,10 +25,10 @@ from typing import Any, Protocol
 from sqlalchemy import RowMapping, and_, exists, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_core.clock import Clock, IdFactory, random_id, utc_now
 from audit.errors import AuditQueryError
 from audit.redaction import DEFAULT_MAX_BYTES, redact, redact_text, summarise
-from opsbot.storage.schema import audit_events
+from infra.clock import Clock, IdFactory, random_id, utc_now
+from infra.storage.schema import audit_events
 
 
 class EventKind(StrEnum):

@@ -23,8 +23,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from agent_core.clock import Clock, utc_now
 from audit.log import AuditEvent, AuditLog
+from infra.clock import Clock, utc_now
 
 
 @dataclass(frozen=True, slots=True)

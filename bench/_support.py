@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import psycopg
 from sqlalchemy.engine import make_url
 
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 T = TypeVar("T")
 

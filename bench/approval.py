@@ -65,10 +65,10 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
     from approvals.service import ApprovalService
     from audit import AuditLog, AuditObserver, SqlAuditSink
     from broker import Identity
+    from infra.storage import create_engine, migrate
     from mcp_servers import start_reference_servers
-    from opsbot.storage import create_engine, migrate
-    from tests.fixtures.agent import FunctionChatModel, call, final, open_agent_env, tool_results
-    from tests.fixtures.identity import start_dev_idp
+    from testing.agent import FunctionChatModel, call, final, open_agent_env, tool_results
+    from testing.identity import start_dev_idp
 
     clicks = int(getattr(args, "clicks", 0) or 50)
     rounds = int(getattr(args, "rounds", 0) or 20)

@@ -24,7 +24,7 @@ from broker.inprocess import InProcessBroker, ServerTarget
 from broker.linking import LinkingService
 from broker.links import MemoryLinkStore, TokenCipher
 from broker.service import build_service_app
-from opsbot.serving import bind_socket, serve_asgi, socket_url
+from infra.serving import bind_socket, serve_asgi, socket_url
 
 AUDIENCES = {
     name: f"http://127.0.0.1:{port}/mcp"

@@ -1,7 +1,7 @@
 """A burst of N signed events (default 1,000) over loopback to the running Bolt app.
 
 Each event goes the production way: deduplicated, acked, enqueued as a durable run
-(``opsbot.jobs``) and run by the instance's worker (64 runs at once, 4 per user). A share of
+(``infra.jobs``) and run by the instance's worker (64 runs at once, 4 per user). A share of
 the events is delivered a second time as Slack's retry (same ``event_id``,
 ``X-Slack-Retry-Num: 1``), all POSTed with ``--concurrency`` in flight. Every ``event_id``
 must be answered exactly once in its thread: ``lost`` counts those that were not (0 is the
@@ -59,11 +59,11 @@ async def _bench(
     from bot.slack import SlackBotConfig, serve_http
     from bot.slack.durable import open_durable_bot
     from broker.types import ChatUser
-    from opsbot.jobs import RunLimits
-    from opsbot.serving import bind_socket
-    from opsbot.storage import create_engine, migrate
-    from tests.bot.fake_assistant import FakeAssistant
-    from tests.fixtures.slack import (
+    from infra.jobs import RunLimits
+    from infra.serving import bind_socket
+    from infra.storage import create_engine, migrate
+    from testing.fake_assistant import FakeAssistant
+    from testing.slack import (
         BOT_TOKEN,
         SIGNING_SECRET,
         TEAM_ID,

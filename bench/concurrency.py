@@ -27,7 +27,7 @@ from langchain_core.outputs import ChatResult
 from pydantic import Field
 
 from bench._support import peak_rss_mb, percentile, postgres_reachable, throwaway_postgres
-from tests.fixtures.agent import FunctionChatModel, call, final, tool_results
+from testing.agent import FunctionChatModel, call, final, tool_results
 
 
 class WaitingModel(FunctionChatModel):
@@ -95,7 +95,7 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
     from agent_core.threads import MemoryThreadStore, PlatformRef
     from broker import Identity
     from broker.types import ChatUser
-    from tests.fixtures.agent import FAKE_POLICY, FakeBroker, fake_mcp_server
+    from testing.agent import FAKE_POLICY, FakeBroker, fake_mcp_server
 
     _quiet()
     m = int(getattr(args, "m", 0) or 200)

@@ -33,8 +33,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from infra.serving import bind_socket, serve_asgi
 from mcp_servers import start_reference_servers
-from opsbot.serving import bind_socket, serve_asgi
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

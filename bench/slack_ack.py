@@ -25,10 +25,10 @@ import aiohttp
 from bench._support import OtherLoop, percentile, postgres_reachable, throwaway_postgres
 from bot.slack import SlackBotConfig, open_app, serve_http
 from broker.types import ChatUser
-from opsbot.serving import bind_socket
-from opsbot.storage import create_engine, migrate
-from tests.bot.fake_assistant import FakeAssistant
-from tests.fixtures.slack import (
+from infra.serving import bind_socket
+from infra.storage import create_engine, migrate
+from testing.fake_assistant import FakeAssistant
+from testing.slack import (
     BOT_TOKEN,
     SIGNING_SECRET,
     TEAM_ID,

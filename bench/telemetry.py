@@ -29,11 +29,11 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
 
     from agent_core import Agent
     from agent_core.threads import PlatformRef
+    from infra.settings import ObservabilitySettings
     from mcp_servers import start_reference_servers
     from opsbot.observability import RunInstrumentation, ToolMetrics, Tracing
-    from opsbot.settings import ObservabilitySettings
-    from tests.fixtures.agent import FunctionChatModel, call, final, open_agent_env, tool_results
-    from tests.fixtures.identity import start_dev_idp
+    from testing.agent import FunctionChatModel, call, final, open_agent_env, tool_results
+    from testing.identity import start_dev_idp
 
     k = int(getattr(args, "calls", 0) or 4)
     turns = int(getattr(args, "turns", 0) or 20)

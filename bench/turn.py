@@ -29,9 +29,9 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
 
     from agent_core.threads import PlatformRef
     from mcp_servers import start_reference_servers
-    from tests.fixtures.agent import FunctionChatModel, call, final, open_agent_env, tool_results
-    from tests.fixtures.identity import start_dev_idp
-    from tests.fixtures.mcp import mcp_session
+    from testing.agent import FunctionChatModel, call, final, open_agent_env, tool_results
+    from testing.identity import start_dev_idp
+    from testing.mcp import mcp_session
 
     k = int(getattr(args, "calls", 0) or 8)
     turns = int(getattr(args, "turns", 0) or 15)

@@ -1,1 +1,1 @@
-"""Chat platform adapters. ``bot.slack`` translates Slack ↔ ``opsbot.assistant``."""
+"""Chat platform adapters. ``bot.slack`` translates Slack ↔ ``assistant.types``."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from broker.clock import Clock, utc_now
+from infra.clock import Clock, utc_now
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from broker.clock import Clock, utc_now
 from broker.exchange import ClientAuthMethod, ClientCredentials, TargetParam, TokenEndpointClient
 from broker.inprocess import InProcessBroker, ServerTarget
 from broker.linking import LinkingService
@@ -23,9 +22,10 @@ from broker.metrics import BrokerMetrics
 from broker.oidc import OidcProvider
 from broker.remote import RemoteBroker
 from broker.types import IdentityService
+from infra.clock import Clock, utc_now
 
 if TYPE_CHECKING:
-    from opsbot.settings import Settings
+    from infra.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from broker.cache import SingleFlightCache
-from broker.clock import Clock, utc_now
 from broker.errors import (
     AccessRevokedError,
     BrokerError,
@@ -33,6 +32,7 @@ from broker.exchange import TokenEndpointClient, TokenEndpointError
 from broker.links import LinkStore
 from broker.metrics import BrokerMetrics
 from broker.types import AccessToken, ChatUser, Identity
+from infra.clock import Clock, utc_now
 
 log = logging.getLogger(__name__)
 

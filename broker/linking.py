@@ -25,11 +25,11 @@ from urllib.parse import urlencode
 
 from cryptography.fernet import Fernet, InvalidToken
 
-from broker.clock import Clock, utc_now
 from broker.errors import BrokerError, InvalidStateError, LinkingError, TokenVerificationError
 from broker.exchange import TokenEndpointClient, TokenEndpointError
 from broker.links import AccountLink, LinkStore, PendingLogin, TokenCipher
 from broker.types import ChatUser
+from infra.clock import Clock, utc_now
 
 LOGIN_SCOPE = "openid profile email offline_access"
 

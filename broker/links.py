@@ -25,10 +25,10 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy import ColumnElement, and_, delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from broker.clock import Clock, utc_now
 from broker.errors import BrokerError
 from broker.types import ChatUser
-from opsbot.storage.schema import account_links, link_logins
+from infra.clock import Clock, utc_now
+from infra.storage.schema import account_links, link_logins
 
 
 @dataclass(frozen=True, slots=True)

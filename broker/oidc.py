@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import jwt
 
-from broker.clock import Clock, utc_now
 from broker.errors import BrokerUnavailableError, TokenVerificationError
+from infra.clock import Clock, utc_now
 
 _ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"]
 

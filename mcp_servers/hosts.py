@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from mcp.server.transport_security import TransportSecuritySettings
 
-from opsbot.settings import normalize_host_entry
+from infra.settings import normalize_host_entry
 
 DEFAULT_ALLOWED_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 

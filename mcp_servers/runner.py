@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from infra.serving import bind_socket, serve_asgi, socket_url
 from mcp_servers.app import AuthConfig, ScopedServer
 from mcp_servers.auth import JwksClient
 from mcp_servers.database import DatabaseConfig, DatabaseGateway, build_database, open_gateway
@@ -27,7 +28,6 @@ from mcp_servers.docs import seed_docs as docs_seed
 from mcp_servers.errors import ConfigError
 from mcp_servers.hosts import DEFAULT_ALLOWED_HOSTS
 from mcp_servers.ticketing import TicketStore, build_ticketing, seed_data
-from opsbot.serving import bind_socket, serve_asgi, socket_url
 
 SERVER_NAMES = ("ticketing", "docs", "database")
 

@@ -12,9 +12,9 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from infra.logging import configure_logging
+from infra.settings import Settings
 from opsbot import __version__
-from opsbot.logging import configure_logging
-from opsbot.settings import Settings
 
 COMMAND_MODULES = (
     "opsbot.commands.migrate",

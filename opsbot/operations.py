@@ -21,9 +21,10 @@ from typing import Any
 from agent_core.binding import ToolObserver
 from audit.log import AuditSink
 from broker.types import IdentityService
-from opsbot.memory import UserMemory, open_memory_store
-from opsbot.memory_chat import MemoryCommands
-from opsbot.memory_prompt import PreferencesMiddleware
+from infra.settings import Settings
+from memory.chat import MemoryCommands
+from memory.prompt import PreferencesMiddleware
+from memory.store import UserMemory, open_memory_store
 from opsbot.observability import (
     ApprovalMetricsSink,
     ObserverChain,
@@ -32,7 +33,6 @@ from opsbot.observability import (
     Tracing,
     watching,
 )
-from opsbot.settings import Settings
 
 
 @dataclass

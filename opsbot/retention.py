@@ -35,9 +35,9 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from opsbot.jobs.queue import JobStatus
-from opsbot.storage import create_engine
-from opsbot.storage.schema import (
+from infra.jobs.queue import JobStatus
+from infra.storage import create_engine
+from infra.storage.schema import (
     approvals,
     audit_events,
     chat_approval_messages,

@@ -8,7 +8,7 @@ Public API::
     async with open_sandbox(settings) as sandbox:   # binds every port first
         print(sandbox.urls.ui)                      # open this in a browser
 
-Exception tree: ``opsbot.serving.PortInUseError`` (an ``OSError``) when a configured port is
+Exception tree: ``infra.serving.PortInUseError`` (an ``OSError``) when a configured port is
 taken, naming the port and the variable that sets it; ``sandbox.InputError`` (a
 ``ValueError``) for a web-UI request that cannot be carried out (answered with HTTP 400).
 Anything the bot does wrong reaches the UI as Web API errors or Slackbot notices.

@@ -31,8 +31,8 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from opsbot.serving import PortInUseError, bind_socket, serve_asgi, socket_url
-from opsbot.settings import McpServerSettings, SandboxSettings, Settings
+from infra.serving import PortInUseError, bind_socket, serve_asgi, socket_url
+from infra.settings import McpServerSettings, SandboxSettings, Settings
 from sandbox.delivery import AppDelivery
 from sandbox.emulator import SlackEmulator
 from sandbox.web import build_app
@@ -320,10 +320,10 @@ async def _source_page(
 async def _serve_bot(settings: Settings, sock: socket.socket) -> AsyncIterator[None]:
     """The production Slack app, exactly as ``opsbot slack`` builds it, over HTTP."""
     from bot.slack import serve_http
-    from opsbot.assistant import open_assistant
+    from infra.storage import create_engine, migrate
     from opsbot.commands.slack import open_configured_bot, slack_config
     from opsbot.observability import Readiness, ops_routes, request_metrics
-    from opsbot.storage import create_engine, migrate
+    from opsbot.wiring import open_assistant
 
     engine = create_engine(settings.resolved_database_url)
     try:

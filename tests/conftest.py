@@ -19,15 +19,15 @@ import pytest
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from opsbot.settings import Settings
-from opsbot.storage import create_engine, metadata, migrate
+from infra.settings import Settings
+from infra.storage import create_engine, metadata, migrate
 
 T = TypeVar("T")
 
 pytest_plugins = [
-    "tests.fixtures.slack",
-    "tests.fixtures.identity",
-    "tests.fixtures.mcp",
+    "testing.slack",
+    "testing.identity",
+    "testing.mcp",
     "tests.fixtures.audit",
 ]
 

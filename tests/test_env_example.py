@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

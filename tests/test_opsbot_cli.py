@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect
 
-from opsbot.storage import create_engine
+from infra.storage import create_engine
 
 OPSBOT = str(Path(sys.executable).parent / "opsbot")
 

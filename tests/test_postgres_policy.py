@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from opsbot.serving import bind_socket
+from infra.serving import bind_socket
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = "tests/agent_core/test_thread_store_contract.py::test_owner_check"

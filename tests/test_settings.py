@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 
 def _settings() -> Settings:

@@ -11,8 +11,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from opsbot.storage import async_url, current_revision, metadata, migrate
-from opsbot.storage.migrate import alembic_config
+from infra.storage import async_url, current_revision, metadata, migrate
+from infra.storage.migrate import alembic_config
 
 
 async def test_migrate_is_idempotent(engine: AsyncEngine) -> None:

@@ -21,7 +21,6 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_core.clock import Clock, utc_now
 from bot.slack.adapter import SlackAdapter
 from bot.slack.client import make_web_client
 from bot.slack.config import SlackBotConfig
@@ -29,6 +28,7 @@ from bot.slack.core import AssistantPort
 from bot.slack.incoming import ACCEPTED, user_message
 from bot.slack.listeners import register
 from bot.slack.store import ProcessedEvents, SqlApprovalMessages, SqlProcessedEvents
+from infra.clock import Clock, utc_now
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Configuration of the Slack adapter, built from ``opsbot.settings`` by the caller."""
+"""Configuration of the Slack adapter, built from ``infra.settings`` by the caller."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""What the Slack adapter uses from the platform-neutral core: ``opsbot.assistant``'s types.
+"""What the Slack adapter uses from the platform-neutral core: ``assistant.types``.
 
 The adapter only translates: it calls an ``AssistantPort`` (the real ``Assistant`` or a
 test fake) and renders the results.
 """
 
-from opsbot.assistant import (
+from assistant.types import (
     AlreadyDecided,
     Answer,
     Answered,

@@ -28,7 +28,6 @@ import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_core.clock import Clock, utc_now
 from bot.slack.adapter import SlackAdapter
 from bot.slack.app import SlackBot, build_app
 from bot.slack.client import make_web_client
@@ -36,7 +35,8 @@ from bot.slack.config import SlackBotConfig
 from bot.slack.core import AssistantPort
 from bot.slack.incoming import Progress, UserMessage
 from bot.slack.store import SqlApprovalMessages
-from opsbot.jobs import Job, JobRunner, RunLimits, SqlJobQueue
+from infra.clock import Clock, utc_now
+from infra.jobs import Job, JobRunner, RunLimits, SqlJobQueue
 
 log = logging.getLogger(__name__)
 JOB_KIND = "slack_message"

@@ -1,7 +1,7 @@
 """User memory in Slack: the App Home section and its *Forget all* button.
 
 ``/ops memory ...`` itself is one verb of the ``/ops`` command (``listeners``) and is
-answered by the core (``opsbot.memory_chat.MemoryCommands.handle``).
+answered by the core (``memory.chat.MemoryCommands.handle``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from slack_bolt.async_app import AsyncAck, AsyncApp
 from bot.slack.adapter import SlackAdapter
 from bot.slack.core import ChatUser
 from bot.slack.render import Block, context, home_view, section
-from opsbot.memory import Preferences
-from opsbot.memory_chat import describe
+from memory.chat import describe
+from memory.store import Preferences
 
 FORGET_ACTION_ID = "memory_forget_all"
 

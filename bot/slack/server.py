@@ -22,7 +22,7 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 
-from opsbot.serving import socket_url
+from infra.serving import socket_url
 
 EVENTS_PATH = "/slack/events"
 OAUTH_CALLBACK_PATH = "/oauth/callback"

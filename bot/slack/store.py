@@ -22,8 +22,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_core.clock import Clock, utc_now
-from opsbot.storage.schema import chat_approval_messages, processed_events
+from infra.clock import Clock, utc_now
+from infra.storage.schema import chat_approval_messages, processed_events
 
 PLATFORM = "slack"
 

@@ -92,7 +92,7 @@ def _login_page(idp: DevIdentityProvider, params: dict[str, str]) -> str:
 
 
 def build_app(idp: DevIdentityProvider) -> Starlette:
-    """The ASGI app serving ``idp``; serve it with ``opsbot.serving.serve_asgi``."""
+    """The ASGI app serving ``idp``; serve it with ``infra.serving.serve_asgi``."""
 
     async def discovery(request: Request) -> Response:
         return JSONResponse(idp.discovery())

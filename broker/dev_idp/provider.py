@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from broker.clock import Clock, utc_now
 from broker.dev_idp.directory import Directory, DirectoryUser
+from infra.clock import Clock, utc_now
 
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105

@@ -7,7 +7,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
     from audit import AuditQuery, AuditQueryError, SqlAuditSink
-    from opsbot.storage import create_engine
+    from infra.storage import create_engine
 
     for name in ("since", "until"):
         value = getattr(args, name)

@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 from urllib.parse import urlsplit
 
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -27,8 +27,8 @@ async def handle_serve(args: argparse.Namespace, settings: Settings) -> int:
     from broker.local import LocalIdentityService
     from broker.service import build_service_app
     from broker.web import link_routes
-    from opsbot.serving import bind_socket, serve_asgi, wait_for_shutdown
-    from opsbot.storage import create_engine, migrate
+    from infra.serving import bind_socket, serve_asgi, wait_for_shutdown
+    from infra.storage import create_engine, migrate
 
     url = urlsplit(settings.broker.service_url)
     sock = bind_socket(args.host or url.hostname or "127.0.0.1", args.port or url.port or 8099)

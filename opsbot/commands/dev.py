@@ -8,7 +8,7 @@ import logging
 import sys
 from typing import Any
 
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -43,7 +43,7 @@ def _quiet_logs() -> None:
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
-    from opsbot.serving import PortInUseError, shutdown_event
+    from infra.serving import PortInUseError, shutdown_event
     from sandbox import open_sandbox
 
     if args.port is not None:

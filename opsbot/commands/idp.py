@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -48,7 +48,7 @@ async def handle_users(args: argparse.Namespace, settings: Settings) -> int:
 
 async def handle_serve(args: argparse.Namespace, settings: Settings) -> int:
     from broker.dev_idp import DevClient, DevIdentityProvider, build_app, load_directory
-    from opsbot.serving import bind_socket, serve_asgi, socket_url, wait_for_shutdown
+    from infra.serving import bind_socket, serve_asgi, socket_url, wait_for_shutdown
 
     issuer = urlsplit(settings.idp.issuer)
     host = args.host or issuer.hostname or "127.0.0.1"

@@ -13,7 +13,7 @@ import argparse
 from typing import Any
 from urllib.parse import urlparse
 
-from opsbot.settings import ReferenceServerSettings, Settings
+from infra.settings import ReferenceServerSettings, Settings
 
 DEFAULT_PORTS = {"ticketing": 8101, "docs": 8102, "database": 8103}
 
@@ -84,9 +84,9 @@ async def _provision(admin_url: str, role_prefix: str, settings: Settings) -> st
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
+    from infra.serving import bind_socket, serve_asgi, wait_for_shutdown
     from mcp_servers import AuthConfig, DatabaseConfig
     from mcp_servers.runner import open_server
-    from opsbot.serving import bind_socket, serve_asgi, wait_for_shutdown
 
     sock = bind_socket(args.host, DEFAULT_PORTS[args.server] if args.port is None else args.port)
     port = sock.getsockname()[1]

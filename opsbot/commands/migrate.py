@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -14,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
-    from opsbot.storage import create_engine, current_revision, migrate
+    from infra.storage import create_engine, current_revision, migrate
 
     url = settings.resolved_database_url
     engine = create_engine(url)

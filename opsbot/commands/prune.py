@@ -14,7 +14,7 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 _AGE = re.compile(r"^(\d+)([dhm]?)$")
 
@@ -56,9 +56,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
     from agent_core.checkpointer import open_checkpointer
-    from agent_core.clock import utc_now
+    from infra.clock import utc_now
+    from infra.storage import create_engine
     from opsbot.retention import prune_audit, prune_threads
-    from opsbot.storage import create_engine
 
     url = settings.resolved_database_url
     if args.audit:

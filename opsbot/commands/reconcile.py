@@ -15,7 +15,7 @@ import argparse
 import json
 from typing import Any
 
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -26,8 +26,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
-    from opsbot.assistant import notify_each, open_assistant
+    from assistant.service import notify_each
     from opsbot.commands.sweep import slack_notices
+    from opsbot.wiring import open_assistant
 
     async with open_assistant(settings) as assistant, slack_notices(settings, assistant) as tell:
         recovered = await assistant.recover()

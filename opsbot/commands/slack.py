@@ -12,7 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 if TYPE_CHECKING:
     from bot.slack import SlackBotConfig
@@ -58,7 +58,7 @@ def slack_config(settings: Settings) -> SlackBotConfig:
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
-    from opsbot.serving import shutdown_event
+    from infra.serving import shutdown_event
 
     stop = shutdown_event()
     port = settings.port if args.port is None else args.port
@@ -69,10 +69,10 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
 def open_configured_bot(
     settings: Settings, config: Any, assistant: Any, engine: Any, socket_mode: bool
 ) -> Any:
-    """The bot with durable runs (``opsbot.jobs``) unless ``OPSBOT_RUNS__DURABLE=false``."""
+    """The bot with durable runs (``infra.jobs``) unless ``OPSBOT_RUNS__DURABLE=false``."""
     from bot.slack import open_bot
     from bot.slack.durable import open_durable_bot
-    from opsbot.jobs import RunLimits
+    from infra.jobs import RunLimits
 
     runs = settings.runs
     if not runs.durable:
@@ -101,10 +101,10 @@ async def serve_slack(
     """Run the Slack app until ``stop`` is set: HTTP (``on_ready`` gets the base URL) or
     Socket Mode; plus the in-process expiry sweeper and pruning of processed event ids."""
     from bot.slack import SqlProcessedEvents, run_socket_mode, serve_http
-    from opsbot.assistant import open_assistant
+    from infra.serving import bind_socket
+    from infra.storage import create_engine
     from opsbot.observability import Readiness, ops_routes, request_metrics
-    from opsbot.serving import bind_socket
-    from opsbot.storage import create_engine
+    from opsbot.wiring import open_assistant
 
     config = slack_config(settings)
     if socket_mode and not config.app_token:

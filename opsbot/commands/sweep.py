@@ -17,7 +17,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
-    from opsbot.assistant import open_assistant
+    from opsbot.wiring import open_assistant
 
     if args.every is not None and args.every <= 0:
         print("--every must be a positive number of seconds")
@@ -76,8 +76,8 @@ async def slack_notices(
         yield None
         return
     from bot.slack import open_bot
+    from infra.storage import create_engine
     from opsbot.commands.slack import slack_config
-    from opsbot.storage import create_engine
 
     engine = create_engine(settings.resolved_database_url)
     try:

@@ -13,7 +13,7 @@ Example::
 from __future__ import annotations
 
 from audit.log import AuditEvent, AuditQuery, AuditSink, EventKind
-from opsbot.observability import metrics as m
+from infra.observability import metrics as m
 
 
 class ApprovalMetricsSink:

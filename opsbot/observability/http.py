@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from opsbot.observability import metrics as m
-from opsbot.observability.health import Readiness
-from opsbot.observability.logs import request_context
+from infra.observability import metrics as m
+from infra.observability.health import Readiness
+from infra.observability.logs import request_context
 from opsbot.observability.runtime import refresh_runtime_gauges
 
 METRICS_PATH = "/metrics"

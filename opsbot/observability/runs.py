@@ -5,7 +5,7 @@ Every span carries ``thread_id`` and ``opsbot.user`` — the pseudonymous id, ne
 subject, email or chat user. Spans carry names, counts, models and error *classes*; never
 prompts, arguments or tool output.
 
-Wiring (``opsbot.assistant.open_assistant``)::
+Wiring (``opsbot.wiring.open_assistant``)::
 
     agent = Agent(..., run_callbacks=RunInstrumentation(tracing, prices))
 """
@@ -24,10 +24,10 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from broker import Identity
-from opsbot.observability import metrics as m
-from opsbot.observability.pseudonym import pseudonymous_id
-from opsbot.observability.tracing import Tracing
-from opsbot.settings import ModelPrice
+from infra.observability import metrics as m
+from infra.observability.pseudonym import pseudonymous_id
+from infra.observability.tracing import Tracing
+from infra.settings import ModelPrice
 
 _LIMIT_NODE = "ModelCallLimitMiddleware"
 _PII_NODE = "PIIMiddleware["

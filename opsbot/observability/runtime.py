@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 
 from agent_core.health import ServerHealth
 from broker.metrics import BrokerMetrics
-from opsbot.observability import metrics as m
+from infra.observability import metrics as m
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from agent_core.binding import ToolCallEvent, ToolObserver
-from opsbot.observability import metrics as m
+from infra.observability import metrics as m
 
 _SEEN_LIMIT = 10_000
 

@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator
 import pytest
 
 from mcp_servers import ReferenceServers
-from tests.fixtures.agent import AgentEnv, open_agent_env
-from tests.fixtures.identity import RunningIdp
+from testing.agent import AgentEnv, open_agent_env
+from testing.identity import RunningIdp
 
 
 @pytest.fixture
 def mcp_trusted_issuer(dev_idp: RunningIdp) -> tuple[str, str | None]:
-    """The reference servers trust the dev IdP here (overrides tests.fixtures.mcp)."""
+    """The reference servers trust the dev IdP here (overrides testing.mcp)."""
     return dev_idp.issuer, dev_idp.jwks_url
 
 

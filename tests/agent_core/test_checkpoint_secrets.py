@@ -12,8 +12,8 @@ from agent_core import Answer, Interrupt
 from agent_core.checkpointer import open_checkpointer
 from agent_core.threads import PlatformRef, SqlThreadStore
 from broker import AccessToken, Broker, Identity
-from opsbot.storage import create_engine
-from tests.fixtures.agent import AgentEnv, ScriptedChatModel, call, final, tool_results
+from infra.storage import create_engine
+from testing.agent import AgentEnv, ScriptedChatModel, call, final, tool_results
 
 
 @dataclass

@@ -7,7 +7,7 @@ import pytest
 from agent_core import Answer, Interrupt
 from agent_core.demo_model import HELP, DemoChatModel, _intent
 from agent_core.models import build_model
-from tests.fixtures.agent import AgentEnv, new_thread
+from testing.agent import AgentEnv, new_thread
 
 
 @pytest.mark.parametrize(

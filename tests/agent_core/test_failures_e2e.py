@@ -10,8 +10,8 @@ from langchain_core.messages import BaseMessage, SystemMessage
 
 from agent_core import Answer, Interrupt, ServerConfig, ToolPolicy
 from broker import AccessToken, Broker, Identity
-from opsbot.serving import bind_socket, socket_url
-from tests.fixtures.agent import (
+from infra.serving import bind_socket, socket_url
+from testing.agent import (
     AgentEnv,
     FunctionChatModel,
     ScriptedChatModel,
@@ -231,7 +231,7 @@ async def test_model_outage_is_a_clear_error_and_the_thread_survives(
     import pytest
 
     from agent_core import ModelUnavailableError
-    from tests.fixtures.agent import FailingChatModel
+    from testing.agent import FailingChatModel
 
     agent = agent_env.agent(FailingChatModel())
     alice = await agent_env.user("alice")
@@ -257,7 +257,7 @@ async def test_a_turn_cut_off_by_a_crash_continues_from_its_last_checkpoint(
     import pytest
     from langchain_core.messages import HumanMessage, ToolMessage
 
-    from tests.fixtures.agent import FunctionChatModel, call
+    from testing.agent import FunctionChatModel, call
 
     answering_started, release = threading.Event(), threading.Event()
 

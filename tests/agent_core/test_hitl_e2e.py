@@ -15,7 +15,7 @@ from langgraph.types import Command
 
 from agent_core import Answer, Interrupt, InvalidDecisionError, NoPendingApprovalError
 from agent_core.threads import NotThreadOwnerError
-from tests.fixtures.agent import (
+from testing.agent import (
     AgentEnv,
     ScriptedChatModel,
     call,

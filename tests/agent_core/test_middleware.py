@@ -11,7 +11,7 @@ from pydantic import Field
 
 from agent_core import Answer, FinalAnswer, Interrupt, Source
 from agent_core.answer import collect_ids, verify_sources
-from tests.fixtures.agent import (
+from testing.agent import (
     AgentEnv,
     FailingChatModel,
     FunctionChatModel,

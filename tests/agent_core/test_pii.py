@@ -6,7 +6,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from agent_core.pii import DETECTORS, detect_phone, detect_secret, mask_pii, redact
-from tests.fixtures.agent import AgentEnv, ScriptedChatModel, final, new_thread
+from testing.agent import AgentEnv, ScriptedChatModel, final, new_thread
 
 JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLXZhbHVlLTEyMzQ1Ng"
 

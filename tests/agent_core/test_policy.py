@@ -10,7 +10,7 @@ import pytest
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 
 from agent_core import PolicyError, ToolPolicy, interrupt_on_for
-from tests.fixtures.agent import AgentEnv, ScriptedChatModel, final, new_thread
+from testing.agent import AgentEnv, ScriptedChatModel, final, new_thread
 
 
 def test_default_policy_loads_and_classifies() -> None:

@@ -17,7 +17,7 @@ from agent_core.threads import (
     ThreadNotFoundError,
     ThreadStore,
 )
-from opsbot.storage import create_engine
+from infra.storage import create_engine
 
 NOW = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
 REF = PlatformRef("slack", "T1", "C1", "1712.0001")

@@ -16,7 +16,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from agent_core import Agent, AgentConfig, Answer, Interrupt, ServerConfig, ToolPolicy
 from agent_core.threads import MemoryThreadStore, PlatformRef
 from broker import Identity
-from tests.fixtures.agent import (
+from testing.agent import (
     FAKE_POLICY,
     FakeBroker,
     FaultPlan,

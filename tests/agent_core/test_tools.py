@@ -15,7 +15,7 @@ from agent_core.tools import (
     prefixed,
     visible_definitions,
 )
-from tests.fixtures.agent import AgentEnv, ScriptedChatModel, final, new_thread
+from testing.agent import AgentEnv, ScriptedChatModel, final, new_thread
 
 SCHEMA = {
     "type": "object",

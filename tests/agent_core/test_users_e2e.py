@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from agent_core import Answer, ToolCallEvent
-from tests.fixtures.agent import AgentEnv, FunctionChatModel, call, final, tool_results
+from testing.agent import AgentEnv, FunctionChatModel, call, final, tool_results
 
 TEAM_PROJECT = {"alice": "PAY", "dave": "PLAT"}
 

@@ -16,13 +16,13 @@ def harness() -> Harness:
 from collections.abc import AsyncIterator  # noqa: E402
 
 from mcp_servers import ReferenceServers  # noqa: E402
-from tests.fixtures.agent import AgentEnv, open_agent_env  # noqa: E402
-from tests.fixtures.identity import RunningIdp  # noqa: E402
+from testing.agent import AgentEnv, open_agent_env  # noqa: E402
+from testing.identity import RunningIdp  # noqa: E402
 
 
 @pytest.fixture
 def mcp_trusted_issuer(dev_idp: RunningIdp) -> tuple[str, str | None]:
-    """The reference servers trust the dev IdP here (overrides tests.fixtures.mcp)."""
+    """The reference servers trust the dev IdP here (overrides testing.mcp)."""
     return dev_idp.issuer, dev_idp.jwks_url
 
 

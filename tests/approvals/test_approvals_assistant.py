@@ -14,18 +14,15 @@ from test_approvals_end_to_end import close_model
 
 from agent_core import Agent, AgentConfig, ToolPolicy
 from agent_core.checkpointer import open_checkpointer
-from agent_core.clock import utc_now
 from agent_core.threads import PlatformRef, SqlThreadStore
 from approvals import SqlApprovalStore
 from approvals.service import ApprovalService
-from audit import AuditLog, AuditObserver, SqlAuditSink
-from broker import ChatUser, LocalIdentityService
-from opsbot.assistant import (
+from assistant.service import Assistant
+from assistant.types import (
     AlreadyDecided,
     Answered,
     ApprovalRequested,
     Approve,
-    Assistant,
     Decided,
     Edit,
     Expired,
@@ -34,8 +31,11 @@ from opsbot.assistant import (
     NotAuthorised,
     Refused,
 )
-from opsbot.storage import create_engine
-from tests.fixtures.agent import AgentEnv
+from audit import AuditLog, AuditObserver, SqlAuditSink
+from broker import ChatUser, LocalIdentityService
+from infra.clock import utc_now
+from infra.storage import create_engine
+from testing.agent import AgentEnv
 
 REF = PlatformRef("slack", "T-TEST", "C-OPS", "1712.0001")
 

@@ -11,14 +11,14 @@ import pytest
 from approval_fakes import make_interrupt
 from pydantic import SecretStr
 
-from agent_core.clock import utc_now
 from approvals import ActionDecision, ApprovalStatus, SqlApprovalStore
 from approvals.records import ActionRequest, Approval
 from audit import AuditLog, SqlAuditSink
+from infra.clock import utc_now
+from infra.settings import Settings
+from infra.storage import create_engine
 from opsbot.cli import build_parser
-from opsbot.settings import Settings
-from opsbot.storage import create_engine
-from tests.fixtures.slack import BOT_TOKEN, FakeSlack
+from testing.slack import BOT_TOKEN, FakeSlack
 
 
 @pytest.fixture

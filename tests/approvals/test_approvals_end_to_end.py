@@ -19,7 +19,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_core import Agent, Answer, Interrupt
 from agent_core.checkpointer import open_checkpointer
-from agent_core.clock import utc_now
 from agent_core.threads import PlatformRef, SqlThreadStore
 from approvals import (
     ActionDecision,
@@ -33,8 +32,9 @@ from approvals.service import ApprovalService
 from audit import AuditLog, AuditObserver, AuditQuery, EventKind, SqlAuditSink
 from audit.reconcile import McpChangeLog, Reconciler
 from broker import Identity
-from opsbot.storage import create_engine
-from tests.fixtures.agent import AgentEnv, ScriptedChatModel, call, final, tool_results
+from infra.clock import utc_now
+from infra.storage import create_engine
+from testing.agent import AgentEnv, ScriptedChatModel, call, final, tool_results
 
 APPROVE = ActionDecision("approve")
 

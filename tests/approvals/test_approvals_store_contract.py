@@ -24,7 +24,7 @@ from approvals import (
     SqlApprovalStore,
 )
 from broker.types import ChatUser
-from opsbot.storage import create_engine
+from infra.storage import create_engine
 
 NOW = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
 APPROVE = (ActionDecision("approve"),)

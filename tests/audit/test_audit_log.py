@@ -22,7 +22,7 @@ from audit import (
     redact,
     summarise,
 )
-from opsbot.storage import create_engine
+from infra.storage import create_engine
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLXNpZ25hdHVyZQ"

@@ -13,10 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bot.slack import SlackBotConfig, open_bot, serve_http
 from bot.slack.core import AssistantPort, ChatUser
 from bot.slack.durable import open_durable_bot
-from opsbot.serving import bind_socket
-from opsbot.storage import create_engine
-from tests.bot.fake_assistant import FakeAssistant
-from tests.fixtures.slack import (
+from infra.serving import bind_socket
+from infra.storage import create_engine
+from testing.fake_assistant import FakeAssistant
+from testing.slack import (
     BOT_TOKEN,
     SIGNING_SECRET,
     TEAM_ID,

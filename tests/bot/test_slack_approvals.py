@@ -7,10 +7,8 @@ import asyncio
 import json
 from typing import Any
 
-from tests.bot.conftest import ALICE, BOB, DAVE, ERIN, RunApp, SlackEnv
-from tests.bot.fake_assistant import FakeAssistant
-from tests.bot.test_slack_events import _texts
-from tests.fixtures.slack import (
+from testing.fake_assistant import FakeAssistant
+from testing.slack import (
     APPROVALS_CHANNEL_ID,
     block_action,
     mention,
@@ -19,6 +17,8 @@ from tests.fixtures.slack import (
     text_value,
     view_submission,
 )
+from tests.bot.conftest import ALICE, BOB, DAVE, ERIN, RunApp, SlackEnv
+from tests.bot.test_slack_events import _texts
 
 ROOT = "1700000100.000100"
 

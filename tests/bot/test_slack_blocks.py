@@ -12,8 +12,8 @@ from bot.slack.cards import approval_card, decided_card
 from bot.slack.core import Answer, ApprovalView, ChatUser, Source
 from bot.slack.modals import ModalContext, edit_modal, field_errors_to_blocks, parse_edit
 from bot.slack.render import answer_messages, split_text, to_mrkdwn
-from tests.bot.fake_assistant import UPDATE_TICKET_SCHEMA
-from tests.fixtures.slack import number_value, select_value, text_value
+from testing.fake_assistant import UPDATE_TICKET_SCHEMA
+from testing.slack import number_value, select_value, text_value
 
 
 @given(st.text(alphabet=st.sampled_from("ab \n"), max_size=9000), st.integers(20, 3000))

@@ -11,12 +11,10 @@ from dataclasses import replace
 import aiohttp
 
 from bot.slack.core import Decided, Refused
+from infra.settings import Settings
 from opsbot.commands.slack import serve_slack
-from opsbot.settings import Settings
-from tests.bot.conftest import ALICE
-from tests.bot.fake_assistant import FakeAssistant
-from tests.bot.test_slack_events import _texts
-from tests.fixtures.slack import (
+from testing.fake_assistant import FakeAssistant
+from testing.slack import (
     APP_TOKEN,
     APPROVALS_CHANNEL_ID,
     BOT_TOKEN,
@@ -25,6 +23,8 @@ from tests.fixtures.slack import (
     SlackSender,
     mention,
 )
+from tests.bot.conftest import ALICE
+from tests.bot.test_slack_events import _texts
 
 
 class SweepingAssistant(FakeAssistant):

@@ -10,9 +10,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.slack.store import SqlApprovalMessages, SqlProcessedEvents
+from testing.fake_assistant import FakeAssistant
+from testing.slack import mention
 from tests.bot.conftest import ALICE, RunApp
-from tests.bot.fake_assistant import FakeAssistant
-from tests.fixtures.slack import mention
 
 
 async def test_claim_is_true_once_even_when_concurrent(engine: AsyncEngine) -> None:

@@ -1,4 +1,4 @@
-"""The Slack app over HTTP against the REAL core: ``opsbot.assistant.Assistant`` with the dev
+"""The Slack app over HTTP against the REAL core: ``assistant.service.Assistant`` with the dev
 IdP, a real broker and identity service, the reference MCP servers, the real agent (a scripted
 model: no LLM is reachable), approvals and audit in SQL. Only Slack's servers are faked.
 """
@@ -20,17 +20,14 @@ from agent_core.checkpointer import open_checkpointer
 from agent_core.threads import SqlThreadStore
 from approvals import SqlApprovalStore
 from approvals.service import ApprovalService
+from assistant.service import Assistant
 from audit import AuditLog, AuditObserver, SqlAuditSink
 from broker import ChatUser, LocalIdentityService
+from infra.storage import create_engine
 from mcp_servers import ReferenceServers
-from opsbot.assistant import Assistant
-from opsbot.storage import create_engine
-from tests.bot.conftest import RunApp, SlackEnv
-from tests.bot.test_slack_approvals import _buttons
-from tests.bot.test_slack_events import _texts
-from tests.fixtures.agent import AgentEnv, FunctionChatModel, call, calls, tool_results
-from tests.fixtures.identity import RunningIdp
-from tests.fixtures.slack import (
+from testing.agent import AgentEnv, FunctionChatModel, call, calls, tool_results
+from testing.identity import RunningIdp
+from testing.slack import (
     APPROVALS_CHANNEL_ID,
     TEAM_ID,
     block_action,
@@ -38,6 +35,9 @@ from tests.fixtures.slack import (
     text_value,
     view_submission,
 )
+from tests.bot.conftest import RunApp, SlackEnv
+from tests.bot.test_slack_approvals import _buttons
+from tests.bot.test_slack_events import _texts
 
 ALICE = ChatUser("slack", TEAM_ID, "U0ALICE")  # team-payments: the requester
 BOB = ChatUser("slack", TEAM_ID, "U0BOB")  # ticket-leads: an approver
@@ -48,7 +48,7 @@ _KEY = re.compile(r"\b([A-Z]+-\d+)\b")
 
 @pytest.fixture
 def mcp_trusted_issuer(dev_idp: RunningIdp) -> tuple[str, str | None]:
-    """The reference servers trust the dev IdP (overrides tests.fixtures.mcp)."""
+    """The reference servers trust the dev IdP (overrides testing.mcp)."""
     return dev_idp.issuer, dev_idp.jwks_url
 
 
@@ -56,7 +56,7 @@ def mcp_trusted_issuer(dev_idp: RunningIdp) -> tuple[str, str | None]:
 async def agent_env(
     dev_idp: RunningIdp, reference_servers: ReferenceServers
 ) -> AsyncIterator[AgentEnv]:
-    from tests.fixtures.agent import open_agent_env
+    from testing.agent import open_agent_env
 
     async with open_agent_env(dev_idp, reference_servers) as env:
         yield env

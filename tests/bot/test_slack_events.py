@@ -9,15 +9,15 @@ import time
 import pytest
 from sqlalchemy import text
 
-from tests.bot.conftest import ALICE, BOB, DAVE, ERIN, RunApp, SlackEnv
-from tests.bot.fake_assistant import FakeAssistant
-from tests.fixtures.slack import (
+from testing.fake_assistant import FakeAssistant
+from testing.slack import (
     BOT_ID,
     BOT_USER_ID,
     SlackSender,
     direct_message,
     mention,
 )
+from tests.bot.conftest import ALICE, BOB, DAVE, ERIN, RunApp, SlackEnv
 
 
 def _texts(blocks: list[dict]) -> str:

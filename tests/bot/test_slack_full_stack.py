@@ -13,12 +13,11 @@ import aiohttp
 import httpx
 import pytest
 
+from infra.settings import BrokerSettings, IdpSettings, McpServerSettings, Settings
 from mcp_servers import ReferenceServers
 from opsbot.commands.slack import serve_slack
-from opsbot.settings import BrokerSettings, IdpSettings, McpServerSettings, Settings
-from tests.bot.test_slack_events import _texts
-from tests.fixtures.identity import RunningIdp, sign_in_at_login_page
-from tests.fixtures.slack import (
+from testing.identity import RunningIdp, sign_in_at_login_page
+from testing.slack import (
     APPROVALS_CHANNEL_ID,
     BOT_TOKEN,
     SIGNING_SECRET,
@@ -27,6 +26,7 @@ from tests.fixtures.slack import (
     block_action,
     mention,
 )
+from tests.bot.test_slack_events import _texts
 
 
 @pytest.fixture

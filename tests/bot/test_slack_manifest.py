@@ -11,9 +11,9 @@ import yaml
 from bot.slack.listeners import EVENT_SCOPES, METHOD_SCOPES, SLASH_COMMAND, SUBSCRIBED_EVENTS
 from bot.slack.server import EVENTS_PATH
 from opsbot.cli import build_parser
+from testing.slack import APPROVALS_CHANNEL_ID, block_action, direct_message, mention
 from tests.bot.conftest import ALICE, BOB, SlackEnv
 from tests.bot.test_slack_approvals import _buttons, _request_write
-from tests.fixtures.slack import APPROVALS_CHANNEL_ID, block_action, direct_message, mention
 
 ROOT = Path(__file__).resolve().parents[2]
 

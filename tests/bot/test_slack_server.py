@@ -5,11 +5,11 @@ from __future__ import annotations
 import aiohttp
 
 from bot.slack import open_app, serve_http
-from opsbot.serving import bind_socket
-from opsbot.storage import create_engine
+from infra.serving import bind_socket
+from infra.storage import create_engine
+from testing.fake_assistant import FakeAssistant
+from testing.slack import FakeSlack
 from tests.bot.conftest import slack_config
-from tests.bot.fake_assistant import FakeAssistant
-from tests.fixtures.slack import FakeSlack
 
 
 async def test_health_and_link_callback(

@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 
 from bot.slack import build_app, run_socket_mode
-from opsbot.storage import create_engine
+from infra.storage import create_engine
+from testing.fake_assistant import FakeAssistant
+from testing.slack import APP_TOKEN, FakeSlack, SlackSender, mention
 from tests.bot.conftest import ALICE, slack_config
-from tests.bot.fake_assistant import FakeAssistant
-from tests.fixtures.slack import APP_TOKEN, FakeSlack, SlackSender, mention
 
 
 async def test_socket_mode_answers_and_deduplicates(

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from broker.cache import SingleFlightCache
-from broker.clock import ManualClock
+from infra.clock import ManualClock
 
 
 class Loader:

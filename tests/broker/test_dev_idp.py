@@ -10,11 +10,11 @@ import httpx
 import jwt
 import pytest
 
-from broker.clock import ManualClock
 from broker.dev_idp import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE_GRANT, parse_directory
 from broker.errors import TokenVerificationError
 from broker.oidc import OidcProvider
-from tests.fixtures.identity import RunningIdp, login_user, start_dev_idp
+from infra.clock import ManualClock
+from testing.identity import RunningIdp, login_user, start_dev_idp
 
 EXCHANGED_CLAIMS = {"iss", "sub", "aud", "scope", "exp", "iat", "jti", "client_id", "act", "groups"}
 
@@ -104,7 +104,7 @@ async def test_authorize_refuses_unregistered_redirect_and_missing_pkce(
 
 
 async def test_wrong_pkce_verifier_and_code_replay_are_refused(dev_idp: RunningIdp) -> None:
-    from tests.fixtures.identity import _challenge, sign_in_at_login_page
+    from testing.identity import _challenge, sign_in_at_login_page
 
     verifier = "v" * 50
     query = httpx.QueryParams(

@@ -17,8 +17,8 @@ from broker import (
     load_link_cipher,
     open_identity_service,
 )
-from opsbot.settings import BrokerSettings, IdpSettings, McpServerSettings, Settings
-from tests.fixtures.identity import (
+from infra.settings import BrokerSettings, IdpSettings, McpServerSettings, Settings
+from testing.identity import (
     SERVICE_SECRET,
     BrokerHarness,
     RunningIdp,

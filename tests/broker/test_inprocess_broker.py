@@ -18,10 +18,10 @@ from broker import (
     Identity,
     NotLinkedError,
 )
-from broker.clock import ManualClock
 from broker.links import MemoryLinkStore, TokenCipher
-from opsbot.serving import bind_socket, socket_url
-from tests.fixtures.identity import BrokerHarness, RunningIdp, open_broker, start_dev_idp
+from infra.clock import ManualClock
+from infra.serving import bind_socket, socket_url
+from testing.identity import BrokerHarness, RunningIdp, open_broker, start_dev_idp
 
 
 def exchanges_at_idp(idp: RunningIdp, subject: str, server: str) -> int:
@@ -280,7 +280,7 @@ async def test_rotated_refresh_token_is_stored_and_the_old_one_is_dead() -> None
 
 
 async def test_userinfo_answers_for_a_login_access_token(dev_idp: RunningIdp) -> None:
-    from tests.fixtures.identity import login_user
+    from testing.identity import login_user
 
     tokens = await login_user(dev_idp, "erin")
     async with httpx.AsyncClient() as http:

@@ -18,8 +18,8 @@ from broker.links import (
     SqlLinkStore,
     TokenCipher,
 )
-from opsbot.storage import create_engine
-from opsbot.storage.schema import account_links, link_logins
+from infra.storage import create_engine
+from infra.storage.schema import account_links, link_logins
 
 BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

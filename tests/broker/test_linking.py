@@ -13,14 +13,14 @@ from sqlalchemy import select
 from starlette.applications import Starlette
 
 from broker import ChatUser, Identity
-from broker.clock import ManualClock
 from broker.errors import InvalidStateError
 from broker.links import SqlLinkStore, TokenCipher
 from broker.web import link_routes
-from opsbot.serving import bind_socket, serve_asgi, socket_url
-from opsbot.storage import create_engine
-from opsbot.storage.schema import account_links
-from tests.fixtures.identity import BrokerHarness, RunningIdp, open_broker, start_dev_idp
+from infra.clock import ManualClock
+from infra.serving import bind_socket, serve_asgi, socket_url
+from infra.storage import create_engine
+from infra.storage.schema import account_links
+from testing.identity import BrokerHarness, RunningIdp, open_broker, start_dev_idp
 
 ALICE = ChatUser("slack", "T1", "U-alice")
 

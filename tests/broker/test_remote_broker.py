@@ -21,7 +21,7 @@ from broker import (
     NotLinkedError,
     RemoteBroker,
 )
-from tests.fixtures.identity import BrokerHarness, serve_broker_service, sign_in_at_login_page
+from testing.identity import BrokerHarness, serve_broker_service, sign_in_at_login_page
 
 
 async def test_remote_get_token_single_flight_and_invalidate(

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from mcp_servers import ReferenceServers
-from tests.fixtures.mcp import MintToken, TestIssuer, http_refusal, mcp_session
+from testing.mcp import MintToken, TestIssuer, http_refusal, mcp_session
 
 
 def _www(response: httpx.Response) -> str:

@@ -14,9 +14,9 @@ import pytest
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from infra.settings import Settings
 from mcp_servers.database import deprovision
-from opsbot.settings import Settings
-from tests.fixtures.mcp import TestIssuer, directory_grants, http_refusal, mcp_session
+from testing.mcp import TestIssuer, directory_grants, http_refusal, mcp_session
 from tests.mcp_servers.test_ticketing import data
 
 OPSBOT = str(Path(sys.executable).parent / "opsbot")

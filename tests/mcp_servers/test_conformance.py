@@ -7,7 +7,7 @@ The suite is pinned in ``tests/conformance/package.json`` (+ lock) and installed
 — except under ``CI=true``, where it fails.
 
 Auth: the suite's server mode connects without credentials, so each server is reached
-through ``tests.fixtures.bearer_proxy``, which forwards requests unchanged (``Host`` and
+through ``testing.bearer_proxy``, which forwards requests unchanged (``Host`` and
 ``Origin`` included) plus a real token for that server from the test issuer. The servers'
 own auth path is exactly the production one.
 
@@ -30,10 +30,10 @@ from typing import Any
 
 import pytest
 
+from infra.settings import Settings
 from mcp_servers import ReferenceServers, RunningServer
-from opsbot.settings import Settings
-from tests.fixtures.bearer_proxy import bearer_proxy
-from tests.fixtures.mcp import MintToken, mcp_session
+from testing.bearer_proxy import bearer_proxy
+from testing.mcp import MintToken, mcp_session
 
 pytestmark = pytest.mark.conformance
 

@@ -21,11 +21,11 @@ import yaml
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from infra.settings import Settings
 from mcp_servers import DatabaseConfig, ReferenceServers, start_reference_servers
 from mcp_servers.database import deprovision, provision, role_for
-from opsbot.settings import Settings
-from tests.fixtures.identity import RunningIdp, open_broker
-from tests.fixtures.mcp import DIRECTORY, TestIssuer, directory_grants, http_refusal, mcp_session
+from testing.identity import RunningIdp, open_broker
+from testing.mcp import DIRECTORY, TestIssuer, directory_grants, http_refusal, mcp_session
 from tests.mcp_servers.test_ticketing import data, text_of
 
 pytestmark = pytest.mark.postgres

@@ -10,7 +10,7 @@ import pytest
 
 from mcp_servers import DatabaseConfig, ReferenceServers
 from mcp_servers.database import open_gateway
-from tests.fixtures.mcp import MintToken, mcp_session
+from testing.mcp import MintToken, mcp_session
 from tests.mcp_servers.test_ticketing import data, text_of
 
 

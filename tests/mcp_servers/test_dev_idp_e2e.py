@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from mcp_servers import ReferenceServers
-from tests.fixtures.identity import BrokerHarness, RunningIdp, open_broker
-from tests.fixtures.mcp import http_refusal, mcp_session
+from testing.identity import BrokerHarness, RunningIdp, open_broker
+from testing.mcp import http_refusal, mcp_session
 from tests.mcp_servers.test_ticketing import NEW, data
 
 

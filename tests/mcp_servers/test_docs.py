@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mcp_servers import ReferenceServers
 from mcp_servers.docs import INJECTION_DOCS
-from tests.fixtures.mcp import MintToken, mcp_session
+from testing.mcp import MintToken, mcp_session
 from tests.mcp_servers.test_ticketing import data, text_of
 
 

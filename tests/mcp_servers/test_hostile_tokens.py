@@ -26,9 +26,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from infra.serving import bind_socket, serve_asgi
 from mcp_servers import ReferenceServers, start_reference_servers
-from opsbot.serving import bind_socket, serve_asgi
-from tests.fixtures.mcp import MintToken, TestIssuer, _rsa_key, http_refusal, mcp_session
+from testing.mcp import MintToken, TestIssuer, _rsa_key, http_refusal, mcp_session
 
 HMAC_SECRET = b"a-shared-secret-that-must-never-verify-a-token"
 

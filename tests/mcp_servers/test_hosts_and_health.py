@@ -19,10 +19,10 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from infra.settings import Settings
 from mcp_servers import ReferenceServers, start_reference_servers
 from mcp_servers.hosts import normalize_allowed_host, transport_security
-from opsbot.settings import Settings
-from tests.fixtures.mcp import MintToken, TestIssuer, directory_grants
+from testing.mcp import MintToken, TestIssuer, directory_grants
 
 OPSBOT = str(Path(sys.executable).parent / "opsbot")
 

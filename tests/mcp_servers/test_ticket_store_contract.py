@@ -17,9 +17,9 @@ import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from infra.settings import Settings
 from mcp_servers import Caller, IdempotencyConflictError
 from mcp_servers.ticketing import TicketStore, seed_data
-from opsbot.settings import Settings
 
 ALICE = Caller("alice", "opsbot", None, frozenset(), frozenset({"team-payments"}))
 

@@ -14,7 +14,7 @@ from mcp.types import CallToolResult, TextContent
 
 from mcp_servers import ReferenceServers
 from mcp_servers.ticketing import INJECTION_TICKETS
-from tests.fixtures.mcp import MintToken, mcp_session
+from testing.mcp import MintToken, mcp_session
 
 
 def text_of(result: CallToolResult) -> str:

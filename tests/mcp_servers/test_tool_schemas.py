@@ -14,7 +14,7 @@ from mcp.types import METHOD_NOT_FOUND
 from mcp_servers import AuthConfig, ReferenceServers
 from mcp_servers.app import ScopedServer
 from mcp_servers.database import build_database
-from tests.fixtures.mcp import MintToken, mcp_session
+from testing.mcp import MintToken, mcp_session
 
 
 def undescribed(tool: str, schema: dict[str, Any]) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 
 from mcp_servers import Caller, JwksClient, JwtVerifier, TokenRejectedError
 from mcp_servers.errors import JwksUnavailableError
-from tests.fixtures.mcp import TestIssuer
+from testing.mcp import TestIssuer
 
 AUD = "http://127.0.0.1:8101/mcp"
 

@@ -17,18 +17,18 @@ import pytest
 from mcp.server.fastmcp import FastMCP
 from prometheus_client.parser import text_string_to_metric_families
 
-from mcp_servers import ReferenceServers
-from opsbot.commands.slack import serve_slack
-from opsbot.serving import bind_socket, serve_asgi, socket_url
-from opsbot.settings import (
+from infra.serving import bind_socket, serve_asgi, socket_url
+from infra.settings import (
     BrokerSettings,
     IdpSettings,
     McpServerSettings,
     ObservabilitySettings,
     Settings,
 )
-from tests.fixtures.identity import RunningIdp, sign_in_at_login_page
-from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack, SlackSender
+from mcp_servers import ReferenceServers
+from opsbot.commands.slack import serve_slack
+from testing.identity import RunningIdp, sign_in_at_login_page
+from testing.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack, SlackSender
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

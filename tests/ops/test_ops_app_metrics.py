@@ -7,14 +7,14 @@ from typing import Any
 
 import httpx
 
-from tests.bot.test_slack_events import _texts
-from tests.fixtures.slack import (
+from testing.slack import (
     APPROVALS_CHANNEL_ID,
     block_action,
     mention,
     text_value,
     view_submission,
 )
+from tests.bot.test_slack_events import _texts
 from tests.ops.conftest import OpsApp, delta, value
 
 

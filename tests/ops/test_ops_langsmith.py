@@ -13,10 +13,10 @@ from langsmith import run_trees
 from langsmith import utils as ls_utils
 
 from agent_core import Answer
+from infra.serving import bind_socket, socket_url
 from mcp_servers import ReferenceServers
-from opsbot.serving import bind_socket, socket_url
-from tests.fixtures.agent import AgentEnv, ScriptedChatModel, final, new_thread, open_agent_env
-from tests.fixtures.identity import RunningIdp
+from testing.agent import AgentEnv, ScriptedChatModel, final, new_thread, open_agent_env
+from testing.identity import RunningIdp
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from opsbot.logging import configure_logging
+from infra.logging import configure_logging
+from infra.observability.logs import configure_json_logging
+from infra.settings import Settings
 from opsbot.observability import request_context
-from opsbot.observability.logs import configure_json_logging
-from opsbot.settings import Settings
 
 
 @pytest.fixture

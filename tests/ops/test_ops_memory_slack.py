@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from testing.slack import FakeSlack, block_action
 from tests.bot.test_slack_events import _texts
-from tests.fixtures.slack import FakeSlack, block_action
 from tests.ops.conftest import OpsApp
 
 

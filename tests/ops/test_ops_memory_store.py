@@ -11,7 +11,8 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from agent_core import Agent, Answer
 from broker.types import Identity
 from mcp_servers import ReferenceServers
-from opsbot.memory import (
+from memory.prompt import PreferencesMiddleware
+from memory.store import (
     MEMORY_URL,
     InvalidPreferenceError,
     Preferences,
@@ -19,9 +20,8 @@ from opsbot.memory import (
     namespace_for,
     open_memory_store,
 )
-from opsbot.memory_prompt import PreferencesMiddleware
-from tests.fixtures.agent import AgentEnv, FunctionChatModel, final, new_thread, open_agent_env
-from tests.fixtures.identity import RunningIdp
+from testing.agent import AgentEnv, FunctionChatModel, final, new_thread, open_agent_env
+from testing.identity import RunningIdp
 
 ALICE = Identity("alice")
 BOB = Identity("bob")

@@ -17,14 +17,14 @@ from sqlalchemy.exc import DatabaseError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_core.checkpointer import open_checkpointer
-from agent_core.clock import utc_now
 from agent_core.threads import PlatformRef, SqlThreadStore
 from audit.log import AuditLog, EventKind, SqlAuditSink
+from infra.clock import utc_now
+from infra.settings import RetentionSettings, Settings
+from infra.storage import create_engine
+from infra.storage.schema import approvals, audit_events, chat_approval_messages, threads
 from opsbot.cli import build_parser
 from opsbot.retention import prune_audit, prune_threads
-from opsbot.settings import RetentionSettings, Settings
-from opsbot.storage import create_engine
-from opsbot.storage.schema import approvals, audit_events, chat_approval_messages, threads
 
 NOW = utc_now()
 OLD = NOW - timedelta(days=100)
@@ -260,7 +260,7 @@ async def test_opsbot_prune_as_a_process(database_url: str, world: dict[str, str
 
 
 async def test_finished_run_jobs_are_pruned_and_live_ones_kept(database_url: str) -> None:
-    from opsbot.storage.schema import run_jobs
+    from infra.storage.schema import run_jobs
 
     old, recent = NOW - timedelta(days=60), NOW - timedelta(days=1)
     rows = {

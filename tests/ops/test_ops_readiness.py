@@ -7,9 +7,9 @@ import asyncio
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from infra.settings import BrokerSettings, IdpSettings, McpServerSettings, Settings
+from infra.storage import create_engine
 from opsbot.observability import Readiness
-from opsbot.settings import BrokerSettings, IdpSettings, McpServerSettings, Settings
-from opsbot.storage import create_engine
 
 
 async def _ok() -> None:

@@ -14,10 +14,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import generate_latest
 
 from agent_core import Agent, Answer, Interrupt
+from infra.settings import ModelPrice, ObservabilitySettings
 from mcp_servers import ReferenceServers
 from opsbot.observability import REGISTRY, RunInstrumentation, Tracing, pseudonymous_id
-from opsbot.settings import ModelPrice, ObservabilitySettings
-from tests.fixtures.agent import (
+from testing.agent import (
     AgentEnv,
     FailingChatModel,
     ScriptedChatModel,
@@ -27,7 +27,7 @@ from tests.fixtures.agent import (
     new_thread,
     open_agent_env,
 )
-from tests.fixtures.identity import RunningIdp
+from testing.identity import RunningIdp
 from tests.ops.conftest import Samples, delta, parse_metrics
 
 PRICE = ModelPrice(input_per_million=3.0, output_per_million=15.0)

@@ -17,7 +17,7 @@ from agent_core.health import ServerHealth
 from agent_core.threads import MemoryThreadStore, PlatformRef
 from broker import Identity
 from opsbot.observability import REGISTRY, ToolMetrics, refresh_runtime_gauges, watching
-from tests.fixtures.agent import (
+from testing.agent import (
     FAKE_POLICY,
     FakeBroker,
     FaultPlan,

@@ -12,11 +12,11 @@ from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from infra.serving import bind_socket, socket_url
+from infra.settings import ObservabilitySettings
 from opsbot.observability import pseudonymous_id
-from opsbot.serving import bind_socket, socket_url
-from opsbot.settings import ObservabilitySettings
+from testing.slack import APPROVALS_CHANNEL_ID, block_action, mention
 from tests.bot.test_slack_events import _texts
-from tests.fixtures.slack import APPROVALS_CHANNEL_ID, block_action, mention
 from tests.ops.conftest import OpsApp
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from opsbot.jobs import Job, JobRunner, RunLimits, SqlJobQueue
-from opsbot.storage import create_engine
+from infra.jobs import Job, JobRunner, RunLimits, SqlJobQueue
+from infra.storage import create_engine
 
 
 async def main(url: str) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from opsbot.serving import bind_socket
+from infra.serving import bind_socket
 
 _DEFAULT_BIN = Path("/usr/lib/postgresql/15/bin")
 

@@ -18,11 +18,11 @@ from bot.slack import SlackBotConfig, SqlApprovalMessages, build_app, make_web_c
 from bot.slack.durable import DurableSlackAdapter
 from bot.slack.incoming import UserMessage
 from broker.types import ChatUser
-from opsbot.jobs import JobRunner, SqlJobQueue
-from opsbot.serving import bind_socket
-from opsbot.storage import create_engine, migrate
-from tests.bot.fake_assistant import FakeAssistant
-from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, TEAM_ID
+from infra.jobs import JobRunner, SqlJobQueue
+from infra.serving import bind_socket
+from infra.storage import create_engine, migrate
+from testing.fake_assistant import FakeAssistant
+from testing.slack import BOT_TOKEN, SIGNING_SECRET, TEAM_ID
 
 
 async def main(url: str, api_url: str, run_delay: float, stall: bool) -> None:

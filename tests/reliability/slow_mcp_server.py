@@ -12,7 +12,7 @@ from typing import Any
 
 from mcp.server.fastmcp import FastMCP
 
-from opsbot.serving import bind_socket, serve_asgi
+from infra.serving import bind_socket, serve_asgi
 
 
 def build() -> FastMCP:

@@ -19,8 +19,8 @@ from audit import AuditLog, AuditObserver, AuditQuery, EventKind, SqlAuditSink
 from broker import BrokerUnavailableError, Identity
 from broker.remote import RemoteBroker
 from broker.types import ChatUser
-from opsbot.storage import create_engine
-from tests.fixtures.agent import (
+from infra.storage import create_engine
+from testing.agent import (
     AgentEnv,
     FailingChatModel,
     FakeBroker,
@@ -31,7 +31,7 @@ from tests.fixtures.agent import (
     new_thread,
     tool_results,
 )
-from tests.fixtures.identity import (
+from testing.identity import (
     SERVICE_SECRET,
     open_broker,
     serve_broker_service,

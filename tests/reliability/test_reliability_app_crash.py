@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from opsbot.jobs import JobStatus
-from opsbot.storage import create_engine
-from opsbot.storage.schema import run_jobs
-from tests.fixtures.slack import FakeSlack, SlackSender, mention
+from infra.jobs import JobStatus
+from infra.storage import create_engine
+from infra.storage.schema import run_jobs
+from testing.slack import FakeSlack, SlackSender, mention
 from tests.reliability.children import serving_child
 
 BOUND = 60.0

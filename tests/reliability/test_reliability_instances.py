@@ -21,8 +21,8 @@ from approvals import ActionDecision, ApprovalStatus, SqlApprovalStore
 from approvals.service import ApprovalService
 from audit import AuditLog, AuditObserver, AuditQuery, EventKind, SqlAuditSink
 from broker import Identity
-from opsbot.storage import create_engine, migrate
-from tests.fixtures.agent import AgentEnv, FunctionChatModel, call, final, tool_results
+from infra.storage import create_engine, migrate
+from testing.agent import AgentEnv, FunctionChatModel, call, final, tool_results
 from tests.reliability.pg_cluster import PgCluster, throwaway_cluster
 
 APPROVE = ActionDecision("approve")

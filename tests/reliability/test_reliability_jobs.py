@@ -9,9 +9,9 @@ import sys
 from collections import Counter
 from datetime import timedelta
 
-from agent_core.clock import utc_now
-from opsbot.jobs import Job, JobRunner, JobStatus, RunLimits, SqlJobQueue
-from opsbot.storage import create_engine
+from infra.clock import utc_now
+from infra.jobs import Job, JobRunner, JobStatus, RunLimits, SqlJobQueue
+from infra.storage import create_engine
 
 BOUND = 60.0
 

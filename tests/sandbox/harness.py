@@ -17,7 +17,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import serve_http
-from opsbot.serving import bind_socket, serve_asgi, socket_url
+from infra.serving import bind_socket, serve_asgi, socket_url
 from sandbox import AppDelivery, SlackEmulator, User, WebApi, Workspace
 from sandbox.web import build_app
 

@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from opsbot.serving import PortInUseError, bind_socket
-from opsbot.settings import SandboxSettings, Settings
+from infra.serving import PortInUseError, bind_socket
+from infra.settings import SandboxSettings, Settings
 from sandbox import Sandbox, bind_ports, open_sandbox
 from sandbox.workspace import BOT_USER_ID, Message
-from tests.fixtures.identity import sign_in_at_login_page
+from testing.identity import sign_in_at_login_page
 
 ALICE, BOB, DAVE = "UALICE", "UBOB", "UDAVE"
 OPS, APPROVALS = "C0OPS", "C0APPROVALS"

@@ -1,6 +1,6 @@
 """The tables opsbot owns, defined once for SQLite and PostgreSQL.
 
-Each table arrives with an Alembic migration in ``opsbot/storage/migrations/versions``;
+Each table arrives with an Alembic migration in ``infra/storage/migrations/versions``;
 ``tests/test_migrations.py`` fails when the migrations and this schema disagree.
 """
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from broker.errors import BrokerError
 from broker.types import ChatUser, Identity, IdentityService
-from opsbot.memory import FIELDS, InvalidPreferenceError, Preferences, UserMemory
+from memory.store import FIELDS, InvalidPreferenceError, Preferences, UserMemory
 
 USAGE = (
     "*What opsbot remembers about you* (only what you set here):\n"

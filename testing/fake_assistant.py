@@ -1,4 +1,4 @@
-"""A scripted stand-in for ``opsbot.assistant.Assistant`` (the Slack adapter's only dependency).
+"""A scripted stand-in for ``assistant.service.Assistant`` (the Slack adapter's only dependency).
 
 It keeps the core's observable rules the adapter must render: unlinked users, thread
 ownership, approver groups, one decision per approval, edit validation, expiry.

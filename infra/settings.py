@@ -90,7 +90,7 @@ class SlackSettings(BaseModel):
 
 
 class RunSettings(BaseModel):
-    """Durable runs (``opsbot.jobs``): every accepted message is a job any instance runs."""
+    """Durable runs (``infra.jobs``): every accepted message is a job any instance runs."""
 
     # False: runs go back to in-process tasks (a restart loses runs in flight).
     durable: bool = True

@@ -15,23 +15,15 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Protocol
 
 from agent_core import answer as core
-from agent_core.clock import Clock, utc_now
 from agent_core.errors import AgentError
-from agent_core.threads import (
-    NotThreadOwnerError,
-    PlatformRef,
-    SqlThreadStore,
-    ThreadError,
-    ThreadStore,
-)
+from agent_core.threads import NotThreadOwnerError, PlatformRef, ThreadError, ThreadStore
 from approvals.errors import (
     AlreadyDecidedError,
     ApprovalExpiredError,
@@ -42,163 +34,39 @@ from approvals.errors import (
 from approvals.records import EXPIRY_DECIDER, ActionDecision, Approval, ApprovalStatus
 from approvals.rules import check_decider
 from approvals.service import ApprovalService, DecisionReport
-from audit.reconcile import McpChangeLog, Reconciler, ReconcileReport
+from assistant.types import (
+    AlreadyDecided,
+    Answer,
+    Answered,
+    ApprovalRequested,
+    ApprovalSummary,
+    ApprovalView,
+    Approve,
+    Decided,
+    Decision,
+    DecisionOutcome,
+    Edit,
+    Expired,
+    InvalidEdit,
+    LinkRequired,
+    NotAuthorised,
+    Refused,
+    Reject,
+    Reply,
+    Source,
+    UserStatus,
+)
+from audit.reconcile import Reconciler, ReconcileReport
 from broker.errors import BrokerError
 from broker.types import ChatUser, Identity, IdentityService
-from opsbot.memory_chat import MemoryCommands
-from opsbot.settings import Settings
+from infra.clock import Clock, utc_now
+from memory.chat import MemoryCommands
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 4000
 
-__all__ = [
-    "AlreadyDecided",
-    "Answer",
-    "Answered",
-    "ApprovalRequested",
-    "ApprovalSummary",
-    "ApprovalView",
-    "Approve",
-    "Assistant",
-    "AssistantPort",
-    "ChatUser",
-    "Decided",
-    "Decision",
-    "DecisionOutcome",
-    "Edit",
-    "Expired",
-    "InvalidEdit",
-    "LinkRequired",
-    "NotAuthorised",
-    "PlatformRef",
-    "Refused",
-    "Reject",
-    "Reply",
-    "Source",
-    "UserStatus",
-]
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    system: str
-    id: str
-    link: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A structured answer, ready to render."""
-
-    answer: str
-    sources: list[Source] = field(default_factory=list)
-    actions_taken: list[str] = field(default_factory=list)
-    pending_approvals: list[str] = field(default_factory=list)
-    caveats: list[str] = field(default_factory=list)
-    confidence: str | None = None
-    model_used: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalSummary:
-    """A pending approval as the requester's reply names it."""
-
-    approval_id: str
-    tool: str
-    server: str
-    expires_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class LinkRequired:
-    """The chat user has not connected their company account: show ``login_url``."""
-
-    login_url: str
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """A clear refusal (not the thread's owner, bad input, a required server down...)."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Answered:
-    answer: Answer
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalRequested:
-    """A write is waiting for an approver: post a card for ``approval``."""
-
-    answer_so_far: Answer | None
-    approval: ApprovalSummary
-
-
-Reply = LinkRequired | Refused | Answered | ApprovalRequested
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalView:
-    """What an approver sees: the pending call and its context, never the thread history.
-
-    ``reads`` is the chain of reads that led to the proposal (``"<tool> <id>"``);
-    ``input_schema`` is the tool's JSON schema, for the Edit modal.
-    """
-
-    approval_id: str
-    tool: str
-    server: str
-    args: dict[str, Any]
-    requester: str
-    requester_chat_user: ChatUser | None
-    requester_ref: PlatformRef | None
-    reads: list[str]
-    expires_at: datetime
-    input_schema: dict[str, Any]
-    status: str = "pending"
-    description: str = ""
-    decided_by: str | None = None
-    approver_group: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Approve:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Edit:
-    """Approve with changed arguments. The tool itself cannot change."""
-
-    args: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Reject:
-    reason: str | None = None
-
-
-Decision = Approve | Edit | Reject
-
-
-@dataclass(frozen=True, slots=True)
-class Decided:
-    """A decision that was taken: who, what, and the requester's result.
-
-    ``decision`` is ``"approved" | "edited" | "rejected"``; ``outcome`` is the approval's
-    final status (``approved``/``edited``/``rejected``/``failed``) plus a reason on failure.
-    Post ``requester_result`` in the requester's thread at ``requester_ref``.
-    """
-
-    approval_id: str
-    decision: str
-    decided_by: str
-    outcome: str
-    requester_ref: PlatformRef | None
-    requester_result: Reply | None
+__all__ = ["AgentPort", "Assistant", "Recovered", "Recovery", "notify_each"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,64 +83,6 @@ class Recovery:
 class Recovered:
     reconciled: ReconcileReport
     finished: list[Decided]
-
-
-@dataclass(frozen=True, slots=True)
-class AlreadyDecided:
-    """Another decision won; ``by`` is who made it."""
-
-    by: str
-
-
-@dataclass(frozen=True, slots=True)
-class NotAuthorised:
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Expired:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class InvalidEdit:
-    """Edited arguments failed validation; ``field_errors`` maps an argument to a message."""
-
-    field_errors: dict[str, str]
-
-
-DecisionOutcome = Decided | AlreadyDecided | NotAuthorised | Expired | InvalidEdit | LinkRequired
-
-
-@dataclass(frozen=True, slots=True)
-class UserStatus:
-    linked: bool
-    subject: str | None = None
-    email: str | None = None
-    groups: frozenset[str] = frozenset()
-    login_url: str | None = None
-
-
-class AssistantPort(Protocol):
-    """What a chat adapter may call. ``Assistant`` implements it; tests may fake it."""
-
-    async def handle_message(self, chat_user: ChatUser, ref: PlatformRef, text: str) -> Reply: ...
-
-    async def decide(
-        self, approver: ChatUser, approval_id: str, decision: Decision
-    ) -> DecisionOutcome: ...
-
-    async def approval_view(self, approval_id: str) -> ApprovalView | None: ...
-
-    async def pending_for(self, chat_user: ChatUser) -> list[ApprovalView]: ...
-
-    async def awaiting_approver(self, chat_user: ChatUser) -> list[ApprovalView]: ...
-
-    async def link_url(self, chat_user: ChatUser) -> str: ...
-
-    async def unlink(self, chat_user: ChatUser) -> bool: ...
-
-    async def status(self, chat_user: ChatUser) -> UserStatus: ...
 
 
 class AgentPort(Protocol):
@@ -567,76 +377,3 @@ def _answer(result: core.Answer) -> Answer:
         confidence=result.confidence,
         model_used=result.model_used or None,
     )
-
-
-@contextlib.asynccontextmanager
-async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> AsyncIterator[Assistant]:
-    """The whole platform-neutral core as configured: database, identity service, checkpointer,
-    agent (with the audit observer), approvals. Closes everything on exit."""
-    from agent_core.checkpointer import open_checkpointer
-    from agent_core.factory import build_agent
-    from approvals.store import SqlApprovalStore
-    from audit import AuditLog, AuditObserver, SqlAuditSink
-    from broker.factory import open_identity_service
-    from opsbot.operations import open_operations
-    from opsbot.storage import create_engine
-
-    url = settings.resolved_database_url
-    grace = timedelta(seconds=settings.approvals.reconcile_grace_seconds)
-    engine = create_engine(url)
-    try:
-        async with (
-            open_identity_service(settings, engine, clock=clock) as identities,
-            open_checkpointer(url) as saver,
-            open_operations(settings, identities) as ops,
-        ):
-            audit = AuditLog(
-                ops.audit_sink(SqlAuditSink(engine)),
-                clock=clock,
-                max_payload_bytes=settings.approvals.audit_max_payload_bytes,
-            )
-            threads = SqlThreadStore(engine, clock=clock)
-            agent = build_agent(
-                settings,
-                broker=identities,
-                threads=threads,
-                checkpointer=saver,
-                observer=ops.observer(AuditObserver(audit)),
-                run_callbacks=ops.run_callbacks,
-                extra_middleware=ops.middleware(),
-            )
-            service = ApprovalService(
-                SqlApprovalStore(engine),
-                audit,
-                agent,
-                agent,
-                identities.resolve_subject,
-                identities,
-                clock=clock,
-            )
-            recovery = Recovery(
-                Reconciler(audit, _change_log(settings, identities), clock=clock, grace=grace),
-                grace,
-            )
-            with ops.watch(agent, identities):
-                yield Assistant(
-                    identities,
-                    threads,
-                    agent,
-                    service,
-                    clock=clock,
-                    memory=ops.memory,
-                    recovery=recovery,
-                )
-    finally:
-        await engine.dispose()
-
-
-def _change_log(settings: Settings, identities: IdentityService) -> McpChangeLog:
-    """The servers' change logs, read as each pending write's requester."""
-
-    async def token_for(subject: str, server: str) -> str:
-        identity = await identities.resolve_subject(subject)
-        return (await identities.get_token(identity, server)).value
-
-    return McpChangeLog({s.name: s.url for s in settings.mcp_servers}, token_for)

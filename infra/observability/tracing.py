@@ -25,7 +25,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from opsbot.settings import ObservabilitySettings
+from infra.settings import ObservabilitySettings
 
 TRACER_NAME = "opsbot"
 

@@ -17,8 +17,8 @@ Example::
         ...
 """
 
-from opsbot.jobs.queue import DuplicateJobError, Job, JobError, JobStatus, SqlJobQueue
-from opsbot.jobs.runner import JobHandler, JobRunner, RunLimits
+from infra.jobs.queue import DuplicateJobError, Job, JobError, JobStatus, SqlJobQueue
+from infra.jobs.runner import JobHandler, JobRunner, RunLimits
 
 __all__ = [
     "DuplicateJobError",

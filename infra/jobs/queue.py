@@ -16,8 +16,8 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_core.clock import Clock, utc_now
-from opsbot.storage.schema import run_jobs
+from infra.clock import Clock, utc_now
+from infra.storage.schema import run_jobs
 
 
 class JobError(Exception):

@@ -22,7 +22,7 @@ import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 Probe = Callable[[], Awaitable[None]]
 

@@ -2,15 +2,15 @@
 
 Public API::
 
-    from opsbot.storage import create_engine, metadata, migrate
+    from infra.storage import create_engine, metadata, migrate
 
     engine = create_engine("postgresql://postgres@127.0.0.1/opsbot")
     await migrate(engine)            # idempotent: applies what is missing
 """
 
-from opsbot.storage.engine import async_url, create_engine, is_postgres, sync_url
-from opsbot.storage.migrate import current_revision, migrate
-from opsbot.storage.schema import metadata
+from infra.storage.engine import async_url, create_engine, is_postgres, sync_url
+from infra.storage.migrate import current_revision, migrate
+from infra.storage.schema import metadata
 
 __all__ = [
     "async_url",

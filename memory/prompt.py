@@ -15,7 +15,7 @@ from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResp
 from langchain_core.messages import SystemMessage
 
 from agent_core.binding import RunContext
-from opsbot.memory import UserMemory
+from memory.store import UserMemory
 
 HEADER = (
     "Preferences this user saved (defaults to use when the request does not say otherwise; "

@@ -1,10 +1,10 @@
-"""Alembic environment: runs on the connection handed over by ``opsbot.storage.migrate``."""
+"""Alembic environment: runs on the connection handed over by ``infra.storage.migrate``."""
 
 from __future__ import annotations
 
 from alembic import context
 
-from opsbot.storage.schema import metadata
+from infra.storage.schema import metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:

@@ -6,7 +6,7 @@ import logging
 
 import structlog
 
-from opsbot.settings import Settings
+from infra.settings import Settings
 
 
 def configure_logging(settings: Settings) -> None:
@@ -31,6 +31,6 @@ def configure_logging(settings: Settings) -> None:
     )
     if settings.log_format == "json":
         # Standard-library loggers too as JSON lines, with request context, secrets scrubbed.
-        from opsbot.observability.logs import configure_json_logging
+        from infra.observability.logs import configure_json_logging
 
         configure_json_logging(settings.log_level)

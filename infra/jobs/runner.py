@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
 
-from opsbot.jobs.queue import Job, SqlJobQueue
+from infra.jobs.queue import Job, SqlJobQueue
 
 log = logging.getLogger(__name__)
 

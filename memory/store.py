@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agent_core.pii import detect_secret
 from broker.types import Identity
-from opsbot.storage.engine import sqlite_path, sync_url
+from infra.storage.engine import sqlite_path, sync_url
 
 MEMORY_URL = "memory://"
 KEY = "preferences"

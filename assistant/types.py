@@ -1,0 +1,224 @@
+"""Everything a chat adapter sees: the DTOs it renders, the outcomes it matches on, and
+``AssistantPort``, the calls it may make. Platform-neutral; nothing here imports a chat SDK.
+
+Example::
+
+    reply = await assistant.handle_message(ChatUser("slack", "T1", "U1"), ref, "close PAY-7")
+    match reply:
+        case ApprovalRequested(approval=summary): ...   # post a card for summary.approval_id
+    outcome = await assistant.decide(ChatUser("slack", "T1", "U2"), summary.approval_id, Approve())
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from agent_core.threads import PlatformRef
+from broker.types import ChatUser
+
+__all__ = [
+    "AlreadyDecided",
+    "Answer",
+    "Answered",
+    "ApprovalRequested",
+    "ApprovalSummary",
+    "ApprovalView",
+    "Approve",
+    "AssistantPort",
+    "ChatUser",
+    "Decided",
+    "Decision",
+    "DecisionOutcome",
+    "Edit",
+    "Expired",
+    "InvalidEdit",
+    "LinkRequired",
+    "NotAuthorised",
+    "PlatformRef",
+    "Refused",
+    "Reject",
+    "Reply",
+    "Source",
+    "UserStatus",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    system: str
+    id: str
+    link: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A structured answer, ready to render."""
+
+    answer: str
+    sources: list[Source] = field(default_factory=list)
+    actions_taken: list[str] = field(default_factory=list)
+    pending_approvals: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
+    confidence: str | None = None
+    model_used: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalSummary:
+    """A pending approval as the requester's reply names it."""
+
+    approval_id: str
+    tool: str
+    server: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRequired:
+    """The chat user has not connected their company account: show ``login_url``."""
+
+    login_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A clear refusal (not the thread's owner, bad input, a required server down...)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    answer: Answer
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """A write is waiting for an approver: post a card for ``approval``."""
+
+    answer_so_far: Answer | None
+    approval: ApprovalSummary
+
+
+Reply = LinkRequired | Refused | Answered | ApprovalRequested
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalView:
+    """What an approver sees: the pending call and its context, never the thread history.
+
+    ``reads`` is the chain of reads that led to the proposal (``"<tool> <id>"``);
+    ``input_schema`` is the tool's JSON schema, for the Edit modal.
+    """
+
+    approval_id: str
+    tool: str
+    server: str
+    args: dict[str, Any]
+    requester: str
+    requester_chat_user: ChatUser | None
+    requester_ref: PlatformRef | None
+    reads: list[str]
+    expires_at: datetime
+    input_schema: dict[str, Any]
+    status: str = "pending"
+    description: str = ""
+    decided_by: str | None = None
+    approver_group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Approve:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """Approve with changed arguments. The tool itself cannot change."""
+
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    reason: str | None = None
+
+
+Decision = Approve | Edit | Reject
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A decision that was taken: who, what, and the requester's result.
+
+    ``decision`` is ``"approved" | "edited" | "rejected"``; ``outcome`` is the approval's
+    final status (``approved``/``edited``/``rejected``/``failed``) plus a reason on failure.
+    Post ``requester_result`` in the requester's thread at ``requester_ref``.
+    """
+
+    approval_id: str
+    decision: str
+    decided_by: str
+    outcome: str
+    requester_ref: PlatformRef | None
+    requester_result: Reply | None
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyDecided:
+    """Another decision won; ``by`` is who made it."""
+
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class NotAuthorised:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidEdit:
+    """Edited arguments failed validation; ``field_errors`` maps an argument to a message."""
+
+    field_errors: dict[str, str]
+
+
+DecisionOutcome = Decided | AlreadyDecided | NotAuthorised | Expired | InvalidEdit | LinkRequired
+
+
+@dataclass(frozen=True, slots=True)
+class UserStatus:
+    linked: bool
+    subject: str | None = None
+    email: str | None = None
+    groups: frozenset[str] = frozenset()
+    login_url: str | None = None
+
+
+class AssistantPort(Protocol):
+    """What a chat adapter may call. ``Assistant`` implements it; tests may fake it."""
+
+    async def handle_message(self, chat_user: ChatUser, ref: PlatformRef, text: str) -> Reply: ...
+
+    async def decide(
+        self, approver: ChatUser, approval_id: str, decision: Decision
+    ) -> DecisionOutcome: ...
+
+    async def approval_view(self, approval_id: str) -> ApprovalView | None: ...
+
+    async def pending_for(self, chat_user: ChatUser) -> list[ApprovalView]: ...
+
+    async def awaiting_approver(self, chat_user: ChatUser) -> list[ApprovalView]: ...
+
+    async def link_url(self, chat_user: ChatUser) -> str: ...
+
+    async def unlink(self, chat_user: ChatUser) -> bool: ...
+
+    async def status(self, chat_user: ChatUser) -> UserStatus: ...

@@ -1,0 +1,94 @@
+"""The roof's wiring: build the whole platform-neutral core from ``Settings``.
+
+Example::
+
+    async with open_assistant(settings) as assistant:
+        reply = await assistant.handle_message(chat_user, ref, "close PAY-7")
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+from agent_core.threads import SqlThreadStore
+from approvals.service import ApprovalService
+from assistant.service import Assistant, Recovery
+from audit.reconcile import McpChangeLog, Reconciler
+from broker.types import IdentityService
+from infra.clock import Clock, utc_now
+from infra.settings import Settings
+
+
+@contextlib.asynccontextmanager
+async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> AsyncIterator[Assistant]:
+    """The whole platform-neutral core as configured: database, identity service, checkpointer,
+    agent (with the audit observer), approvals. Closes everything on exit."""
+    from agent_core.checkpointer import open_checkpointer
+    from agent_core.factory import build_agent
+    from approvals.store import SqlApprovalStore
+    from audit import AuditLog, AuditObserver, SqlAuditSink
+    from broker.factory import open_identity_service
+    from infra.storage import create_engine
+    from opsbot.operations import open_operations
+
+    url = settings.resolved_database_url
+    grace = timedelta(seconds=settings.approvals.reconcile_grace_seconds)
+    engine = create_engine(url)
+    try:
+        async with (
+            open_identity_service(settings, engine, clock=clock) as identities,
+            open_checkpointer(url) as saver,
+            open_operations(settings, identities) as ops,
+        ):
+            audit = AuditLog(
+                ops.audit_sink(SqlAuditSink(engine)),
+                clock=clock,
+                max_payload_bytes=settings.approvals.audit_max_payload_bytes,
+            )
+            threads = SqlThreadStore(engine, clock=clock)
+            agent = build_agent(
+                settings,
+                broker=identities,
+                threads=threads,
+                checkpointer=saver,
+                observer=ops.observer(AuditObserver(audit)),
+                run_callbacks=ops.run_callbacks,
+                extra_middleware=ops.middleware(),
+            )
+            service = ApprovalService(
+                SqlApprovalStore(engine),
+                audit,
+                agent,
+                agent,
+                identities.resolve_subject,
+                identities,
+                clock=clock,
+            )
+            recovery = Recovery(
+                Reconciler(audit, _change_log(settings, identities), clock=clock, grace=grace),
+                grace,
+            )
+            with ops.watch(agent, identities):
+                yield Assistant(
+                    identities,
+                    threads,
+                    agent,
+                    service,
+                    clock=clock,
+                    memory=ops.memory,
+                    recovery=recovery,
+                )
+    finally:
+        await engine.dispose()
+
+
+def _change_log(settings: Settings, identities: IdentityService) -> McpChangeLog:
+    """The servers' change logs, read as each pending write's requester."""
+
+    async def token_for(subject: str, server: str) -> str:
+        identity = await identities.resolve_subject(subject)
+        return (await identities.get_token(identity, server)).value
+
+    return McpChangeLog({s.name: s.url for s in settings.mcp_servers}, token_for)
