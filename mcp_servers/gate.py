@@ -114,6 +114,7 @@ class AuthGate:
         try:
             claims = await self.verifier.verify(token)
         except TokenRejectedError as exc:
+            logger.info("auth gate: refused a token: %s", exc)  # the reason, never the token
             await self._challenge(send, 401, "invalid_token", str(exc))
             return
         except JwksUnavailableError as exc:

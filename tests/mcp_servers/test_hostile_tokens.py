@@ -83,8 +83,11 @@ async def test_es256_token_naming_the_real_rsa_key_is_401(
         algorithm="ES256",
         headers={"kid": mcp_test_issuer.kid},
     )
+    caplog.set_level(logging.INFO, logger="mcp_servers")
     _assert_invalid_token(await http_refusal(reference_servers.ticketing, token))
     _no_tracebacks(caplog)
+    ours = [r.getMessage() for r in caplog.records if r.name.startswith("mcp_servers")]
+    assert ours == ["auth gate: refused a token: token algorithm not accepted for its key"]
 
 
 @pytest.mark.parametrize("sub", ["", "   ", "\t", " alice", None, 42, ["alice"]])
