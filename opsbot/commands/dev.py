@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from opsbot.settings import Settings
+if TYPE_CHECKING:
+    from opsbot.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:

@@ -1,0 +1,193 @@
+"""Start-up configuration checks: a bad setting becomes one line an operator can act on.
+
+The CLI runs these after parsing its arguments and before any heavy import, so a
+misconfiguration is reported in well under a second: the variable, what is wrong and an
+example, on one line, with exit code 2 and no traceback. Secret values are never echoed.
+
+Example::
+
+    try:
+        settings = load_settings()
+        require_link_key(settings)
+    except ConfigError as exc:
+        print(exc.line(), file=sys.stderr)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, SecretStr, ValidationError
+from pydantic_core import PydanticUndefined
+from pydantic_settings import SettingsError
+
+from opsbot.settings import Settings
+
+EXIT_CONFIG_ERROR = 2
+PREFIX = "OPSBOT_"
+
+_FERNET_HINT = (
+    'a Fernet key; generate one with: python -c "from cryptography.fernet import Fernet; '
+    'print(Fernet.generate_key().decode())"'
+)
+EXAMPLES: dict[str, str] = {
+    "OPSBOT_DATABASE_URL": "OPSBOT_DATABASE_URL=postgresql://opsbot:secret@db.internal:5432/opsbot",
+    "OPSBOT_MCP_SERVERS": 'OPSBOT_MCP_SERVERS=[{"name":"ticketing",'
+    '"url":"https://tickets.internal/mcp","audience":"https://tickets.internal/mcp"}]',
+    "OPSBOT_MODEL_FALLBACKS": 'OPSBOT_MODEL_FALLBACKS=["openai:gpt-4.1-mini"]',
+    "OPSBOT_SLACK__ALLOWED_TEAM_IDS": 'OPSBOT_SLACK__ALLOWED_TEAM_IDS=["T0123ABCD"]',
+    "OPSBOT_OBSERVABILITY__MODEL_PRICES": "OPSBOT_OBSERVABILITY__MODEL_PRICES="
+    '{"openai:gpt-4.1":{"input_per_million":2.0,"output_per_million":8.0}}',
+    "OPSBOT_BROKER__LINK_ENCRYPTION_KEY": _FERNET_HINT,
+    "SLACK_BOT_TOKEN": "SLACK_BOT_TOKEN=xoxb-… (OAuth & Permissions page of your Slack app)",
+    "SLACK_SIGNING_SECRET": "SLACK_SIGNING_SECRET=… (Basic Information page of your Slack app)",
+    "SLACK_APP_TOKEN": "SLACK_APP_TOKEN=xapp-… (an app-level token with connections:write)",
+    "PORT": "PORT=3000",
+}
+
+
+class ConfigError(Exception):
+    """A setting that stops start-up: which variable, what is wrong, and an example."""
+
+    def __init__(self, variable: str, problem: str, example: str | None = None) -> None:
+        super().__init__(f"{variable}: {problem}")
+        self.variable = variable
+        self.problem = problem
+        self.example = example if example is not None else EXAMPLES.get(variable)
+
+    def line(self) -> str:
+        text = f"opsbot: configuration error: {self.variable}: {self.problem}"
+        if self.example:
+            text += f"; example: {self.example}"
+        return text
+
+
+def load_settings() -> Settings:
+    """``Settings()`` from the environment, or ``ConfigError`` for the first bad variable."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise _from_validation(exc) from None
+    except SettingsError as exc:
+        raise _from_settings_error(exc) from None
+
+
+def require_slack(settings: Settings, *, socket_mode: bool) -> None:
+    """``opsbot slack`` needs the bot token and signing secret (and Socket Mode its app token)."""
+    needed = ["SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET"]
+    values = [settings.slack_bot_token, settings.slack_signing_secret]
+    if socket_mode:
+        needed.append("SLACK_APP_TOKEN")
+        values.append(settings.slack_app_token)
+    for name, value in zip(needed, values, strict=True):
+        if value is None or not value.get_secret_value().strip():
+            mode = "Socket Mode" if name == "SLACK_APP_TOKEN" else "the Slack app"
+            raise ConfigError(name, f"not set: {mode} needs it")
+
+
+def require_link_key(settings: Settings) -> None:
+    """Outside ``opsbot dev`` refresh tokens are never encrypted with a generated key."""
+    if settings.broker.link_encryption_key is None:
+        raise ConfigError(
+            "OPSBOT_BROKER__LINK_ENCRYPTION_KEY",
+            "not set: outside `opsbot dev` the key that encrypts refresh tokens must be given "
+            "explicitly (a generated key would be lost with the container)",
+        )
+
+
+def database_error(exc: BaseException, url: str) -> ConfigError | None:
+    """A connection failure to the configured database as a one-line ``ConfigError``."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if not names & {"OperationalError", "InterfaceError"}:
+        return None
+    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    detail = reason[0] if reason else type(exc).__name__
+    return ConfigError(
+        "OPSBOT_DATABASE_URL",
+        f"cannot connect to {_redacted(url)}: {detail[:200]}",
+    )
+
+
+def _redacted(url: str) -> str:
+    return re.sub(r"://([^:/@]+):[^@/]*@", r"://\1:***@", url)
+
+
+def _from_validation(exc: ValidationError) -> ConfigError:
+    errors = exc.errors()
+    first = errors[0]
+    variable, rest, field = _variable_for(first["loc"])
+    message = str(first["msg"]).removeprefix("Value error, ")
+    where = ", ".join(f"entry {p}" if isinstance(p, int) else str(p) for p in rest)
+    problem = f"{where}: {message}" if where else message
+    if len(errors) > 1:
+        problem += f" (and {len(errors) - 1} more problem(s))"
+    return ConfigError(
+        variable, problem, EXAMPLES.get(variable) or _default_example(variable, field)
+    )
+
+
+def _from_settings_error(exc: SettingsError) -> ConfigError:
+    # pydantic-settings reports unparsable JSON as `error parsing value for field "x" ...`.
+    match = re.search(r'field "([^"]+)"', str(exc))
+    name = match.group(1) if match else "settings"
+    variable, _rest, field = _variable_for((name,))
+    section = getattr(field, "annotation", None)
+    if isinstance(section, type) and issubclass(section, BaseModel):
+        variable = _unparsable_nested(variable) or f"{variable}__…"
+    cause = exc.__cause__
+    why = f"not valid JSON ({cause})" if isinstance(cause, json.JSONDecodeError) else str(exc)
+    return ConfigError(variable, why)
+
+
+def _unparsable_nested(section_variable: str) -> str | None:
+    """Which ``SECTION__FIELD`` variable holds the JSON that did not parse (read through
+    pydantic-settings' own environment source, as ``Settings`` reads it)."""
+    from pydantic_settings import EnvSettingsSource
+
+    prefix = f"{section_variable}__".lower()
+    env = EnvSettingsSource(Settings).env_vars
+    for key, value in env.items():
+        if key.startswith(prefix) and value and value.lstrip()[:1] in "[{":
+            try:
+                json.loads(value)
+            except ValueError:
+                return key.upper()
+    return None
+
+
+def _variable_for(loc: Sequence[int | str]) -> tuple[str, Sequence[int | str], Any]:
+    """The environment variable a validation error location comes from, the rest of the
+    location inside its value, and the pydantic field (for a default example)."""
+    head = str(loc[0]) if loc else ""
+    fields = Settings.model_fields
+    for name, info in fields.items():
+        choices = getattr(info.validation_alias, "choices", None) or []
+        if head in choices or (head == name and choices):
+            return str(choices[0]).upper(), loc[1:], info
+    field = fields.get(head)
+    if field is None:
+        return PREFIX + head.upper(), loc[1:], None
+    section = field.annotation
+    if (
+        isinstance(section, type)
+        and issubclass(section, BaseModel)
+        and len(loc) > 1
+        and isinstance(loc[1], str)
+        and loc[1] in section.model_fields
+    ):
+        return f"{PREFIX}{head.upper()}__{loc[1].upper()}", loc[2:], section.model_fields[loc[1]]
+    return PREFIX + head.upper(), loc[1:], field
+
+
+def _default_example(variable: str, field: Any) -> str | None:
+    default = getattr(field, "default", PydanticUndefined)
+    if default is PydanticUndefined or default is None or isinstance(default, SecretStr):
+        return None
+    if isinstance(default, bool):
+        return f"{variable}={str(default).lower()}"
+    if isinstance(default, int | float | str):
+        return f"{variable}={default}"
+    return None
