@@ -198,7 +198,7 @@ def test_an_unreachable_database_is_one_line_naming_the_variable(tmp_path: Path)
 
 
 def test_help_is_fast_and_imports_nothing_heavy(tmp_path: Path) -> None:
-    result, seconds = opsbot("--help", env={"PYTHONPROFILEIMPORTTIME": "1"}, cwd=tmp_path)
+    result, _ = opsbot("--help", env={"PYTHONPROFILEIMPORTTIME": "1"}, cwd=tmp_path)
     assert result.returncode == 0
     assert "migrate" in result.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()}
