@@ -53,21 +53,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _env(data_dir: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPSBOT_", "SLACK_"))}
-    env.update({var: "0" for var in PORT_VARIABLES})
-    env.update(OPSBOT_DATA_DIR=data_dir, OPSBOT_MODEL="demo", OPSBOT_LOG_LEVEL="WARNING")
-    env.update(extra or {})
-    return env
+def _env(data_dir: str, extra: dict[str, str] | None = None) -> list[str]:
+    """``env NAME=VALUE…``: the child inherits this environment with these settings on top
+    (through the ``env`` utility: only ``opsbot.settings`` reads the environment here)."""
+    values = {var: "0" for var in PORT_VARIABLES}
+    values.update(OPSBOT_DATA_DIR=data_dir, OPSBOT_MODEL="demo", OPSBOT_LOG_LEVEL="WARNING")
+    values.update(extra or {})
+    return ["env", *(f"{k}={v}" for k, v in values.items())]
 
 
-async def _until_exit(command: list[str], env: dict[str, str], cwd: str) -> tuple[float, int]:
+async def _until_exit(command: list[str], env: list[str], cwd: str) -> tuple[float, int]:
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
+        *env,
         *command,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
-        env=env,
         cwd=cwd,
     )
     code = await proc.wait()
@@ -79,11 +80,11 @@ async def _dev(command: list[str], data_dir: str, bot_line: bool) -> tuple[float
     (builds without that line start the bot before the URL: the same time)."""
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
+        *_env(data_dir),
         *command,
         "dev",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
-        env=_env(data_dir),
         cwd=data_dir,
     )
     assert proc.stdout is not None

@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -209,8 +210,15 @@ def test_help_is_fast_and_imports_nothing_heavy(tmp_path: Path) -> None:
     assert fastest <= (1.0 if busy else 0.3), f"opsbot --help took {fastest:.2f} s"
 
 
-def test_files_opsbot_creates_are_owner_only(tmp_path: Path) -> None:
-    os.umask(0o022)  # a typical shell; opsbot must not rely on a strict one
+@pytest.fixture
+def shell_umask() -> Iterator[None]:
+    """A typical shell's umask while the test runs: opsbot must not rely on a strict one."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+def test_files_opsbot_creates_are_owner_only(tmp_path: Path, shell_umask: None) -> None:
     result, _ = opsbot("migrate", env={}, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     data = tmp_path / "data"

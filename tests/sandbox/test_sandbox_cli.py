@@ -10,9 +10,11 @@ import signal
 import socket
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from sandbox.workspace import BOT_USER_ID
 from tests.sandbox.sandbox_process import spawn_opsbot_dev
@@ -76,8 +78,15 @@ async def test_the_url_comes_first_and_a_message_sent_at_once_is_answered(tmp_pa
     assert seconds <= (10.0 if busy else 5.0), f"the URL took {seconds:.1f} s"
 
 
-async def test_the_sandbox_data_is_owner_only(tmp_path: Path) -> None:
-    os.umask(0o022)
+@pytest.fixture
+def shell_umask() -> Iterator[None]:
+    """A typical shell's umask while the test runs: opsbot must not rely on a strict one."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+async def test_the_sandbox_data_is_owner_only(tmp_path: Path, shell_umask: None) -> None:
     async with spawn_opsbot_dev(tmp_path) as dev:
         await dev.wait_ready()
         async with asyncio.timeout(60):
