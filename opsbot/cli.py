@@ -37,6 +37,10 @@ COMMAND_MODULES = (
     "opsbot.commands.reconcile",
     "opsbot.commands.prune",
 )
+# Commands that need the database: a PostgreSQL server that does not answer stops them at once.
+DATABASE_COMMANDS = frozenset(
+    {"migrate", "slack", "sweep", "reconcile", "audit", "prune", "broker"}
+)
 # Files opsbot creates (SQLite databases and their WAL, key files, the sandbox's data) are
 # readable by their owner only.
 OWNER_ONLY_UMASK = 0o077
@@ -68,13 +72,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             # their plain paths (as in the production image) and saves ~0.3 s of imports.
             sys.modules["rich"] = None  # type: ignore[assignment]
 
-    from opsbot.config_check import EXIT_CONFIG_ERROR, ConfigError, load_settings
+    from opsbot.config_check import (
+        EXIT_CONFIG_ERROR,
+        ConfigError,
+        load_settings,
+        require_database,
+    )
 
     try:
         settings = load_settings()
         check = getattr(args, "check", None)
         if check is not None:
             check(args, settings)
+        if args.command in DATABASE_COMMANDS:
+            require_database(settings)
     except ConfigError as exc:
         print(exc.line(), file=sys.stderr, flush=True)
         return EXIT_CONFIG_ERROR

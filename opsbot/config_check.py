@@ -98,6 +98,25 @@ def require_link_key(settings: Settings) -> None:
         )
 
 
+def require_database(settings: Settings, timeout_seconds: int = 5) -> None:
+    """PostgreSQL answers, checked with one plain connection before the heavy imports: an
+    unreachable server or a wrong password is one line at once, not a pool's 30 s of retries.
+    """
+    url = settings.database_url
+    if not url or not url.startswith("postgresql"):
+        return
+    import psycopg
+
+    dsn = re.sub(r"^postgresql\+\w+://", "postgresql://", url)
+    try:
+        psycopg.connect(dsn, connect_timeout=timeout_seconds).close()
+    except psycopg.Error as exc:
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(
+            "OPSBOT_DATABASE_URL", f"cannot connect to {_redacted(url)}: {detail[:200]}"
+        ) from None
+
+
 def database_error(exc: BaseException, url: str) -> ConfigError | None:
     """A connection failure to the configured database as a one-line ``ConfigError``."""
     names = {cls.__name__ for cls in type(exc).__mro__}

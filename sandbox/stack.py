@@ -152,7 +152,7 @@ def reset_data_dir(root: Path) -> Path:
     path = root / "sandbox"
     if path.exists():
         shutil.rmtree(path)
-    path.mkdir(parents=True)
+    path.mkdir(parents=True, mode=0o700)  # demo keys and databases: the owner's only
     return path
 
 

@@ -40,6 +40,12 @@ def opsbot(
     return result, time.perf_counter() - started
 
 
+def time_limit(seconds: float) -> float:
+    """``seconds`` on an idle machine, stretched by how oversubscribed this one is (other
+    test workers and agents share its cores); the import checks below are exact."""
+    return seconds * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
 def assert_one_line(result: subprocess.CompletedProcess[str], variable: str, *says: str) -> None:
     assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr + result.stdout, result.stderr
@@ -168,7 +174,7 @@ def test_a_misconfiguration_is_one_line_naming_the_variable_and_exit_2_within_2_
 ) -> None:
     result, seconds = opsbot(*argv, env=env, cwd=tmp_path)
     assert_one_line(result, variable, *says)
-    assert seconds <= 2.0, f"{seconds:.2f} s until the configuration error"
+    assert seconds <= time_limit(2.0), f"{seconds:.2f} s until the configuration error"
     assert "hunter2" not in result.stderr  # a password in a URL is never echoed
     assert not (tmp_path / "data").exists()  # nothing was started, nothing created
 
@@ -193,8 +199,10 @@ def test_an_unreachable_database_is_one_line_naming_the_variable(tmp_path: Path)
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # bound, never listening: connection refused
         url = f"postgresql://opsbot:hunter2@127.0.0.1:{port}/opsbot"
-        result, _ = opsbot("migrate", env={"OPSBOT_DATABASE_URL": url}, cwd=tmp_path)
+        env = {**SLACK, "OPSBOT_DATABASE_URL": url, "OPSBOT_BROKER__LINK_ENCRYPTION_KEY": KEY}
+        result, seconds = opsbot("slack", env=env, cwd=tmp_path)
     assert_one_line(result, "OPSBOT_DATABASE_URL", "cannot connect", f"127.0.0.1:{port}")
+    assert seconds <= time_limit(2.0), f"{seconds:.2f} s until the database error"
     assert "hunter2" not in result.stderr
 
 
@@ -206,8 +214,7 @@ def test_help_is_fast_and_imports_nothing_heavy(tmp_path: Path) -> None:
     for heavy in ("pydantic", "sqlalchemy", "structlog", "httpx"):
         assert heavy not in imported, heavy
     fastest = min(opsbot("--help", env={}, cwd=tmp_path)[1] for _ in range(3))
-    busy = os.getloadavg()[0] > (os.cpu_count() or 1)  # other agents' work on this machine
-    assert fastest <= (1.0 if busy else 0.3), f"opsbot --help took {fastest:.2f} s"
+    assert fastest <= time_limit(0.3), f"opsbot --help took {fastest:.2f} s"
 
 
 @pytest.fixture

@@ -74,8 +74,9 @@ async def test_the_url_comes_first_and_a_message_sent_at_once_is_answered(tmp_pa
         code = await dev.stop(signal.SIGINT)
     assert code == 0, dev.stderr()
     assert "opsbot dev: the bot is ready." in "".join(dev.output)
-    busy = os.getloadavg()[0] > (os.cpu_count() or 1)  # other work on this machine
-    assert seconds <= (10.0 if busy else 5.0), f"the URL took {seconds:.1f} s"
+    # 5 s on an idle machine, stretched by how oversubscribed this one is.
+    limit = 5.0 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    assert seconds <= limit, f"the URL took {seconds:.1f} s"
 
 
 @pytest.fixture
