@@ -18,12 +18,8 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from opsbot import __version__
-
-if TYPE_CHECKING:
-    from opsbot.config_check import ConfigError
 
 COMMAND_MODULES = (
     "opsbot.commands.migrate",
@@ -77,6 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ConfigError,
         load_settings,
         require_database,
+        require_files,
+        startup_error,
     )
 
     try:
@@ -84,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check = getattr(args, "check", None)
         if check is not None:
             check(args, settings)
+        require_files(settings)
         if args.command in DATABASE_COMMANDS:
             require_database(settings)
     except ConfigError as exc:
@@ -100,32 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        problem = _find_database_error(exc, settings.resolved_database_url)
+        problem = startup_error(exc, settings)
         if problem is None:
             raise
-        log.debug("database error at the top level", exc_info=True)
+        log.debug("stopped by a setting", exc_info=True)
         print(problem.line(), file=sys.stderr, flush=True)
         return EXIT_CONFIG_ERROR
     return code
-
-
-def _find_database_error(exc: BaseException, url: str) -> ConfigError | None:
-    """The first database connection failure in ``exc``'s chain or group, as one line."""
-    from opsbot.config_check import database_error
-
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        current = todo.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        found = database_error(current, url)
-        if found is not None:
-            return found
-        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
-        todo.extend(getattr(current, "exceptions", ()))
-    return None
 
 
 if __name__ == "__main__":

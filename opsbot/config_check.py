@@ -117,6 +117,58 @@ def require_database(settings: Settings, timeout_seconds: int = 5) -> None:
         ) from None
 
 
+def require_files(settings: Settings) -> None:
+    """Files named by settings exist (their contents are checked when they are loaded)."""
+    named = (
+        ("OPSBOT_TOOL_POLICY_PATH", settings.tool_policy_path),
+        ("OPSBOT_IDP__DIRECTORY_PATH", settings.idp.directory_path),
+    )
+    for variable, path in named:
+        if path is not None and not path.is_file():
+            raise ConfigError(
+                variable, f"no such file: {path}", f"{variable}=/etc/opsbot/{path.name}"
+            )
+
+
+def startup_error(exc: BaseException, settings: Settings) -> ConfigError | None:
+    """What stopped start-up, as one line naming its setting, if a setting is the cause:
+    searched through ``exc``'s causes and exception groups."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        found = _setting_error(current, settings)
+        if found is not None:
+            return found
+        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        todo.extend(getattr(current, "exceptions", ()))
+    return None
+
+
+def _setting_error(exc: BaseException, settings: Settings) -> ConfigError | None:
+    kind = type(exc).__name__
+    if kind == "PolicyError":
+        example = "OPSBOT_TOOL_POLICY_PATH=/etc/opsbot/tool-policy.yaml (format: the built-in "
+        example += "agent_core/policies/default.yaml)"
+        return ConfigError("OPSBOT_TOOL_POLICY_PATH", _one_line(str(exc)), example)
+    if kind == "ModelConfigError":
+        spec = getattr(exc, "spec", "")
+        variable = "OPSBOT_MODEL" if spec == settings.model else "OPSBOT_MODEL_FALLBACKS"
+        model = "openai:gpt-4.1"
+        value = model if variable == "OPSBOT_MODEL" else f'["{model}"]'
+        example = f"{variable}={value} (langchain-openai installed, OPENAI_API_KEY set)"
+        return ConfigError(variable, _one_line(str(exc)), example)
+    return database_error(exc, settings.resolved_database_url)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = "; ".join(line.strip() for line in text.splitlines() if line.strip())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def database_error(exc: BaseException, url: str) -> ConfigError | None:
     """A connection failure to the configured database as a one-line ``ConfigError``."""
     names = {cls.__name__ for cls in type(exc).__mro__}

@@ -165,6 +165,13 @@ MISCONFIGURATIONS = [
         id="nested-bad-json",
     ),
     pytest.param(["migrate"], {"PORT": "web"}, "PORT", ["valid integer", "PORT=3000"], id="port"),
+    pytest.param(
+        ["sweep"],
+        {"OPSBOT_BROKER__LINK_ENCRYPTION_KEY": KEY, "OPSBOT_TOOL_POLICY_PATH": "/nonexistent.yaml"},
+        "OPSBOT_TOOL_POLICY_PATH",
+        ["no such file: /nonexistent.yaml"],
+        id="tool-policy-missing",
+    ),
 ]
 
 
@@ -177,6 +184,41 @@ def test_a_misconfiguration_is_one_line_naming_the_variable_and_exit_2_within_2_
     assert seconds <= time_limit(2.0), f"{seconds:.2f} s until the configuration error"
     assert "hunter2" not in result.stderr  # a password in a URL is never echoed
     assert not (tmp_path / "data").exists()  # nothing was started, nothing created
+
+
+@pytest.mark.parametrize(
+    ("env", "variable", "says"),
+    [
+        pytest.param(
+            {"OPSBOT_TOOL_POLICY_PATH": "policy.yaml"},
+            "OPSBOT_TOOL_POLICY_PATH",
+            ["not valid YAML"],
+            id="tool-policy-not-yaml",
+        ),
+        pytest.param(
+            {"OPSBOT_MODEL": "nosuchprovider:model"},
+            "OPSBOT_MODEL",
+            ["cannot use model 'nosuchprovider:model'"],
+            id="model-unknown-provider",
+        ),
+        pytest.param(
+            {"OPSBOT_MODEL_FALLBACKS": '["demo", "nosuchprovider:model"]'},
+            "OPSBOT_MODEL_FALLBACKS",
+            ["cannot use model 'nosuchprovider:model'"],
+            id="fallback-unknown-provider",
+        ),
+    ],
+)
+def test_a_setting_found_wrong_while_loading_is_one_line_too(
+    env: dict[str, str], variable: str, says: list[str], tmp_path: Path
+) -> None:
+    """Contents checked only when loaded (the policy's YAML, the model provider): still one
+    line naming the variable, exit 2."""
+    (tmp_path / "policy.yaml").write_text("tools: [\n")
+    result, _ = opsbot(
+        "sweep", env={"OPSBOT_BROKER__LINK_ENCRYPTION_KEY": KEY, **env}, cwd=tmp_path
+    )
+    assert_one_line(result, variable, *says)
 
 
 def test_a_configuration_error_is_found_before_the_heavy_imports(tmp_path: Path) -> None:
