@@ -172,8 +172,10 @@ BACKEND_MODULES = (
 
 
 def _import_backend() -> None:
+    # Only a head start: a module moved or missing is reported by the real import later.
     for name in BACKEND_MODULES:
-        importlib.import_module(name)
+        with contextlib.suppress(ModuleNotFoundError):
+            importlib.import_module(name)
 
 
 @contextlib.asynccontextmanager
