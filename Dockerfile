@@ -29,7 +29,8 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 # --- runtime: the virtual environment only, run as an unprivileged user -------------------
 FROM ${PYTHON_IMAGE} AS runtime
 RUN groupadd --system --gid 10001 opsbot \
-    && useradd --system --uid 10001 --gid opsbot --no-create-home --shell /usr/sbin/nologin opsbot \
+    && useradd --system --uid 10001 --gid opsbot --home-dir /var/lib/opsbot --no-create-home \
+        --shell /usr/sbin/nologin opsbot \
     && install -d -o opsbot -g opsbot -m 0700 /var/lib/opsbot
 COPY --from=build /app/.venv /app/.venv
 ENV PATH="/app/.venv/bin:${PATH}" \
