@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, SecretStr, ValidationError
@@ -104,6 +105,7 @@ def require_database(settings: Settings, timeout_seconds: int = 5) -> None:
     """
     url = settings.database_url
     if not url or not url.startswith("postgresql"):
+        _require_sqlite_directory(settings)
         return
     import psycopg
 
@@ -167,6 +169,24 @@ def _setting_error(exc: BaseException, settings: Settings) -> ConfigError | None
 def _one_line(text: str, limit: int = 300) -> str:
     flat = "; ".join(line.strip() for line in text.splitlines() if line.strip())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _require_sqlite_directory(settings: Settings) -> None:
+    """The SQLite file's directory exists or can be made (as the command would make it)."""
+    url = settings.resolved_database_url
+    location = url.partition("://")[2].partition("?")[0]
+    if not location.startswith("/") or location in ("/", "/:memory:"):
+        return
+    path = Path(location[1:])
+    variable = "OPSBOT_DATABASE_URL" if settings.database_url else "OPSBOT_DATA_DIR"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            variable,
+            f"cannot create the directory of the SQLite database {path}: {exc.strerror}",
+            f"{variable}=/var/lib/opsbot" if variable == "OPSBOT_DATA_DIR" else None,
+        ) from None
 
 
 def database_error(exc: BaseException, url: str) -> ConfigError | None:

@@ -166,6 +166,20 @@ MISCONFIGURATIONS = [
     ),
     pytest.param(["migrate"], {"PORT": "web"}, "PORT", ["valid integer", "PORT=3000"], id="port"),
     pytest.param(
+        ["migrate"],
+        {"OPSBOT_DATABASE_URL": "sqlite:////proc/no-such-dir/opsbot.db"},
+        "OPSBOT_DATABASE_URL",
+        ["cannot create the directory", "/proc/no-such-dir/opsbot.db"],
+        id="sqlite-directory",
+    ),
+    pytest.param(
+        ["audit"],
+        {"OPSBOT_DATA_DIR": "/proc/no-such-dir"},
+        "OPSBOT_DATA_DIR",
+        ["cannot create the directory"],
+        id="data-dir",
+    ),
+    pytest.param(
         ["sweep"],
         {"OPSBOT_BROKER__LINK_ENCRYPTION_KEY": KEY, "OPSBOT_TOOL_POLICY_PATH": "/nonexistent.yaml"},
         "OPSBOT_TOOL_POLICY_PATH",
