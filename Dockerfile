@@ -25,6 +25,11 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 COPY . /src
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --locked --no-dev --no-editable
+# The model provider's LangChain integration is the operator's choice, not an opsbot
+# dependency: docker build --build-arg MODEL_PACKAGES="langchain-openai" . (empty: demo only).
+ARG MODEL_PACKAGES=""
+RUN --mount=type=cache,target=/root/.cache/uv \
+    if [ -n "$MODEL_PACKAGES" ]; then uv pip install --python /app/.venv/bin/python $MODEL_PACKAGES; fi
 
 # --- runtime: the virtual environment only, run as an unprivileged user -------------------
 FROM ${PYTHON_IMAGE} AS runtime

@@ -142,7 +142,10 @@ def test_opsbot_accepts_the_shipped_configuration(monkeypatch: pytest.MonkeyPatc
     }
     documented = (ROOT / ".env.example").read_text()
     for key, value in values.items():
-        assert re.search(rf"^#? ?{re.escape(key)}=", documented, re.M) or key == "PORT", key
+        provider_key = key.endswith("_API_KEY")  # read by the model provider's package
+        assert (
+            re.search(rf"^#? ?{re.escape(key)}=", documented, re.M) or key == "PORT" or provider_key
+        ), key
         monkeypatch.setenv(key, str(value))
     monkeypatch.chdir(MANIFESTS)  # no .env file here
     settings = load_settings()
@@ -229,6 +232,7 @@ def test_the_dockerfile_builds_with_uv_in_stages_and_runs_opsbot_as_non_root() -
     assert len(syncs) == 2
     assert all("--locked" in r and "--no-dev" in r for r in syncs)
     assert "--no-install-project" in syncs[0]
+    assert "MODEL_PACKAGES" in " ".join(build["ARG"])  # the provider integration, by build arg
     assert "--no-editable" in syncs[1]
     for mounted in re.findall(r"source=([^,\s]+)", " ".join(build["RUN"])):
         assert (ROOT / mounted).exists(), mounted
