@@ -291,3 +291,33 @@ def test_files_opsbot_creates_are_owner_only(tmp_path: Path, shell_umask: None) 
     for path in created:
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode & 0o077 == 0, f"{path.name} is {oct(mode)}"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://opsbot:secret@db.internal:5432/opsbot",
+        "postgresql+psycopg://opsbot@db/opsbot?sslmode=require",
+        "postgresql:///opsbot",  # local socket
+        "sqlite:///relative/opsbot.db",
+        "sqlite:////var/lib/opsbot/opsbot.db",
+        "sqlite://",  # in memory
+        "",  # unset: SQLite in the data directory
+    ],
+)
+def test_the_database_urls_opsbot_uses_are_accepted(url: str) -> None:
+    from opsbot.settings import Settings
+
+    settings = Settings(_env_file=None, database_url=url)  # type: ignore[call-arg]
+    assert settings.resolved_database_url.startswith(("postgresql", "sqlite"))
+
+
+def test_a_generated_fernet_key_is_accepted() -> None:
+    from cryptography.fernet import Fernet
+
+    from opsbot.settings import Settings
+
+    key = Fernet.generate_key().decode()
+    settings = Settings(_env_file=None, broker={"link_encryption_key": key})  # type: ignore[call-arg]
+    assert settings.broker.link_encryption_key is not None
+    assert settings.broker.link_encryption_key.get_secret_value() == key
