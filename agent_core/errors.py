@@ -32,6 +32,15 @@ class PolicyError(AgentError):
     """The tool policy could not be loaded."""
 
 
+class ModelConfigError(AgentError):
+    """A configured model cannot be built (unknown provider, its package or key missing)."""
+
+    def __init__(self, spec: str, reason: str) -> None:
+        super().__init__(f"cannot use model {spec!r}: {reason}")
+        self.spec = spec
+        self.reason = reason
+
+
 class ToolCollisionError(AgentError):
     """Two tools have one name after prefixing; opsbot refuses to start."""
 

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import structlog
 
-from infra.settings import Settings
+if TYPE_CHECKING:
+    from infra.settings import Settings
 
 
-def configure_logging(settings: Settings) -> None:
+def configure_logging(settings: Settings, *, terminal: bool = False) -> None:
+    """Console or JSON lines; colours and rich tracebacks only in a developer's terminal."""
     level = logging.getLevelNamesMapping().get(settings.log_level.upper(), logging.INFO)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if settings.log_format == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
+        else structlog.dev.ConsoleRenderer(
+            colors=terminal,
+            exception_formatter=(
+                structlog.dev.default_exception_formatter
+                if terminal
+                else structlog.dev.plain_traceback
+            ),
+        )
     )
     logging.basicConfig(level=level, format="%(message)s")
     # Alembic narrates every step at INFO; operators only need its warnings.

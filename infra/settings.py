@@ -13,12 +13,17 @@ Example::
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DATABASE_BACKENDS = ("sqlite", "postgresql")
 
 
 class McpServerSettings(BaseModel):
@@ -75,6 +80,20 @@ class BrokerSettings(BaseModel):
     # Where the IdP sends users back after linking (the app's /oauth/callback).
     link_callback_url: str = "http://127.0.0.1:3000/oauth/callback"
     link_state_ttl_seconds: int = 600
+
+    @field_validator("link_encryption_key")
+    @classmethod
+    def _is_a_fernet_key(cls, value: SecretStr | None) -> SecretStr | None:
+        # Checked here, not when the first link is stored, so a typo stops start-up.
+        if value is None or not value.get_secret_value():
+            return None
+        try:
+            raw = base64.urlsafe_b64decode(value.get_secret_value().encode())
+        except (binascii.Error, ValueError):
+            raw = b""
+        if len(raw) != 32:
+            raise ValueError("not a Fernet key (32 bytes, url-safe base64: 44 characters)")
+        return value
 
 
 class SlackSettings(BaseModel):
@@ -246,6 +265,25 @@ class Settings(BaseSettings):
     mcp_servers: list[McpServerSettings] = Field(default_factory=_default_mcp_servers)
     # The reference servers themselves (`opsbot mcp NAME`), not the servers opsbot talks to.
     reference_servers: ReferenceServersSettings = Field(default_factory=ReferenceServersSettings)
+
+    @field_validator("database_url")
+    @classmethod
+    def _is_a_database_url(cls, value: str | None) -> str | None:
+        # Checked without SQLAlchemy (slow to import), so a typo is reported at once.
+        if not value:
+            return None
+        scheme, sep, rest = value.partition("://")
+        backend = scheme.split("+", 1)[0]
+        if not sep or backend not in DATABASE_BACKENDS:
+            raise ValueError("not a database URL: it must start with postgresql:// or sqlite:///")
+        if backend == "postgresql":
+            try:
+                urlsplit(value).port  # noqa: B018 - raises on a malformed port
+            except ValueError:
+                raise ValueError("the port in the URL is not a number") from None
+        elif rest and not rest.startswith("/"):
+            raise ValueError("a SQLite URL needs three slashes and a path: sqlite:///path/db")
+        return value
 
     @field_validator("mcp_servers")
     @classmethod

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import re
 import secrets
@@ -51,6 +52,7 @@ PORTS: tuple[tuple[str, str, str], ...] = (
     ("database_port", "the database MCP server", "OPSBOT_SANDBOX__DATABASE_PORT"),
 )
 MCP_NAMES = ("ticketing", "docs", "database")
+SourceLookup = Callable[[str, str], Awaitable[tuple[str, list[tuple[str, str]]] | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,9 @@ class Sandbox:
     emulator: SlackEmulator
     api: WebApi
     data_dir: Path
+    # The dev IdP, the MCP servers and the bot start behind the web UI, since loading them
+    # is most of the start-up time: done when they serve, or with the error that stopped them.
+    ready: asyncio.Future[None]
 
 
 def bind_ports(config: SandboxSettings) -> dict[str, socket.socket]:
@@ -147,13 +152,42 @@ def reset_data_dir(root: Path) -> Path:
     path = root / "sandbox"
     if path.exists():
         shutil.rmtree(path)
-    path.mkdir(parents=True)
+    path.mkdir(parents=True, mode=0o700)  # demo keys and databases: the owner's only
     return path
 
 
+# Imported in a worker thread while the web UI already serves (see ``open_sandbox``).
+BACKEND_MODULES = (
+    "opsbot.wiring",
+    "assistant.service",
+    "bot.slack",
+    "bot.slack.durable",
+    "opsbot.observability",
+    "infra.storage",
+    "mcp_servers",
+    "mcp_servers.runner",
+    "mcp_servers.database",
+    "mcp_servers.docs",
+    "mcp_servers.ticketing",
+)
+
+
+def _import_backend() -> None:
+    # Only a head start: a module moved or missing is reported by the real import later.
+    for name in BACKEND_MODULES:
+        with contextlib.suppress(ModuleNotFoundError):
+            importlib.import_module(name)
+
+
 @contextlib.asynccontextmanager
-async def open_sandbox(settings: Settings) -> AsyncIterator[Sandbox]:
-    """Start everything; stop everything (in reverse order) when the block exits."""
+async def open_sandbox(settings: Settings, *, background: bool = False) -> AsyncIterator[Sandbox]:
+    """Start everything; stop everything (in reverse order) when the block exits.
+
+    The web UI starts first. With ``background=True`` the block is entered as soon as it
+    serves, while the IdP, MCP servers and bot are still loading (``Sandbox.ready`` says
+    when they are up): their sockets already listen, so a request sent meanwhile waits in
+    the backlog instead of failing. Otherwise the block is entered when everything serves.
+    """
     socks = bind_ports(settings.sandbox)
     try:
         data_dir = reset_data_dir(settings.data_dir)
@@ -165,11 +199,14 @@ async def open_sandbox(settings: Settings) -> AsyncIterator[Sandbox]:
     async with contextlib.AsyncExitStack() as stack:
         for sock in socks.values():
             stack.callback(sock.close)
-        issuer = await stack.enter_async_context(_serve_idp(derived, socks["idp_port"]))
         ui_url = socket_url(socks["port"])
-        sources = await stack.enter_async_context(
-            _serve_mcp(derived, socks, issuer, data_dir, ui_url)
-        )
+        app_url = socket_url(socks["app_port"])
+        loop = asyncio.get_running_loop()
+        lookup: asyncio.Future[SourceLookup] = loop.create_future()
+
+        async def sources(kind: str, key: str) -> tuple[str, list[tuple[str, str]]] | None:
+            return await (await asyncio.shield(lookup))(kind, key)
+
         workspace = Workspace.demo(
             demo_users(settings.idp.directory_path), derived.slack.approvals_channel
         )
@@ -177,7 +214,6 @@ async def open_sandbox(settings: Settings) -> AsyncIterator[Sandbox]:
         assert derived.slack_signing_secret is not None
         api = WebApi(workspace, derived.slack_bot_token.get_secret_value())
         http = await stack.enter_async_context(httpx.AsyncClient(timeout=60))
-        app_url = socket_url(socks["app_port"])
         delivery = AppDelivery(
             f"{app_url}/slack/events", derived.slack_signing_secret.get_secret_value(), http
         )
@@ -186,9 +222,63 @@ async def open_sandbox(settings: Settings) -> AsyncIterator[Sandbox]:
         await stack.enter_async_context(
             serve_asgi(build_app(emulator, api, sources), socks["port"])  # type: ignore[arg-type]
         )
-        await stack.enter_async_context(_serve_bot(derived, socks["app_port"]))
-        urls = SandboxUrls(ui_url, app_url, issuer, {s.name: s.url for s in derived.mcp_servers})
-        yield Sandbox(urls, derived, emulator, api, data_dir)
+        stop = asyncio.Event()
+        backend = asyncio.create_task(_run_backend(derived, socks, data_dir, ui_url, lookup, stop))
+        stack.push_async_callback(_stop_backend, backend, lookup, stop)
+        urls = SandboxUrls(
+            ui_url,
+            app_url,
+            derived.idp.issuer,
+            {s.name: s.url for s in derived.mcp_servers},
+        )
+        ready: asyncio.Future[None] = asyncio.ensure_future(_when_started(lookup))
+        stack.callback(ready.cancel)
+        if not background:
+            await ready
+        yield Sandbox(urls, derived, emulator, api, data_dir, ready)
+
+
+async def _when_started(lookup: asyncio.Future[SourceLookup]) -> None:
+    await asyncio.shield(lookup)
+
+
+async def _stop_backend(
+    backend: asyncio.Task[None], started: asyncio.Future[SourceLookup], stop: asyncio.Event
+) -> None:
+    stop.set()
+    if not started.done():
+        backend.cancel()  # still loading: nothing to finish
+    with contextlib.suppress(asyncio.CancelledError):
+        await backend
+
+
+async def _run_backend(
+    settings: Settings,
+    socks: dict[str, socket.socket],
+    data_dir: Path,
+    ui_url: str,
+    started: asyncio.Future[SourceLookup],
+    stop: asyncio.Event,
+) -> None:
+    """The IdP, the MCP servers and the bot, until ``stop``; ``started`` gets the source
+    lookup once they all serve (or the exception that stopped them)."""
+    try:
+        # Most of the start-up is importing these: off the loop, so the web UI stays live.
+        await asyncio.to_thread(_import_backend)
+        async with contextlib.AsyncExitStack() as stack:
+            issuer = await stack.enter_async_context(_serve_idp(settings, socks["idp_port"]))
+            lookup = await stack.enter_async_context(
+                _serve_mcp(settings, socks, issuer, data_dir, ui_url)
+            )
+            await stack.enter_async_context(_serve_bot(settings, socks["app_port"]))
+            started.set_result(lookup)
+            await stop.wait()
+    except BaseException as exc:
+        if not started.done():
+            started.set_exception(exc)
+            # Retrieved through Sandbox.backend; keep asyncio from also logging it.
+            started.exception()
+        raise
 
 
 @contextlib.asynccontextmanager
@@ -207,9 +297,6 @@ async def _serve_idp(settings: Settings, sock: socket.socket) -> AsyncIterator[s
     app: Any = build_app(provider)
     async with serve_asgi(app, sock) as url:
         yield url
-
-
-SourceLookup = Callable[[str, str], Awaitable[tuple[str, list[tuple[str, str]]] | None]]
 
 
 @contextlib.asynccontextmanager

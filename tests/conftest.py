@@ -138,3 +138,11 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     engine = create_engine(database_url)
     yield engine
     await engine.dispose()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The chaos and crash tests (``tests/reliability``) and the browser tests are ``slow``:
+    CI runs them all; ``-m "not slow"`` leaves them out of a quick local loop."""
+    for item in items:
+        if item.path.parent.name == "reliability" or item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.slow)

@@ -7,10 +7,11 @@ Agents then run with ``OPSBOT_BROKER__MODE=remote`` and never hold refresh token
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from infra.settings import Settings
+if TYPE_CHECKING:
+    from infra.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -19,7 +20,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     serve = sub.add_parser("serve", help="serve the broker over HTTP (service-to-service auth)")
     serve.add_argument("--host", default=None, help="default: the service URL's host")
     serve.add_argument("--port", type=int, default=None, help="default: the service URL's port")
-    serve.set_defaults(handler=handle_serve)
+    serve.set_defaults(handler=handle_serve, check=check_serve)
+
+
+def check_serve(args: argparse.Namespace, settings: Settings) -> None:
+    """The broker service holds the refresh tokens: their key must be configured."""
+    from opsbot.config_check import require_link_key
+
+    require_link_key(settings)
 
 
 async def handle_serve(args: argparse.Namespace, settings: Settings) -> int:

@@ -4,11 +4,13 @@ web UI (the sandbox). Prints the URL to open; Ctrl-C stops everything."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from infra.settings import Settings
+if TYPE_CHECKING:
+    from infra.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -52,7 +54,7 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
     _quiet_logs()
     stop = shutdown_event()
     try:
-        async with open_sandbox(settings) as running:
+        async with open_sandbox(settings, background=True) as running:
             model = settings.model if settings.model != "demo" else "demo (offline)"
             print(
                 f"opsbot dev: the sandbox is running (model {model}; data in "
@@ -63,7 +65,16 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
                 + "\nPress Ctrl-C to stop.",
                 flush=True,
             )
-            await stop.wait()
+            # The bot, IdP and MCP servers finish loading while the page is open; what the
+            # user sends meanwhile waits for them. A failure there ends the sandbox.
+            stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+            waiting: set[asyncio.Future[Any]] = {stopping, running.ready}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if running.ready.done() and not stopping.done():
+                running.ready.result()
+                print("opsbot dev: the bot is ready.", flush=True)
+                await stopping
+            stopping.cancel()
             print("opsbot dev: stopping…", flush=True)
     except PortInUseError as exc:
         print(f"opsbot dev: {exc.strerror}", file=sys.stderr)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from infra.settings import Settings
+if TYPE_CHECKING:
+    from infra.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:

@@ -10,10 +10,11 @@ the database server uses SQLite there too, or PostgreSQL with ``--postgres-url``
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from infra.settings import ReferenceServerSettings, Settings
+if TYPE_CHECKING:
+    from infra.settings import ReferenceServerSettings, Settings
 
 DEFAULT_PORTS = {"ticketing": 8101, "docs": 8102, "database": 8103}
 

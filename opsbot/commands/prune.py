@@ -12,9 +12,10 @@ import argparse
 import json
 import re
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from infra.settings import Settings
+if TYPE_CHECKING:
+    from infra.settings import Settings
 
 _AGE = re.compile(r"^(\d+)([dhm]?)$")
 

@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from infra.settings import Settings
+from opsbot.commands.sweep import check_link_key
+
+if TYPE_CHECKING:
+    from infra.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
         "reconcile", help="resolve ambiguous writes from the servers' change logs"
     )
-    parser.set_defaults(handler=handle)
+    parser.set_defaults(handler=handle, check=check_link_key)
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:

@@ -12,11 +12,10 @@ from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from infra.settings import Settings
-
 if TYPE_CHECKING:
     from bot.slack import SlackBotConfig
     from bot.slack.core import AssistantPort
+    from infra.settings import Settings
 
     AssistantFactory = Callable[[Settings], AbstractAsyncContextManager[AssistantPort]]
 
@@ -33,7 +32,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--host", default="0.0.0.0", help="HTTP mode: interface to bind")  # noqa: S104
     parser.add_argument("--port", type=int, default=None, help="HTTP mode: port (default $PORT)")
-    parser.set_defaults(handler=handle)
+    parser.set_defaults(handler=handle, check=check)
+
+
+def check(args: argparse.Namespace, settings: Settings) -> None:
+    """Before anything is imported: the Slack secrets, and the link key in-process."""
+    from opsbot.config_check import require_link_key, require_slack
+
+    require_slack(settings, socket_mode=args.socket_mode)
+    if settings.broker.mode == "inprocess":
+        require_link_key(settings)
 
 
 def slack_config(settings: Settings) -> SlackBotConfig:

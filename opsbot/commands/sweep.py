@@ -15,9 +15,10 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from infra.settings import Settings
+if TYPE_CHECKING:
+    from infra.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -30,7 +31,15 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="SECONDS",
         help="sweep again every SECONDS until stopped, instead of one pass",
     )
-    parser.set_defaults(handler=handle)
+    parser.set_defaults(handler=handle, check=check_link_key)
+
+
+def check_link_key(args: argparse.Namespace, settings: Settings) -> None:
+    """The in-process broker decrypts refresh tokens: its key must be configured."""
+    from opsbot.config_check import require_link_key
+
+    if settings.broker.mode == "inprocess":
+        require_link_key(settings)
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:

@@ -54,7 +54,13 @@ async def running(*argv: str, env: dict[str, str]) -> AsyncIterator[str]:
 async def test_idp_serve_and_broker_serve_run_as_processes(tmp_path: Path) -> None:
     env = {"OPSBOT_DATA_DIR": str(tmp_path), "OPSBOT_DATABASE_URL": ""}
     async with running("idp", "serve", "--port", "0", env=env) as idp_url:
-        broker_env = {**env, "OPSBOT_IDP__ISSUER": idp_url}
+        # Outside `opsbot dev` the link key must be explicit (a generated one is refused).
+        key = "0" * 43 + "="
+        broker_env = {
+            **env,
+            "OPSBOT_IDP__ISSUER": idp_url,
+            "OPSBOT_BROKER__LINK_ENCRYPTION_KEY": key,
+        }
         async with (
             running("broker", "serve", "--port", "0", env=broker_env) as broker_url,
             httpx.AsyncClient() as http,
@@ -65,4 +71,4 @@ async def test_idp_serve_and_broker_serve_run_as_processes(tmp_path: Path) -> No
             assert health.json()["ok"] is True
             refused = await http.post(f"{broker_url}/v1/token", json={})
             assert refused.status_code == 401
-    assert (tmp_path / "link-encryption.key").exists()
+    assert not (tmp_path / "link-encryption.key").exists()
