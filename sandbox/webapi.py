@@ -58,10 +58,6 @@ class WebApi:
             "assistant.threads.setSuggestedPrompts": self.set_suggested_prompts,
         }
 
-    @property
-    def methods(self) -> list[str]:
-        return sorted(self._methods)
-
     def call(self, method: str, params: Params, token: str | None) -> Result:
         if not token or not hmac.compare_digest(token, self._bot_token):
             return {"ok": False, "error": "not_authed" if not token else "invalid_auth"}
