@@ -108,7 +108,12 @@ async def serve_slack(
     from bot.slack import SqlProcessedEvents, run_socket_mode, serve_http
     from infra.serving import bind_socket
     from infra.storage import create_engine
-    from opsbot.observability import Readiness, ops_routes, request_metrics
+    from opsbot.observability import (
+        Readiness,
+        ops_routes,
+        refresh_runtime_gauges,
+        request_metrics,
+    )
     from opsbot.wiring import open_assistant
 
     config = slack_config(settings)
@@ -149,7 +154,9 @@ async def serve_slack(
                     callback = (
                         assistant.complete_link if settings.broker.mode == "inprocess" else None
                     )
-                    routes = ops_routes(Readiness.from_settings(settings, engine))
+                    routes = ops_routes(
+                        Readiness.from_settings(settings, engine), refresh_runtime_gauges
+                    )
                     async with serve_http(
                         bot.app,
                         sock or bind_socket(host, port),
