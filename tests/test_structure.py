@@ -85,6 +85,8 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
         ("agent_core", "approvals.service", "Layers"),
         ("broker", "agent_core.policy", "Layers"),
         ("bot", "opsbot.wiring", "Layers"),
+        ("bot", "memory.store", "sees only assistant.types"),
+        ("bot", "broker.types", "sees only assistant.types"),
         ("audit", "memory.store", "Layers"),  # independent siblings
         ("mcp_servers", "broker.types", "reference MCP servers"),
         ("assistant", "testing.fake_assistant", "never imports the test fakes"),
