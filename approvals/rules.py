@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from agent_core.decisions import check_edited_args
+from agent_core.decisions import EditValidator, check_edited_args
 from agent_core.errors import InvalidDecisionError
 from approvals.errors import (
     AlreadyDecidedError,
@@ -43,20 +43,17 @@ def check_decider(approval: Approval, approver: Identity, now: datetime) -> None
 def validate_edit(
     action: ActionRequest,
     edited_args: Mapping[str, Any],
-    *,
-    input_schema: Mapping[str, Any] | None,
-    allowed: bool,
+    tools: EditValidator,
     edited_tool: str | None = None,
 ) -> dict[str, Any]:
     """The edited arguments if they are valid for ``action``'s tool; ``InvalidEditError`` if
-    not. The rule itself is ``agent_core.decisions.check_edited_args`` (one place)."""
+    not. The rule itself is ``agent_core.decisions.check_edited_args`` (one place); the schema
+    is the tool's current one, else the one recorded with the proposal."""
+    schema = tools.tool_schema(action.tool) or action.input_schema or None
+    allowed = tools.is_allowed(action.tool)
     try:
         return check_edited_args(
-            action.tool,
-            edited_args,
-            input_schema=input_schema,
-            allowed=allowed,
-            edited_tool=edited_tool,
+            action.tool, edited_args, input_schema=schema, allowed=allowed, edited_tool=edited_tool
         )
     except InvalidDecisionError as exc:
         raise InvalidEditError(exc.field_errors) from None

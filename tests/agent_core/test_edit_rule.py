@@ -43,7 +43,7 @@ def test_the_resume_path_refuses_what_approvals_refuses(edited: dict[str, Any], 
     if field not in ("name", "args"):
         action = ActionRequest(tool="ticketing_close", server="ticketing", args={"key": "A"})
         with pytest.raises(InvalidEditError) as same:
-            approvals_validate_edit(action, edited["args"], input_schema=SCHEMA, allowed=True)
+            approvals_validate_edit(action, edited["args"], Tools())
         assert same.value.field_errors == refused.value.field_errors
 
 
@@ -52,5 +52,5 @@ def test_opsbots_own_idempotency_key_is_dropped_on_resume_but_refused_from_an_ap
     assert validate_edit("ticketing_close", edited, Tools())["args"] == {"key": "A"}
     action = ActionRequest(tool="ticketing_close", server="ticketing", args={"key": "A"})
     with pytest.raises(InvalidEditError) as refused:
-        approvals_validate_edit(action, edited["args"], input_schema=SCHEMA, allowed=True)
+        approvals_validate_edit(action, edited["args"], Tools())
     assert "idempotency_key" in refused.value.field_errors
