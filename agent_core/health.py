@@ -125,7 +125,3 @@ class ServerHealth:
                 self._checked[name] = (self._now(), ok)
                 result[name] = ok
         return {n: result[n] for n in names}
-
-    def forget(self) -> None:
-        """Drop cached probe results (a test or an operator wants a fresh look)."""
-        self._checked.clear()

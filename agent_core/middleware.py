@@ -169,12 +169,12 @@ def model_name(model: Any) -> str:
     return str(llm_type) if llm_type else type(model).__name__
 
 
-class PromptMiddleware(AgentMiddleware[Any, Any, Any]):
-    """Sets the run's system prompt: the user, the servers and which of them are down."""
+class SystemPromptMiddleware(AgentMiddleware[Any, Any, Any]):
+    """Rewrites the system prompt of each model call of a run: ``system_text`` gets the
+    run's context and the prompt so far and returns the new one (``None`` keeps it)."""
 
-    def __init__(self, servers: list[str]) -> None:
-        super().__init__()
-        self.servers = servers
+    async def system_text(self, ctx: RunContext, current: str) -> str | None:
+        raise NotImplementedError
 
     async def awrap_model_call(
         self,
@@ -183,10 +183,23 @@ class PromptMiddleware(AgentMiddleware[Any, Any, Any]):
     ) -> ModelResponse[Any]:
         from langchain_core.messages import SystemMessage
 
-        from agent_core.prompt import system_prompt
-
         ctx = request.runtime.context
         if isinstance(ctx, RunContext):
-            text = system_prompt(ctx.identity.subject, self.servers, ctx.unavailable)
-            request = request.override(system_message=SystemMessage(content=text))
+            current = request.system_message.text if request.system_message else ""
+            text = await self.system_text(ctx, current)
+            if text is not None:
+                request = request.override(system_message=SystemMessage(content=text))
         return await handler(request)
+
+
+class PromptMiddleware(SystemPromptMiddleware):
+    """Sets the run's system prompt: the user, the servers and which of them are down."""
+
+    def __init__(self, servers: list[str]) -> None:
+        super().__init__()
+        self.servers = servers
+
+    async def system_text(self, ctx: RunContext, current: str) -> str | None:
+        from agent_core.prompt import system_prompt
+
+        return system_prompt(ctx.identity.subject, self.servers, ctx.unavailable)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -26,8 +25,6 @@ class ApprovalStatus(StrEnum):
     def is_final(self) -> bool:
         return self not in (ApprovalStatus.PENDING, ApprovalStatus.DECIDING)
 
-
-FINAL_STATUSES = frozenset(s for s in ApprovalStatus if s.is_final)
 
 DecisionType = Literal["approve", "edit", "reject"]
 
@@ -101,17 +98,8 @@ class Approval:
     outcome: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def approver_groups(self) -> frozenset[str]:
-        return frozenset(a.approver_group for a in self.actions if a.approver_group)
-
-    @property
     def sensitive(self) -> bool:
         return any(a.sensitive for a in self.actions)
 
     def is_expired(self, now: datetime) -> bool:
         return now >= self.expires_at
-
-    def idempotency_key(self, index: int) -> str:
-        """The key the server deduplicates the ``index``-th write of this approval on."""
-        digest = hashlib.sha256(f"{self.approval_id}:{index}".encode()).hexdigest()[:32]
-        return f"apr-{digest}"

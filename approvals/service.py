@@ -229,13 +229,7 @@ class ApprovalService:
         if decision.type != "edit":
             return [decision] * len(approval.actions)
         first = approval.actions[0]
-        args = validate_edit(
-            first,
-            decision.args or {},
-            input_schema=self.tools.tool_schema(first.tool) or first.input_schema or None,
-            allowed=self.tools.is_allowed(first.tool),
-            edited_tool=edited_tool,
-        )
+        args = validate_edit(first, decision.args or {}, self.tools, edited_tool)
         if args == first.args:
             return [ActionDecision("approve")] * len(approval.actions)
         return [ActionDecision("edit", args=args)] + [ActionDecision("approve")] * (

@@ -52,19 +52,21 @@ from assistant.types import (
     NotAuthorised,
     Refused,
     Reject,
+    Remembered,
     Reply,
     Source,
     UserStatus,
 )
 from audit.reconcile import Reconciler, ReconcileReport
-from broker.errors import BrokerError
-from broker.types import ChatUser, Identity, IdentityService
+from broker.errors import BrokerError, LinkingError
+from broker.types import ChatUser, Identity, IdentityService, LinkCompleter
 from infra.clock import Clock, utc_now
-from memory.chat import MemoryCommands
+from memory.chat import MemoryCommands, describe
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 4000
+MEMORY_DISABLED = "Memory is not enabled."
 
 __all__ = ["AgentPort", "Assistant", "Recovered", "Recovery", "notify_each"]
 
@@ -111,11 +113,12 @@ class Assistant:
         clock: Clock = utc_now,
         memory: MemoryCommands | None = None,
         recovery: Recovery | None = None,
+        links: LinkCompleter | None = None,
     ) -> None:
         self._identities = identities
+        self._links = links  # finishes account links (/oauth/callback); None: served elsewhere
         self._recovery = recovery
-        # User memory (``/ops memory``, App Home); None when disabled.
-        self.memory = memory
+        self._memory = memory  # user memory (``/ops memory``, App Home); None when disabled
         self._threads = threads
         self._agent = agent
         self._approvals = approvals
@@ -260,11 +263,33 @@ class Assistant:
     async def unlink(self, chat_user: ChatUser) -> bool:
         return await self._identities.unlink(chat_user)
 
+    async def complete_link(self, state: str, code: str) -> str:
+        if self._links is None:
+            raise LinkingError("account links are not completed by this process")
+        identity = await self._links.complete_link(state, code)
+        return identity.email or identity.subject
+
     async def status(self, chat_user: ChatUser) -> UserStatus:
         identity = await self._identities.resolve(chat_user)
         if identity is None:
             return UserStatus(linked=False, login_url=await self.link_url(chat_user))
         return UserStatus(True, identity.subject, identity.email or None, identity.groups)
+
+    # --- user memory ------------------------------------------------------------------
+
+    async def memory_command(self, chat_user: ChatUser, text: str) -> str:
+        if self._memory is None:
+            return MEMORY_DISABLED
+        return await self._memory.handle(chat_user, text)
+
+    async def remembered(self, chat_user: ChatUser) -> Remembered | None:
+        if self._memory is None:
+            return None
+        prefs = await self._memory.preferences(chat_user)
+        return None if prefs is None else Remembered(describe(prefs), prefs.is_empty())
+
+    async def forget_memory(self, chat_user: ChatUser) -> bool:
+        return self._memory is not None and await self._memory.forget_all(chat_user)
 
     # --- helpers --------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -39,6 +40,7 @@ __all__ = [
     "PlatformRef",
     "Refused",
     "Reject",
+    "Remembered",
     "Reply",
     "Source",
     "UserStatus",
@@ -202,6 +204,16 @@ class UserStatus:
     login_url: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """What opsbot remembers about a linked user (set with ``/ops memory``), ready to show.
+
+    ``empty`` is true when nothing is remembered (then there is nothing to forget)."""
+
+    text: str
+    empty: bool
+
+
 class AssistantPort(Protocol):
     """What a chat adapter may call. ``Assistant`` implements it; tests may fake it."""
 
@@ -222,3 +234,29 @@ class AssistantPort(Protocol):
     async def unlink(self, chat_user: ChatUser) -> bool: ...
 
     async def status(self, chat_user: ChatUser) -> UserStatus: ...
+
+    async def complete_link(self, state: str, code: str) -> str:
+        """Finish an account link from the IdP's redirect (``/oauth/callback``): who was
+        linked. Raises (``InvalidStateError``, ``LinkingError``) when the login is refused."""
+        ...
+
+    async def sweep_forever(
+        self, interval: float, notify: Callable[[Decided], Awaitable[None]]
+    ) -> None:
+        """Every ``interval`` seconds, expire overdue approvals and pass each result to
+        ``notify`` (the adapter's ``announce``); runs until cancelled."""
+        ...
+
+    # --- user memory: when it is disabled, ``remembered`` is None and commands say so ----
+
+    async def memory_command(self, chat_user: ChatUser, text: str) -> str:
+        """Run one ``memory`` sub-command (``show``, ``set team payments``, ``delete``)."""
+        ...
+
+    async def remembered(self, chat_user: ChatUser) -> Remembered | None:
+        """The user's own preferences; ``None`` when memory is off or the user is not linked."""
+        ...
+
+    async def forget_memory(self, chat_user: ChatUser) -> bool:
+        """Forget everything remembered about the user; ``True`` if there was something."""
+        ...

@@ -20,10 +20,17 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DATABASE_BACKENDS = ("sqlite", "postgresql")
+
+
+class Section(BaseModel):
+    """A nested settings section. A string under a field is its description: ``opsbot config
+    example`` writes ``.env.example`` from these (the class docstring heads the section)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
 
 
 class McpServerSettings(BaseModel):
@@ -52,34 +59,47 @@ def _default_mcp_servers() -> list[McpServerSettings]:
     ]
 
 
-class IdpSettings(BaseModel):
-    """The company identity provider (the development IdP by default)."""
+class IdpSettings(Section):
+    """Identity provider: the company's OIDC provider (the development IdP by default)."""
 
     issuer: str = "http://127.0.0.1:8100"
     client_id: str = "opsbot"
     client_secret: SecretStr = SecretStr("opsbot-dev-secret")
-    # Keycloak names the target with `audience`, RFC 8707 servers with `resource`.
     exchange_target_param: Literal["audience", "resource"] = "audience"
-    token_url: str | None = None  # default: from OIDC discovery
-    directory_path: Path | None = None  # dev IdP only: users, teams, groups (YAML)
+    """How the token endpoint names the target server in token exchange: `audience` (Keycloak)
+    or `resource` (RFC 8707)."""
+    token_url: str | None = None
+    """Token endpoint; unset = from OIDC discovery."""
+    directory_path: Path | None = None
+    """Development IdP only: the demo directory (users, teams, groups, scopes; YAML)."""
     client_auth_method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
-    # Dev IdP only: bearer token for /admin/users/{sub}/revoke|restore (empty disables them).
+    """How opsbot authenticates at the token endpoint."""
     dev_admin_token: SecretStr | None = SecretStr("opsbot-dev-admin")
+    """Development IdP only: bearer token of its /admin/users/{sub}/revoke|restore endpoints
+    (empty disables them)."""
 
 
-class BrokerSettings(BaseModel):
-    """The token broker: in-process by default, or a separate HTTP service."""
+class BrokerSettings(Section):
+    """Token broker: in-process by default, or a separate HTTP service."""
 
     mode: Literal["inprocess", "remote"] = "inprocess"
+    """`remote`: a separate broker service (`opsbot broker serve`, listening on SERVICE_URL,
+    callers authenticated by SERVICE_SECRET) holds the refresh tokens instead."""
     service_url: str = "http://127.0.0.1:8099"
     service_secret: SecretStr = SecretStr("opsbot-dev-broker-secret")
     token_ttl_seconds: int = 300
+    """Lifetime of exchanged tokens minted by the development IdP (capped at the subject
+    token's)."""
     cache_margin_seconds: int = 30
-    # Fernet key (urlsafe base64, 32 bytes) encrypting stored refresh tokens.
+    """A cached token is renewed this long before it expires."""
     link_encryption_key: SecretStr | None = None
-    # Where the IdP sends users back after linking (the app's /oauth/callback).
+    """Fernet key encrypting stored refresh tokens (generate: `python -c "from
+    cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"`). Unset =
+    development only: a random key is generated once into OPSBOT_DATA_DIR/link-encryption.key."""
     link_callback_url: str = "http://127.0.0.1:3000/oauth/callback"
+    """Where the IdP sends users back after "Connect your account" (the app's /oauth/callback)."""
     link_state_ttl_seconds: int = 600
+    """How long a "Connect your account" link stays valid."""
 
     @field_validator("link_encryption_key")
     @classmethod
@@ -96,30 +116,39 @@ class BrokerSettings(BaseModel):
         return value
 
 
-class SlackSettings(BaseModel):
+class SlackSettings(Section):
+    """Slack (the app's tokens are SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_APP_TOKEN)."""
+
     approvals_channel: str = "ops-approvals"
+    """Where approval cards go."""
     allowed_team_ids: list[str] = Field(default_factory=list)
-    # Processed event ids are kept this long (Slack retries within minutes) and then pruned.
+    """JSON list of Slack team ids allowed besides the app's own (Slack Connect)."""
     event_retention_hours: int = 24
-    # How long an Edit submission waits for the core before the modal closes (Slack: 3 s).
+    """Processed event ids are kept this long for deduplication (Slack retries within
+    minutes), then pruned."""
     submission_wait_seconds: float = Field(default=2.0, gt=0, lt=3)
-    # Web API retries: on 429 (after Retry-After) and on 500/503.
+    """How long an Edit-and-approve submission waits for the result before the modal closes
+    (Slack allows 3 s)."""
     rate_limit_retries: int = 3
+    """Web API retries on HTTP 429 (honouring Retry-After)."""
     server_error_retries: int = 2
+    """Web API retries on HTTP 500/503."""
 
 
-class RunSettings(BaseModel):
-    """Durable runs (``infra.jobs``): every accepted message is a job any instance runs."""
+class RunSettings(Section):
+    """Durable runs (infra.jobs): every accepted message is a job any instance runs."""
 
-    # False: runs go back to in-process tasks (a restart loses runs in flight).
     durable: bool = True
-    # Runs at once in this process, and per user across all instances.
+    """False: runs go back to in-process tasks (a restart loses runs in flight)."""
     global_runs: int = Field(default=32, ge=1)
+    """Runs at once in this process."""
     per_user_runs: int = Field(default=2, ge=1)
-    # A worker renews its runs' leases; a run whose lease ran out (crash) is taken over.
+    """Runs at once per user, across all instances."""
     lease_seconds: float = Field(default=30.0, gt=0)
-    # How often an idle worker looks for runs enqueued by other instances.
+    """A worker's lease on a run (renewed every third); a crashed worker's runs are taken
+    over by another instance after this. The embedded SQLite default recovers at start."""
     poll_seconds: float = Field(default=1.0, gt=0)
+    """How often an idle worker looks for runs enqueued by other instances."""
 
 
 class ModelPrice(BaseModel):
@@ -129,63 +158,98 @@ class ModelPrice(BaseModel):
     output_per_million: float = Field(default=0.0, ge=0)
 
 
-class ObservabilitySettings(BaseModel):
-    """Metrics, traces and readiness (``opsbot.observability``)."""
+class ObservabilitySettings(Section):
+    """Observability: the app serves Prometheus metrics at /metrics, liveness at /healthz and
+    readiness at /readyz (503 when the database or the IdP/broker is down; MCP servers that
+    are down are listed under "degraded"). Alert rules: ops/alerts.yml. LangSmith tracing is
+    LangChain's own: set LANGSMITH_TRACING=true and LANGSMITH_API_KEY in the process
+    environment (a .env file is not forwarded); LangSmith then receives prompts and tool
+    outputs, so use it only where that is allowed."""
 
-    # OTLP/HTTP traces endpoint (e.g. http://collector:4318/v1/traces); unset = no export.
     otlp_endpoint: str | None = None
+    """OTLP/HTTP traces endpoint (e.g. http://otel-collector:4318/v1/traces); unset = no
+    export. Spans carry thread_id and a pseudonymous user id, never the identity."""
     service_name: str = "opsbot"
-    # HMAC key for pseudonymous user ids in traces and logs (never the identity itself).
     pseudonym_key: SecretStr = SecretStr("opsbot-dev-pseudonym-key")
+    """HMAC key for pseudonymous user ids in traces and logs: set a long random secret."""
     model_prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    """Prices per model for the cost metrics, as JSON, e.g. {"gpt-4.1": {"input_per_million":
+    2.0, "output_per_million": 8.0}} (US dollars per million tokens)."""
     readiness_timeout_seconds: float = Field(default=2.0, gt=0)
 
 
-class RetentionSettings(BaseModel):
-    """``opsbot prune``: how long threads and the audit log are kept."""
+class RetentionSettings(Section):
+    """Retention (`opsbot prune`): how long threads and the audit log are kept."""
 
-    thread_days: int = Field(default=90, ge=1)  # since the thread's last checkpoint
-    audit_days: int | None = Field(default=None, ge=1)  # None keeps the audit log forever
+    thread_days: int = Field(default=90, ge=1)
+    """Threads whose latest checkpoint is older than this are deleted (checkpoints,
+    approvals, rows); threads with an open approval are kept."""
+    audit_days: int | None = Field(default=None, ge=1)
+    """Audit log retention (unset = keep forever). Deleting audit events bypasses the
+    append-only trigger and needs `opsbot prune --audit --admin-database-url <superuser URL>`
+    on PostgreSQL."""
 
 
-class MemorySettings(BaseModel):
-    """User memory (preferences) in a LangGraph store."""
+class MemorySettings(Section):
+    """User memory (/ops memory: default team, ticket project, answer style), in a LangGraph
+    store in the same database."""
 
     enabled: bool = True
 
 
-class AgentSettings(BaseModel):
-    """Limits and thresholds of one agent run (see ``agent_core.AgentConfig``)."""
+class AgentSettings(Section):
+    """Agent core: limits and thresholds of one agent run (see agent_core.AgentConfig)."""
 
     run_model_call_limit: int = Field(default=12, ge=1)
+    """Model calls allowed per run; a run that hits the limit ends with a message."""
     thread_model_call_limit: int = Field(default=200, ge=1)
+    """Model calls allowed per thread."""
     read_timeout_seconds: float = Field(default=20.0, gt=0)
     write_timeout_seconds: float = Field(default=30.0, gt=0)
+    """A write that times out is reported as "outcome unknown"."""
     read_retries: int = Field(default=2, ge=0)
+    """Retries (with backoff) for idempotent read tools, on transient errors only."""
     summarize_trigger_tokens: int = Field(default=4000, ge=100)
+    """Summarise history above this many tokens..."""
     summarize_keep_messages: int = Field(default=20, ge=1)
+    """...keeping the last this many messages intact."""
     tool_selector_threshold: int = Field(default=15, ge=1)
+    """Above this many model-visible tools, a model call first picks the relevant ones."""
     tool_selector_max_tools: int = Field(default=8, ge=1)
     bulk_write_threshold: int = Field(default=3, ge=2)
+    """A model step proposing at least this many writes is flagged to the approver as bulk."""
     health_check_interval_seconds: float = Field(default=10.0, gt=0)
+    """Degraded mode: how often unavailable MCP servers are probed."""
     breaker_threshold: int = Field(default=3, ge=1)
+    """A server's circuit breaker opens after this many transport failures..."""
     breaker_open_seconds: float = Field(default=30.0, gt=0)
+    """...for this long."""
 
 
-class ApprovalSettings(BaseModel):
-    """Approvals and the audit log (maximum ages per tool live in the tool policy)."""
+class ApprovalSettings(Section):
+    """Approvals and audit (maximum ages per tool live in the tool policy:
+    max_approval_age_seconds)."""
 
     sweep_interval_seconds: float = Field(default=60.0, gt=0)
+    """How often the in-process sweeper rejects approvals past their maximum age and finishes
+    approvals a crash interrupted (`opsbot sweep` does one pass on demand)."""
     reconcile_grace_seconds: float = Field(default=120.0, ge=0)
+    """Sweeps and `opsbot reconcile` leave pending write records and approvals left deciding
+    younger than this alone (they may still be running on another instance)."""
     audit_max_payload_bytes: int = Field(default=2048, ge=256)
+    """Audit argument summaries larger than this (JSON bytes, after redaction) are stored as
+    a hash."""
 
 
-class SandboxSettings(BaseModel):
-    """``opsbot dev``: where the local sandbox listens (0 = any free port)."""
+class SandboxSettings(Section):
+    """Sandbox (`opsbot dev`): where the local sandbox listens; 0 picks any free port. It keeps
+    its data in OPSBOT_DATA_DIR/sandbox and resets it on every start."""
 
     host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=0, le=65535)  # the Slack emulator and its web UI
-    app_port: int = Field(default=3000, ge=0, le=65535)  # the Bolt app (/slack/events)
+    port: int = Field(default=8000, ge=0, le=65535)
+    """The web UI: the Slack emulator, which also serves the Web API to the bot."""
+    app_port: int = Field(default=3000, ge=0, le=65535)
+    """The Bolt app (/slack/events)."""
     idp_port: int = Field(default=8100, ge=0, le=65535)
     ticketing_port: int = Field(default=8101, ge=0, le=65535)
     docs_port: int = Field(default=8102, ge=0, le=65535)
@@ -247,24 +311,38 @@ class Settings(BaseSettings):
         env_file=".env",
         extra="ignore",
         populate_by_name=True,
+        use_attribute_docstrings=True,
     )
 
     data_dir: Path = Path(".opsbot")
+    """Where the embedded SQLite database and other local state live."""
     database_url: str | None = None
+    """The project's database: opsbot's tables, the LangGraph checkpointer, the job queue.
+    Unset = SQLite in OPSBOT_DATA_DIR; for production postgresql://opsbot@db.internal/opsbot."""
     test_database_url: str = "postgresql://postgres@127.0.0.1:5432/test"
+    """PostgreSQL server the test suite creates its throwaway databases on."""
     log_level: str = "INFO"
     log_format: Literal["console", "json"] = "console"
+    """`console` (development) or `json` (production: one line with request_id, route,
+    thread_id and a pseudonymous user; secrets scrubbed)."""
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
 
     model: str = "demo"
+    """Any init_chat_model("provider:model") string, e.g. openai:gpt-4.1; `demo` is the
+    offline demo model (a few fixed phrasings, no API key)."""
     model_fallbacks: list[str] = Field(default_factory=list)
+    """JSON list of fallback models tried in order when the primary fails."""
     tool_policy_path: Path | None = None
+    """Tool policy YAML (read/write, approver group, sensitive, idempotent, max approval age);
+    unset = the built-in one."""
 
     mcp_servers: list[McpServerSettings] = Field(default_factory=_default_mcp_servers)
-    # The reference servers themselves (`opsbot mcp NAME`), not the servers opsbot talks to.
+    """JSON list of {"name", "url", "audience"}; name prefixes the server's tools. Default:
+    the three reference servers on 8101-8103."""
     reference_servers: ReferenceServersSettings = Field(default_factory=ReferenceServersSettings)
+    """The reference servers themselves (`opsbot mcp NAME`), not the servers opsbot talks to."""
 
     @field_validator("database_url")
     @classmethod
@@ -316,18 +394,24 @@ class Settings(BaseSettings):
     slack_bot_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN", "slack_bot_token")
     )
+    """From your Slack app (xoxb-...)."""
     slack_signing_secret: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("SLACK_SIGNING_SECRET", "slack_signing_secret")
     )
+    """From your Slack app: verifies that requests come from Slack."""
     slack_app_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("SLACK_APP_TOKEN", "slack_app_token")
     )
+    """Socket Mode only (xapp-...)."""
     slack_api_url: str = Field(
         default="https://slack.com/api/",
         validation_alias=AliasChoices("SLACK_API_URL", "slack_api_url"),
     )
+    """Web API base URL; point it at a local fake or the sandbox emulator."""
     port: int = Field(default=3000, validation_alias=AliasChoices("PORT", "port"))
+    """HTTP port of the web process (/slack/events, /metrics, /healthz, /readyz)."""
     ci: bool = Field(default=False, validation_alias=AliasChoices("CI", "ci"))
+    """Set by CI systems; when true, PostgreSQL-backed tests fail instead of skipping."""
 
     @property
     def resolved_database_url(self) -> str:

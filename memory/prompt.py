@@ -8,13 +8,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
-from langchain_core.messages import SystemMessage
-
 from agent_core.binding import RunContext
+from agent_core.middleware import SystemPromptMiddleware
 from memory.store import UserMemory
 
 HEADER = (
@@ -23,22 +18,12 @@ HEADER = (
 )
 
 
-class PreferencesMiddleware(AgentMiddleware[Any, Any, Any]):
+class PreferencesMiddleware(SystemPromptMiddleware):
     def __init__(self, memory: UserMemory) -> None:
         super().__init__()
         self.memory = memory
 
-    async def awrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        ctx = request.runtime.context
-        if isinstance(ctx, RunContext):
-            # The run's verified identity picks the namespace: never another user's memory.
-            lines = (await self.memory.get(ctx.identity)).prompt_text()
-            if lines:
-                base = request.system_message.text if request.system_message else ""
-                text = f"{base}\n\n{HEADER}\n{lines}".strip()
-                request = request.override(system_message=SystemMessage(content=text))
-        return await handler(request)
+    async def system_text(self, ctx: RunContext, current: str) -> str | None:
+        # The run's verified identity picks the namespace: never another user's memory.
+        lines = (await self.memory.get(ctx.identity)).prompt_text()
+        return f"{current}\n\n{HEADER}\n{lines}".strip() if lines else None

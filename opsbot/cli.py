@@ -23,6 +23,7 @@ from opsbot import __version__
 
 COMMAND_MODULES = (
     "opsbot.commands.migrate",
+    "opsbot.commands.config",
     "opsbot.commands.dev",
     "opsbot.commands.idp",
     "opsbot.commands.broker",

@@ -18,8 +18,10 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from agent_core.agent import Agent
 from agent_core.binding import ToolObserver
 from audit.log import AuditSink
+from broker.metrics import BrokerMetrics
 from broker.types import IdentityService
 from infra.settings import Settings
 from memory.chat import MemoryCommands
@@ -57,14 +59,9 @@ class Operations:
         return ObserverChain(audit_observer, ToolMetrics())
 
     @contextlib.contextmanager
-    def watch(self, agent: Any, identities: Any = None) -> Iterator[None]:
+    def watch(self, agent: Agent, broker_metrics: BrokerMetrics | None = None) -> Iterator[None]:
         """Publish the agent's circuit breakers and the in-process broker's counters."""
-        broker = getattr(identities, "broker", None)
-        with watching(
-            getattr(agent, "health", None),
-            [s.name for s in self.settings.mcp_servers],
-            getattr(broker, "metrics", None),
-        ):
+        with watching(agent.health, [s.name for s in self.settings.mcp_servers], broker_metrics):
             yield
 
 

@@ -30,6 +30,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
     from approvals.store import SqlApprovalStore
     from audit import AuditLog, AuditObserver, SqlAuditSink
     from broker.factory import open_identity_service
+    from broker.local import LocalIdentityService
     from infra.storage import create_engine
     from opsbot.operations import open_operations
 
@@ -70,7 +71,10 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                 Reconciler(audit, _change_log(settings, identities), clock=clock, grace=grace),
                 grace,
             )
-            with ops.watch(agent, identities):
+            # In-process, this process finishes account links and owns the broker's counters;
+            # a remote broker service does both itself.
+            local = identities if isinstance(identities, LocalIdentityService) else None
+            with ops.watch(agent, None if local is None else local.broker.metrics):
                 yield Assistant(
                     identities,
                     threads,
@@ -79,6 +83,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                     clock=clock,
                     memory=ops.memory,
                     recovery=recovery,
+                    links=local,
                 )
     finally:
         await engine.dispose()

@@ -405,45 +405,37 @@ async def _source_page(
 
 @contextlib.asynccontextmanager
 async def _serve_bot(settings: Settings, sock: socket.socket) -> AsyncIterator[None]:
-    """The production Slack app, exactly as ``opsbot slack`` builds it, over HTTP."""
-    from bot.slack import serve_http
+    """The production Slack app over HTTP: ``opsbot slack``'s own ``serve_slack``, on the
+    socket bound for it; stopped when the block exits."""
     from infra.storage import create_engine, migrate
-    from opsbot.commands.slack import open_configured_bot, slack_config
-    from opsbot.observability import Readiness, ops_routes, request_metrics
-    from opsbot.wiring import open_assistant
+    from opsbot.commands.slack import serve_slack
 
     engine = create_engine(settings.resolved_database_url)
     try:
         await migrate(engine)
-        async with (
-            open_assistant(settings) as assistant,
-            open_configured_bot(
-                settings, slack_config(settings), assistant, engine, socket_mode=False
-            ) as bot,
-        ):
-            linking = assistant.identities.linking  # type: ignore[attr-defined]
-
-            async def link_callback(state: str, code: str) -> str:
-                result = await linking.complete(state, code)
-                return str(result.link.email or result.link.subject)
-
-            sweeper = asyncio.create_task(
-                assistant.sweep_forever(
-                    settings.approvals.sweep_interval_seconds, bot.adapter.announce
-                )
-            )
-            try:
-                async with serve_http(
-                    bot.app,
-                    sock,
-                    link_callback,
-                    routes=ops_routes(Readiness.from_settings(settings, engine)),
-                    middlewares=[request_metrics],
-                ):
-                    yield
-            finally:
-                sweeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sweeper
     finally:
         await engine.dispose()
+    stop = asyncio.Event()
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    server = asyncio.create_task(
+        serve_slack(
+            settings,
+            socket_mode=False,
+            host=settings.sandbox.host,
+            port=0,
+            stop=stop,
+            on_ready=ready.set_result,
+            sock=sock,
+        )
+    )
+    try:
+        waiting: set[asyncio.Future[Any]] = {server, ready}
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if server in done:  # it failed (or stopped) before it was ready: say why
+            server.result()
+            raise RuntimeError("the Slack app stopped before it was ready")
+        yield
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server

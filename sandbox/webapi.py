@@ -2,13 +2,12 @@
 
 Wire format as Slack's: ``POST /api/<method>`` with a form or JSON body, the bot token as
 ``Authorization: Bearer``, an HTTP 200 ``{"ok": true, ...}`` or ``{"ok": false, "error": ...}``.
-Limits Slack enforces (50 blocks a message, 100 in a view, 3,000 chars of section text) are
-enforced here too, so the sandbox fails where Slack would.
+Limits Slack enforces (``testing.slack_api``, shared with the tests' fake) are enforced here
+too, so the sandbox fails where Slack would.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import json
 from collections import deque
@@ -27,10 +26,9 @@ from sandbox.workspace import (
     NotFoundError,
     Workspace,
 )
+from testing.slack_api import Params, check_message, check_view, decode_params
 
 CALLS_KEPT = 1000  # the most recent calls, for tests and debugging
-_JSON_FIELDS = ("blocks", "attachments", "view", "prompts", "metadata")
-Params = dict[str, Any]
 Result = dict[str, Any]
 
 
@@ -57,10 +55,6 @@ class WebApi:
             "assistant.threads.setStatus": self.set_status,
             "assistant.threads.setSuggestedPrompts": self.set_suggested_prompts,
         }
-
-    @property
-    def methods(self) -> list[str]:
-        return sorted(self._methods)
 
     def call(self, method: str, params: Params, token: str | None) -> Result:
         if not token or not hmac.compare_digest(token, self._bot_token):
@@ -98,7 +92,7 @@ class WebApi:
     def chat_post_message(self, p: Params) -> Result:
         if not p.get("channel"):
             return {"ok": False, "error": "channel_not_found"}
-        problem = _check_message(p)
+        problem = check_message(p)
         if problem:
             return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p["channel"]))
@@ -109,7 +103,7 @@ class WebApi:
         return {"ok": True, "channel": channel.id, "ts": message.ts, "message": message.as_api()}
 
     def chat_update(self, p: Params) -> Result:
-        problem = _check_message(p)
+        problem = check_message(p)
         if problem:
             return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
@@ -137,7 +131,7 @@ class WebApi:
         user = str(p.get("user", ""))
         if user not in self.workspace.users:
             return {"ok": False, "error": "user_not_found"}
-        problem = _check_message(p)
+        problem = check_message(p)
         if problem:
             return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
@@ -161,7 +155,7 @@ class WebApi:
     def _open(self, p: Params, *, push: bool) -> Result:
         user = self.workspace.use_trigger(str(p.get("trigger_id", "")))
         view = p.get("view")
-        problem = _check_view(view, "modal")
+        problem = check_view(view, "modal")
         if problem:
             return {"ok": False, "error": problem}
         assert isinstance(view, dict)
@@ -170,7 +164,7 @@ class WebApi:
 
     def views_update(self, p: Params) -> Result:
         view = p.get("view")
-        problem = _check_view(view, "modal")
+        problem = check_view(view, "modal")
         if problem:
             return {"ok": False, "error": problem}
         assert isinstance(view, dict)
@@ -189,7 +183,7 @@ class WebApi:
 
     def views_publish(self, p: Params) -> Result:
         view = p.get("view")
-        problem = _check_view(view, "home")
+        problem = check_view(view, "home")
         if problem:
             return {"ok": False, "error": problem}
         assert isinstance(view, dict)
@@ -234,47 +228,6 @@ def _not_found(method: str) -> str:
     return "channel_not_found"
 
 
-def _check_message(p: Params) -> str | None:
-    blocks = p.get("blocks")
-    if not p.get("text") and not blocks:
-        return "no_text"
-    if blocks is None:
-        return None
-    if not isinstance(blocks, list) or len(blocks) > 50:
-        return "invalid_blocks"
-    return _check_blocks(blocks)
-
-
-def _check_view(view: Any, kind: str) -> str | None:
-    if not isinstance(view, dict) or view.get("type") != kind:
-        return "invalid_arguments"
-    blocks = view.get("blocks")
-    if not isinstance(blocks, list) or len(blocks) > 100:
-        return "invalid_arguments"
-    if kind == "modal" and len(str(view.get("private_metadata", ""))) > 3000:
-        return "invalid_arguments"
-    return _check_blocks(blocks)
-
-
-def _check_blocks(blocks: list[Any]) -> str | None:
-    for block in blocks:
-        if not isinstance(block, dict) or "type" not in block:
-            return "invalid_blocks"
-        text = block.get("text")
-        if (
-            block["type"] == "section"
-            and isinstance(text, dict)
-            and len(text.get("text", "")) > 3000
-        ):
-            return "invalid_blocks"
-        for element in block.get("elements", []) if block["type"] == "actions" else []:
-            if len(str(element.get("value", ""))) > 2000:
-                return "invalid_blocks"
-            if len(str((element.get("text") or {}).get("text", ""))) > 75:
-                return "invalid_blocks"
-    return None
-
-
 def _view_object(view_id: str, view: dict[str, Any]) -> dict[str, Any]:
     return {**view, "id": view_id, "team_id": TEAM_ID, "app_id": "A0OPSBOT", "hash": "sandbox"}
 
@@ -288,9 +241,4 @@ async def _read_params(request: Request) -> Params:
     else:
         form = await request.form()
         params = {k: v for k, v in form.items() if isinstance(v, str)}
-    params.update({k: v for k, v in request.query_params.items() if k not in params})
-    for key in _JSON_FIELDS:
-        if isinstance(params.get(key), str):
-            with contextlib.suppress(json.JSONDecodeError):
-                params[key] = json.loads(params[key])
-    return params
+    return decode_params(params, dict(request.query_params))

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agent_core.threads import MemoryThreadStore
-from bot.slack.core import (
+from assistant.types import (
     AlreadyDecided,
     Answer,
     Answered,
@@ -21,6 +22,7 @@ from bot.slack.core import (
     ApprovalSummary,
     ApprovalView,
     Approve,
+    AssistantPort,
     ChatUser,
     Decided,
     Decision,
@@ -32,10 +34,12 @@ from bot.slack.core import (
     NotAuthorised,
     PlatformRef,
     Refused,
+    Remembered,
     Reply,
     Source,
     UserStatus,
 )
+from broker.errors import InvalidStateError
 
 UPDATE_TICKET_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -58,6 +62,8 @@ class Person:
 
 @dataclass
 class FakeAssistant:
+    """Implements ``AssistantPort`` (mypy checks it: see ``_checked`` below)."""
+
     now: datetime = field(default_factory=lambda: datetime(2026, 12, 2, 12, 0, tzinfo=UTC))
     people: dict[tuple[str, str], Person] = field(default_factory=dict)
     threads: MemoryThreadStore = field(default_factory=MemoryThreadStore)
@@ -67,6 +73,7 @@ class FakeAssistant:
     decisions: list[tuple[ChatUser, str, Decision]] = field(default_factory=list)
     run_delay: float = 0.0
     decide_delay: float = 0.0
+    memory: dict[ChatUser, str] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -199,6 +206,34 @@ class FakeAssistant:
             return UserStatus(linked=False)
         return UserStatus(True, person.subject, person.email, person.groups)
 
+    async def complete_link(self, state: str, code: str) -> str:
+        raise InvalidStateError("the fake core issues no login states")
+
+    async def sweep_forever(
+        self, interval: float, notify: Callable[[Decided], Awaitable[None]]
+    ) -> None:
+        """Nothing expires on its own here (tests decide); idles until cancelled."""
+        await asyncio.Event().wait()
+
+    async def memory_command(self, chat_user: ChatUser, text: str) -> str:
+        if self._person(chat_user) is None:
+            return "Connect your account first."
+        verb, _, rest = text.strip().partition(" ")
+        if verb == "set":
+            self.memory[chat_user] = rest.strip()
+        elif verb == "delete":
+            self.memory.pop(chat_user, None)
+        return f"opsbot remembers: {self.memory.get(chat_user, 'nothing')}"
+
+    async def remembered(self, chat_user: ChatUser) -> Remembered | None:
+        if self._person(chat_user) is None:
+            return None
+        text = self.memory.get(chat_user)
+        return Remembered(text or "opsbot remembers nothing about you.", text is None)
+
+    async def forget_memory(self, chat_user: ChatUser) -> bool:
+        return self.memory.pop(chat_user, None) is not None
+
 
 def _validate(args: dict[str, Any]) -> dict[str, str]:
     errors: dict[str, str] = {}
@@ -208,3 +243,7 @@ def _validate(args: dict[str, Any]) -> dict[str, str]:
     if priority is not None and not (isinstance(priority, int) and 1 <= priority <= 5):
         errors["priority"] = "must be between 1 and 5"
     return errors
+
+
+def _checked(fake: FakeAssistant) -> AssistantPort:
+    return fake  # mypy fails here if the fake stops implementing the port

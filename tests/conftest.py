@@ -25,9 +25,9 @@ from infra.storage import create_engine, metadata, migrate
 T = TypeVar("T")
 
 pytest_plugins = [
-    "testing.slack",
-    "testing.identity",
-    "testing.mcp",
+    "tests.fixtures.slack",
+    "tests.fixtures.identity",
+    "tests.fixtures.mcp",
     "tests.fixtures.audit",
 ]
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from infra.settings import Settings
+from opsbot.cli import main
+from opsbot.commands.config import env_example
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,3 +43,28 @@ def test_every_setting_is_documented() -> None:
     assert missing == [], f"add these to .env.example: {missing}"
     unknown = sorted(name for name in documented - expected if name.startswith("OPSBOT_"))
     assert unknown == [], f".env.example documents variables opsbot does not read: {unknown}"
+
+
+def test_committed_env_example_is_generated_from_settings() -> None:
+    """Defaults live only in ``Settings``: the committed file is exactly what it generates."""
+    committed = (ROOT / ".env.example").read_text()
+    assert committed == env_example(), (
+        ".env.example is stale: run `uv run opsbot config example > .env.example`"
+    )
+
+
+def test_the_example_follows_a_changed_default() -> None:
+    """The generator reads defaults and descriptions from the model, not from a copy."""
+
+    class Changed(Settings):
+        model: str = "openai:gpt-4.1"
+        """The model in this test."""
+
+    text = env_example(Changed)
+    assert "# The model in this test.\n# OPSBOT_MODEL=openai:gpt-4.1\n" in text
+    assert "# OPSBOT_MODEL=openai:gpt-4.1" not in env_example()
+
+
+def test_opsbot_config_example_prints_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "example"]) == 0
+    assert capsys.readouterr().out == (ROOT / ".env.example").read_text()

@@ -1,57 +1,9 @@
-"""What the Slack adapter uses from the platform-neutral core: ``assistant.types``.
+"""What the Slack adapter uses from the platform-neutral core: exactly ``assistant.types``,
+re-exported so the adapter's modules name one place.
 
 The adapter only translates: it calls an ``AssistantPort`` (the real ``Assistant`` or a
 test fake) and renders the results.
 """
 
-from assistant.types import (
-    AlreadyDecided,
-    Answer,
-    Answered,
-    ApprovalRequested,
-    ApprovalSummary,
-    ApprovalView,
-    Approve,
-    AssistantPort,
-    ChatUser,
-    Decided,
-    Decision,
-    DecisionOutcome,
-    Edit,
-    Expired,
-    InvalidEdit,
-    LinkRequired,
-    NotAuthorised,
-    PlatformRef,
-    Refused,
-    Reject,
-    Reply,
-    Source,
-    UserStatus,
-)
-
-__all__ = [
-    "AlreadyDecided",
-    "Answer",
-    "Answered",
-    "ApprovalRequested",
-    "ApprovalSummary",
-    "ApprovalView",
-    "Approve",
-    "AssistantPort",
-    "ChatUser",
-    "Decided",
-    "Decision",
-    "DecisionOutcome",
-    "Edit",
-    "Expired",
-    "InvalidEdit",
-    "LinkRequired",
-    "NotAuthorised",
-    "PlatformRef",
-    "Refused",
-    "Reject",
-    "Reply",
-    "Source",
-    "UserStatus",
-]
+from assistant.types import *  # noqa: F403
+from assistant.types import __all__ as __all__

@@ -24,8 +24,8 @@ from bot.slack.core import (
     NotAuthorised,
     Reject,
 )
+from bot.slack.home import publish_home, register_home_actions
 from bot.slack.incoming import ACCEPTED, UserMessage
-from bot.slack.memory import memory_home_blocks, register_memory_actions
 from bot.slack.modals import (
     EDIT_CALLBACK_ID,
     REJECT_CALLBACK_ID,
@@ -41,7 +41,6 @@ from bot.slack.render import (
     Message,
     connect_prompt,
     escape,
-    home_view,
     section,
     status_text,
     text_message,
@@ -89,7 +88,7 @@ def register(app: AsyncApp, adapter: SlackAdapter) -> None:
     _register_events(app, adapter)
     _register_command(app, adapter)
     _register_approvals(app, adapter)
-    register_memory_actions(app, adapter)
+    register_home_actions(app, adapter)
 
 
 # -- events -------------------------------------------------------------------------------
@@ -124,18 +123,7 @@ def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
             return
         if event.get("tab") != "home":
             return
-        status = await adapter.assistant.status(chat_user)
-        if not status.linked and status.login_url is None:
-            status = type(status)(
-                linked=False, login_url=await adapter.assistant.link_url(chat_user)
-            )
-        pending = await adapter.assistant.pending_for(chat_user) if status.linked else []
-        awaiting = await adapter.assistant.awaiting_approver(chat_user) if status.linked else []
-        view = home_view(status, pending, awaiting)
-        memory = getattr(adapter.assistant, "memory", None)
-        if memory is not None and status.linked:
-            view["blocks"][2:2] = memory_home_blocks(await memory.preferences(chat_user))
-        await adapter.client.views_publish(user_id=user, view=view)
+        await publish_home(adapter, chat_user)
 
 
 # -- /ops ---------------------------------------------------------------------------------
@@ -171,11 +159,7 @@ def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
         elif verb == "status":
             await ack(text=status_text(await adapter.assistant.status(chat_user)))
         elif verb == "memory":
-            memory = getattr(adapter.assistant, "memory", None)
-            if memory is None:
-                await ack(text="Memory is not enabled.")
-            else:
-                await ack(text=await memory.handle(chat_user, rest))
+            await ack(text=await adapter.assistant.memory_command(chat_user, rest))
         else:
             message = UserMessage(
                 chat_user,

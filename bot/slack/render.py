@@ -1,4 +1,4 @@
-"""Block Kit for replies: answers (split within Slack's limits), prompts, refusals, App Home.
+"""Block Kit for replies: answers (split within Slack's limits), prompts, refusals.
 
 Limits (Slack): section text ≤ 3,000 chars, 50 blocks a message, 100 in a Home view,
 button text ≤ 75 chars. Every function returns plain dicts ready for the Web API.
@@ -18,7 +18,6 @@ Block = dict[str, Any]
 
 SECTION_TEXT_LIMIT = 3000
 MESSAGE_BLOCK_LIMIT = 50
-HOME_BLOCK_LIMIT = 100
 CONNECT_ACTION_ID = "connect_account"
 
 _MD_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^)\s]+)\)")
@@ -171,34 +170,3 @@ def approval_line(view: ApprovalView) -> str:
         f"`{escape(view.server)}` · `{escape(view.tool)}` for {escape(view.requester)}"
         f" — expires {slack_date(view.expires_at)}"
     )
-
-
-def home_view(
-    status: UserStatus, pending: Sequence[ApprovalView], awaiting: Sequence[ApprovalView]
-) -> dict[str, Any]:
-    from bot.slack.cards import decision_buttons  # cards imports this module
-
-    blocks: list[Block] = [
-        {"type": "header", "text": {"type": "plain_text", "text": "opsbot"}},
-        section(status_text(status)),
-    ]
-    if not status.linked:
-        if status.login_url:
-            blocks += connect_prompt(status.login_url).blocks[1:]
-        return {"type": "home", "blocks": blocks}
-    blocks.append({"type": "divider"})
-    blocks.append(section("*Your pending requests*"))
-    if pending:
-        blocks += sections(bullet_lines(approval_line(v) for v in pending))
-    else:
-        blocks.append(context("Nothing is waiting for approval."))
-    if awaiting:
-        blocks.append({"type": "divider"})
-        blocks.append(section("*Waiting for your decision*"))
-        for view in awaiting:
-            if len(blocks) > HOME_BLOCK_LIMIT - 3:
-                blocks.append(context("More requests are waiting: see the approvals channel."))
-                break
-            blocks.append(section(approval_line(view)))
-            blocks.append(decision_buttons(view.approval_id))
-    return {"type": "home", "blocks": blocks[:HOME_BLOCK_LIMIT]}

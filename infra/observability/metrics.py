@@ -4,8 +4,9 @@ Core packages may import these module-level objects (``opsbot`` is allowed to th
 here imports a chat SDK. Labels carry server, tool, model and error *class* names only —
 never a user, a thread id, arguments or tool output (unbounded or personal label values).
 
-``/metrics`` renders ``REGISTRY`` after ``refresh_runtime_gauges()`` has read the pull-only
-state (circuit breakers, broker counters): see ``opsbot.observability.http``.
+``/metrics`` (``infra.observability.http``) renders ``REGISTRY`` after the roof's
+``opsbot.observability.refresh_runtime_gauges()`` has read the pull-only state (circuit
+breakers, broker counters).
 """
 
 from __future__ import annotations

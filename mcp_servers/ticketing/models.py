@@ -8,7 +8,6 @@ from pydantic import BaseModel, Field
 
 Status = Literal["open", "in_progress", "blocked", "resolved", "closed"]
 Priority = Literal["critical", "high", "medium", "low"]
-IdempotencyKey = str
 
 IDEMPOTENCY_KEY_FIELD = Field(
     min_length=8,

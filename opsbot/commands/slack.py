@@ -7,7 +7,8 @@ import argparse
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import socket
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -105,13 +106,22 @@ async def serve_slack(
     stop: asyncio.Event,
     on_ready: Callable[[str], None] | None = None,
     assistant_factory: AssistantFactory | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
     """Run the Slack app until ``stop`` is set: HTTP (``on_ready`` gets the base URL) or
-    Socket Mode; plus the in-process expiry sweeper and pruning of processed event ids."""
+    Socket Mode; plus the in-process expiry sweeper and pruning of processed event ids.
+
+    HTTP mode listens on ``sock`` when given (bound by the caller, e.g. the sandbox, which
+    binds every port first), else on ``host:port``."""
     from bot.slack import SqlProcessedEvents, run_socket_mode, serve_http
     from infra.serving import bind_socket
     from infra.storage import create_engine
-    from opsbot.observability import Readiness, ops_routes, request_metrics
+    from opsbot.observability import (
+        Readiness,
+        ops_routes,
+        refresh_runtime_gauges,
+        request_metrics,
+    )
     from opsbot.wiring import open_assistant
 
     config = slack_config(settings)
@@ -132,15 +142,13 @@ async def serve_slack(
                     )
                 )
             ]
-            sweep_forever = getattr(assistant, "sweep_forever", None)
-            if sweep_forever is not None:
-                background.append(
-                    asyncio.create_task(
-                        sweep_forever(
-                            settings.approvals.sweep_interval_seconds, bot.adapter.announce
-                        )
+            background.append(
+                asyncio.create_task(
+                    assistant.sweep_forever(
+                        settings.approvals.sweep_interval_seconds, bot.adapter.announce
                     )
                 )
+            )
             try:
                 if socket_mode:
                     assert config.app_token is not None
@@ -149,11 +157,17 @@ async def serve_slack(
                         on_ready("socket-mode")
                     await run_socket_mode(bot.app, config.app_token, stop)
                 else:
-                    callback = _link_callback(assistant)
-                    routes = ops_routes(Readiness.from_settings(settings, engine))
+                    # in-process, this process finishes account links; a remote broker
+                    # service serves /oauth/callback itself
+                    callback = (
+                        assistant.complete_link if settings.broker.mode == "inprocess" else None
+                    )
+                    routes = ops_routes(
+                        Readiness.from_settings(settings, engine), refresh_runtime_gauges
+                    )
                     async with serve_http(
                         bot.app,
-                        bind_socket(host, port),
+                        sock or bind_socket(host, port),
                         callback,
                         routes=routes,
                         middlewares=[request_metrics],
@@ -170,20 +184,6 @@ async def serve_slack(
                         await task
     finally:
         await engine.dispose()
-
-
-def _link_callback(assistant: Any) -> Callable[[str, str], Awaitable[str]] | None:
-    """With the in-process identity service, the web process finishes account links
-    (``/oauth/callback``); a remote broker serves that route itself."""
-    linking = getattr(getattr(assistant, "identities", None), "linking", None)
-    if linking is None:
-        return None
-
-    async def complete(state: str, code: str) -> str:
-        result = await linking.complete(state, code)
-        return str(result.link.email or result.link.subject)
-
-    return complete
 
 
 async def _prune_forever(store: Any, keep: timedelta) -> None:

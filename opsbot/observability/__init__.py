@@ -11,12 +11,12 @@ failed ``Check``; telemetry never fails a run (callback errors are not raised).
 """
 
 from infra.observability.health import Check, Readiness, ReadinessReport
+from infra.observability.http import METRICS_PATH, READY_PATH, ops_routes, request_metrics
 from infra.observability.logs import configure_json_logging, request_context, scrub_text
 from infra.observability.metrics import REGISTRY
 from infra.observability.pseudonym import pseudonymous_id
 from infra.observability.tracing import Tracing
 from opsbot.observability.approvals import ApprovalMetricsSink
-from opsbot.observability.http import METRICS_PATH, READY_PATH, ops_routes, request_metrics
 from opsbot.observability.runs import RunInstrumentation, RunTelemetry
 from opsbot.observability.runtime import refresh_runtime_gauges, watching
 from opsbot.observability.tools import ObserverChain, ToolMetrics

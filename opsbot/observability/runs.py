@@ -111,7 +111,6 @@ class RunTelemetry(BaseCallbackHandler):
         self._interrupted = False
         self._models: dict[UUID, str] = {}
         self._failed_model_parents: set[UUID] = set()
-        self._tool_ids: set[str] = set()
         self.tokens = 0
         self.cost = 0.0
 

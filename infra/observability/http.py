@@ -3,8 +3,11 @@
 
 Example::
 
-    application = web_application(bolt_app, routes=ops_routes(readiness),
+    application = web_application(bolt_app, routes=ops_routes(readiness, refresh_gauges),
                                   middlewares=[request_metrics])
+
+``refresh`` updates gauges computed on demand (the roof passes
+``opsbot.observability.refresh_runtime_gauges``) before each scrape.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from infra.observability import metrics as m
 from infra.observability.health import Readiness
 from infra.observability.logs import request_context
-from opsbot.observability.runtime import refresh_runtime_gauges
 
 METRICS_PATH = "/metrics"
 READY_PATH = "/readyz"
@@ -25,9 +27,12 @@ READY_PATH = "/readyz"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def ops_routes(readiness: Readiness | None) -> list[web.RouteDef]:
+def ops_routes(
+    readiness: Readiness | None, refresh: Callable[[], Awaitable[None]] | None = None
+) -> list[web.RouteDef]:
     async def metrics(_request: web.Request) -> web.Response:
-        await refresh_runtime_gauges()
+        if refresh is not None:
+            await refresh()
         body = generate_latest(m.REGISTRY)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -1,0 +1,116 @@
+"""The App Home tab: the user's link status, their pending requests, the ones waiting for
+their decision, and what opsbot remembers about them (with a *Forget all* button).
+
+``/ops memory ...`` itself is one verb of the ``/ops`` command (``listeners``), answered by
+``AssistantPort.memory_command``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from slack_bolt.async_app import AsyncAck, AsyncApp
+
+from bot.slack.adapter import SlackAdapter
+from bot.slack.cards import decision_buttons
+from bot.slack.core import ApprovalView, ChatUser, Remembered, UserStatus
+from bot.slack.render import (
+    Block,
+    approval_line,
+    bullet_lines,
+    connect_prompt,
+    context,
+    section,
+    sections,
+    status_text,
+)
+
+HOME_BLOCK_LIMIT = 100
+FORGET_ACTION_ID = "memory_forget_all"
+
+
+def home_view(
+    status: UserStatus,
+    pending: Sequence[ApprovalView],
+    awaiting: Sequence[ApprovalView],
+    remembered: Remembered | None = None,
+) -> dict[str, Any]:
+    blocks: list[Block] = [
+        {"type": "header", "text": {"type": "plain_text", "text": "opsbot"}},
+        section(status_text(status)),
+    ]
+    if not status.linked:
+        if status.login_url:
+            blocks += connect_prompt(status.login_url).blocks[1:]
+        return {"type": "home", "blocks": blocks}
+    if remembered is not None:
+        blocks += memory_blocks(remembered)
+    blocks.append({"type": "divider"})
+    blocks.append(section("*Your pending requests*"))
+    if pending:
+        blocks += sections(bullet_lines(approval_line(v) for v in pending))
+    else:
+        blocks.append(context("Nothing is waiting for approval."))
+    if awaiting:
+        blocks.append({"type": "divider"})
+        blocks.append(section("*Waiting for your decision*"))
+        for view in awaiting:
+            if len(blocks) > HOME_BLOCK_LIMIT - 3:
+                blocks.append(context("More requests are waiting: see the approvals channel."))
+                break
+            blocks.append(section(approval_line(view)))
+            blocks.append(decision_buttons(view.approval_id))
+    return {"type": "home", "blocks": blocks[:HOME_BLOCK_LIMIT]}
+
+
+def memory_blocks(remembered: Remembered) -> list[Block]:
+    """A divider, what is remembered, and a button to forget it (when there is something)."""
+    blocks: list[Block] = [{"type": "divider"}, section("*Your preferences*")]
+    if remembered.empty:
+        blocks.append(context("opsbot remembers nothing about you. Set some with `/ops memory`."))
+        return blocks
+    blocks.append(section(remembered.text))
+    blocks.append(
+        {
+            "type": "actions",
+            "elements": [
+                {
+                    "type": "button",
+                    "action_id": FORGET_ACTION_ID,
+                    "style": "danger",
+                    "text": {"type": "plain_text", "text": "Forget all"},
+                    "value": "all",
+                }
+            ],
+        }
+    )
+    return blocks
+
+
+async def publish_home(adapter: SlackAdapter, chat_user: ChatUser) -> None:
+    """Build the user's Home tab from the assistant and publish it."""
+    assistant = adapter.assistant
+    status = await assistant.status(chat_user)
+    if not status.linked and status.login_url is None:
+        status = UserStatus(linked=False, login_url=await assistant.link_url(chat_user))
+    view = home_view(status, [], [])
+    if status.linked:
+        view = home_view(
+            status,
+            await assistant.pending_for(chat_user),
+            await assistant.awaiting_approver(chat_user),
+            await assistant.remembered(chat_user),
+        )
+    await adapter.client.views_publish(user_id=chat_user.user_id, view=view)
+
+
+def register_home_actions(app: AsyncApp, adapter: SlackAdapter) -> None:
+    @app.action(FORGET_ACTION_ID)
+    async def forget_all(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        user = body["user"]
+        team = user.get("team_id") or (body.get("team") or {}).get("id")
+        chat_user = ChatUser("slack", str(team), str(user["id"]))
+        await adapter.assistant.forget_memory(chat_user)
+        await publish_home(adapter, chat_user)

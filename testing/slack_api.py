@@ -1,0 +1,71 @@
+"""Slack's Web API rules, stated once for every fake of it: the sandbox's emulator
+(``sandbox.webapi``) and the test server (``testing.slack.FakeSlack``).
+
+Limits as Slack enforces them: 50 blocks a message, 100 in a view, 3,000 characters of
+section text, 75 of button text, 2,000 of a button value, 3,000 of a modal's
+``private_metadata``. A fake that accepts what Slack refuses would hide a bug until
+production.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+# Parameters a form-encoded call sends as JSON strings.
+JSON_FIELDS = ("blocks", "attachments", "view", "prompts", "metadata")
+Params = dict[str, Any]
+
+
+def decode_params(params: Params, query: dict[str, str]) -> Params:
+    """A call's parameters: the body's, then the query string's; JSON fields decoded."""
+    params.update({k: v for k, v in query.items() if k not in params})
+    for key in JSON_FIELDS:
+        if isinstance(params.get(key), str):
+            with contextlib.suppress(json.JSONDecodeError):
+                params[key] = json.loads(params[key])
+    return params
+
+
+def check_message(p: Params) -> str | None:
+    """Slack's error for a ``chat.*`` message body, or ``None`` when Slack would accept it."""
+    blocks = p.get("blocks")
+    if not p.get("text") and not blocks:
+        return "no_text"
+    if blocks is None:
+        return None
+    if not isinstance(blocks, list) or len(blocks) > 50:
+        return "invalid_blocks"
+    return check_blocks(blocks)
+
+
+def check_view(view: Any, kind: str) -> str | None:
+    """Slack's error for a ``views.*`` view of ``kind`` (``modal`` or ``home``)."""
+    if not isinstance(view, dict) or view.get("type") != kind:
+        return "invalid_arguments"
+    blocks = view.get("blocks")
+    if not isinstance(blocks, list) or len(blocks) > 100:
+        return "invalid_arguments"
+    if kind == "modal" and len(str(view.get("private_metadata", ""))) > 3000:
+        return "invalid_arguments"
+    return check_blocks(blocks)
+
+
+def check_blocks(blocks: list[Any]) -> str | None:
+    for block in blocks:
+        if not isinstance(block, dict) or "type" not in block:
+            return "invalid_blocks"
+        text = block.get("text")
+        if (
+            block["type"] == "section"
+            and isinstance(text, dict)
+            and len(text.get("text", "")) > 3000
+        ):
+            return "invalid_blocks"
+        for element in block.get("elements", []) if block["type"] == "actions" else []:
+            if len(str(element.get("value", ""))) > 2000:
+                return "invalid_blocks"
+            if len(str((element.get("text") or {}).get("text", ""))) > 75:
+                return "invalid_blocks"
+    return None

@@ -1,0 +1,64 @@
+"""``docs/architecture.md`` holds in the code: every ``module:function`` it names exists, each
+trace reads at most six files, and the README links to it."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = (ROOT / "docs" / "architecture.md").read_text()
+REFERENCE = re.compile(r"`([a-z_][a-z0-9_.]*):([A-Za-z_][A-Za-z0-9_.]*)`")
+FILE_STEP = re.compile(r"^\d+\. `([a-z_/]+\.py)`", re.M)
+MAX_FILES = 6
+
+
+def resolve(module: str, qualname: str) -> object:
+    """The object ``module:qualname`` names; raises if the module or a name is missing."""
+    found: object = importlib.import_module(module)
+    for name in qualname.split("."):
+        found = getattr(found, name)
+    return found
+
+
+def traces() -> dict[str, str]:
+    parts = re.split(r"^## Trace: ", DOC, flags=re.M)[1:]
+    return {part.splitlines()[0]: part.split("\n## ", 1)[0] for part in parts}
+
+
+@pytest.mark.parametrize(("module", "qualname"), sorted(set(REFERENCE.findall(DOC))))
+def test_every_named_function_exists(module: str, qualname: str) -> None:
+    assert callable(resolve(module, qualname))
+
+
+def test_the_doc_names_the_two_traces_and_each_reads_at_most_six_files() -> None:
+    found = traces()
+    assert set(found) == {"an @-mention", "an approval click"}
+    for name, text in found.items():
+        files = FILE_STEP.findall(text)
+        assert 3 <= len(set(files)) <= MAX_FILES, (name, files)
+        for file in files:
+            assert (ROOT / file).is_file(), file
+        # each step's functions live in the file the step names
+        for step in re.split(r"^\d+\. ", text, flags=re.M)[1:]:
+            head = FILE_STEP.match(f"1. {step}")
+            assert head is not None
+            module = head.group(1).removesuffix(".py").replace("/", ".")
+            named = [m for m, _ in REFERENCE.findall(step.split("\n\n")[0])]
+            assert module in named, (module, named)
+
+
+def test_a_missing_function_is_caught() -> None:
+    with pytest.raises(AttributeError):
+        resolve("assistant.service", "Assistant.no_such_method")
+    with pytest.raises(ModuleNotFoundError):
+        resolve("assistant.no_such_module", "x")
+
+
+def test_the_readme_links_the_map_not_a_document_outside_the_repository() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "(docs/architecture.md)" in readme
+    assert "../shared/" not in readme
