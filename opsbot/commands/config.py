@@ -54,12 +54,25 @@ def env_example(model: type[BaseModel] = Settings) -> str:
         else:
             nested.append((name, section))
     for name, section in nested:
-        prefix = f"OPSBOT_{name.upper()}__"
-        lines += ["", "", f"# --- {prefix}* " + "-" * (WIDTH - len(prefix) - 9)]
-        lines += _comment(section.__doc__ or "")
-        for field_name, field in section.model_fields.items():
-            lines += ["", *_variable(prefix + field_name.upper(), field)]
+        lines += _section_lines(f"OPSBOT_{name.upper()}__", section)
     return "\n".join(lines) + "\n"
+
+
+def _section_lines(prefix: str, section: type[BaseModel]) -> list[str]:
+    # Sections nest (e.g. OPSBOT_REFERENCE_SERVERS__TICKETING__ALLOWED_HOSTS): each level is
+    # its own block, so every variable the settings read is written out.
+    lines = ["", "", f"# --- {prefix}* " + "-" * (WIDTH - len(prefix) - 9)]
+    lines += _comment(section.__doc__ or "")
+    deeper = []
+    for field_name, field in section.model_fields.items():
+        inner = _section(field)
+        if inner is None:
+            lines += ["", *_variable(prefix + field_name.upper(), field)]
+        else:
+            deeper.append((field_name, inner))
+    for field_name, inner in deeper:
+        lines += _section_lines(f"{prefix}{field_name.upper()}__", inner)
+    return lines
 
 
 def _section(field: FieldInfo) -> type[BaseModel] | None:
