@@ -83,6 +83,10 @@ class SlackSettings(BaseModel):
     event_retention_hours: int = 24
     # How long an Edit submission waits for the core before the modal closes (Slack: 3 s).
     submission_wait_seconds: float = Field(default=2.0, gt=0, lt=3)
+    # POST /slack/events bodies above this get 413 before they are read further.
+    max_body_bytes: int = Field(default=512 * 1024, ge=16 * 1024)
+    # Longer messages and /ops questions get a polite private refusal (never echoed).
+    max_message_chars: int = Field(default=4000, ge=1)
     # Web API retries: on 429 (after Retry-After) and on 500/503.
     rate_limit_retries: int = 3
     server_error_retries: int = 2

@@ -25,7 +25,7 @@ from bot.slack.adapter import SlackAdapter
 from bot.slack.client import make_web_client
 from bot.slack.config import SlackBotConfig
 from bot.slack.core import AssistantPort
-from bot.slack.incoming import ACCEPTED, user_message
+from bot.slack.incoming import ACCEPTED, TOO_LONG, user_message
 from bot.slack.listeners import register
 from bot.slack.store import ProcessedEvents, SqlApprovalMessages, SqlProcessedEvents
 from infra.clock import Clock, utc_now
@@ -54,6 +54,37 @@ def dedup_middleware(
     return deduplicate
 
 
+def team_middleware(
+    adapter: SlackAdapter,
+) -> Callable[..., Awaitable[BoltResponse | None]]:
+    """Ignore events from a workspace opsbot does not serve: the envelope's team and the
+    acting user's must be the bot's own workspace (``auth.test``) or in ``ALLOWED_TEAM_IDS``.
+    Commands and clicks are refused politely by their listeners instead."""
+
+    async def only_served_teams(
+        body: dict[str, Any], next: Callable[[], Awaitable[BoltResponse | None]]
+    ) -> BoltResponse | None:
+        if body.get("type") != "event_callback":
+            return await next()
+        await adapter.learn_home_team()
+        event = body.get("event")
+        if not isinstance(event, dict):
+            event = {}
+        envelope_team = body.get("team_id")
+        user_team = event.get("user_team") or event.get("team") or envelope_team
+        if not adapter.team_allowed(envelope_team, user_team):
+            log.info(
+                "ignored a %s event from team %s (user team %s): not served",
+                event.get("type"),
+                envelope_team,
+                user_team,
+            )
+            return BoltResponse(status=200, body="")
+        return await next()
+
+    return only_served_teams
+
+
 def accept_middleware(
     adapter: SlackAdapter,
 ) -> Callable[..., Awaitable[BoltResponse | None]]:
@@ -74,8 +105,9 @@ def accept_middleware(
         message = user_message(body)
         if message is None:
             return await next()
-        if not adapter.team_allowed(message.chat_user.team_id, message.team_id):
-            log.info("ignoring a message from team %s", message.chat_user.team_id)
+        if len(message.text) > adapter.config.max_message_chars:
+            # Refused after the ack, by the listener; nothing is stored or run.
+            context[TOO_LONG] = message
             return await next()
         if not await adapter.accept(message, str(body.get("event_id") or "")):
             log.info("redelivery of %s dropped", body.get("event_id"))
@@ -109,6 +141,7 @@ async def open_bot(
     async with aiohttp.ClientSession() as session:
         client = make_web_client(config, session)
         adapter = SlackAdapter(config, assistant, client, SqlApprovalMessages(engine, clock))
+        await adapter.learn_home_team()
         app = build_app(
             config,
             assistant,
@@ -155,6 +188,7 @@ def build_app(
         logger=logging.getLogger("bot.slack.bolt"),
     )
     adapter = adapter or SlackAdapter(config, assistant, client, SqlApprovalMessages(engine, clock))
+    app.middleware(team_middleware(adapter))
     # Accept first: a message is stored before its event id is marked processed, so a
     # failed store is retried by Slack rather than dropped as a duplicate.
     app.middleware(accept_middleware(adapter))
