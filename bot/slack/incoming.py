@@ -286,6 +286,7 @@ class _State(_Model):
 
 class _View(_Model):
     id: _Id | None = None
+    type: _Name
     callback_id: _Name
     private_metadata: Annotated[str, StringConstraints(max_length=3000)] | None = None
     state: _State
@@ -329,6 +330,7 @@ class Malformed:
     problem: str
 
 
+COMMANDS = frozenset({"/ops"})
 EVENT_KINDS = frozenset({"app_mention", "message", "app_home_opened"})
 INTERACTION_MODELS: dict[str, type[_Model]] = {
     "block_actions": _BlockActions,
@@ -360,6 +362,8 @@ def screen(raw: str, content_type: str | None) -> Screened | Ignored | Malformed
     if not isinstance(body, dict):
         return Malformed("body", f"a JSON {type(body).__name__}, not an object")
     if "command" in body:
+        if body["command"] not in COMMANDS:
+            return Ignored(f"command {str(body['command'])[:64]}")
         return _check("command", _Command, body)
     kind = body.get("type")
     if kind == "url_verification":
