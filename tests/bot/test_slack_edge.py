@@ -91,9 +91,7 @@ async def test_unsigned_garbage_is_refused_before_it_is_parsed(
 ) -> None:
     caplog.set_level(logging.INFO)
     for override in (UNSIGNED, "garbage", "v0=ü"):
-        status, text = await env.sender.post_raw(
-            body, content_type, signature_override=override
-        )
+        status, text = await env.sender.post_raw(body, content_type, signature_override=override)
         assert status == 401, text
     status, _ = await env.sender.post_raw(body, content_type, timestamp=10**15)
     assert status == 401
@@ -317,8 +315,10 @@ async def test_the_message_limit_is_configurable(
 ) -> None:
     async with run_app(fake_assistant, max_message_chars=10) as env:
         status, body = await env.sender.post_command("ask is PAY-1 open?", user=ALICE.user_id)
+        assert status == 200
         assert "opsbot reads up to 10" in json.loads(body)["text"]
         status, body = await env.sender.post_command("ask PAY-1?", user=ALICE.user_id)
+        assert status == 200
         assert "On it" in body
         await env.fake.wait_for("chat.update")
 
