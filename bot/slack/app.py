@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from slack_bolt.async_app import AsyncApp, AsyncBoltContext
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -194,4 +195,20 @@ def build_app(
     app.middleware(accept_middleware(adapter))
     app.middleware(dedup_middleware(SqlProcessedEvents(engine, clock)))
     register(app, adapter)
+    ignore_the_rest(app)  # keep last: listeners match in registration order
     return app
+
+
+def ignore_the_rest(app: AsyncApp) -> None:
+    """A click or modal no listener above claims (a stale button, an action id opsbot no
+    longer uses) gets an empty ack and one log line, not Bolt's 404 and sample code."""
+
+    @app.action(re.compile(".*"))
+    async def unknown_action(ack: AsyncAck, action: dict[str, Any]) -> None:
+        await ack()
+        log.info("ignored a click on unknown action %.64s", action.get("action_id"))
+
+    @app.view(re.compile(".*"))
+    async def unknown_view(ack: AsyncAck, view: dict[str, Any]) -> None:
+        await ack()
+        log.info("ignored the submission of unknown view %.64s", view.get("callback_id"))

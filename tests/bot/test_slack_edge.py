@@ -388,3 +388,18 @@ async def test_a_failing_subcommand_is_a_private_message_not_a_500(
     assert "could not do that right now" in ack["text"]
     assert "link store down" not in body
     await asyncio.sleep(0)
+
+
+@in_process_only
+async def test_clicks_and_modals_no_listener_claims_get_an_empty_200(
+    env: SlackEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    click = block_action(ALICE.user_id, "retired_button", "x")
+    status, body = await env.sender.post_interaction(click)
+    assert (status, body) == (200, "")
+    stale = view_submission(ALICE.user_id, {"type": "modal", "callback_id": "old_modal"}, {})
+    status, body = await env.sender.post_interaction(stale)
+    assert (status, body) == (200, "")
+    assert _records(caplog, logging.WARNING) == []
+    assert len([r for r in caplog.records if "ignored" in r.getMessage()]) == 2
