@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from bot.slack.cards import APPROVE_ACTION_ID, EDIT_ACTION_ID, REJECT_ACTION_ID
 from bot.slack.core import ChatUser
 from bot.slack.modals import EDIT_CALLBACK_ID, REJECT_CALLBACK_ID
 
@@ -336,6 +337,8 @@ INTERACTION_MODELS: dict[str, type[_Model]] = {
     "block_actions": _BlockActions,
     "view_submission": _ViewSubmission,
 }
+# Buttons whose value is an approval id.
+ACTIONS_WITH_VALUE = frozenset({APPROVE_ACTION_ID, EDIT_ACTION_ID, REJECT_ACTION_ID})
 # Modals whose submission carries opsbot's context in private_metadata.
 VIEWS_WITH_CONTEXT = frozenset({EDIT_CALLBACK_ID, REJECT_CALLBACK_ID})
 
@@ -378,6 +381,10 @@ def screen(raw: str, content_type: str | None) -> Screened | Ignored | Malformed
     if model is None:
         return Ignored(str(kind)[:64] if kind is not None else "payload without a type")
     checked = _check(str(kind), model, body)
+    if isinstance(checked, Screened) and kind == "block_actions":
+        for action in body["actions"]:
+            if action["action_id"] in ACTIONS_WITH_VALUE and not action.get("value"):
+                return Malformed(str(kind), f"actions.{action['action_id']}.value: missing")
     if isinstance(checked, Screened) and kind == "view_submission":
         view = body["view"]
         if view["callback_id"] in VIEWS_WITH_CONTEXT and not view.get("private_metadata"):

@@ -154,6 +154,10 @@ def _malformed_cases() -> dict[str, tuple[str, str]]:
             _interaction({**action, "actions": [{"action_id": "x", "value": "v" * 10_000}]}),
             form,
         ),
+        "approve button without value": (
+            _interaction({**action, "actions": [{"action_id": "approval_approve"}]}),
+            form,
+        ),
         "view_submission without private_metadata": (_interaction(no_metadata), form),
         "view_submission without state": (_interaction(no_state), form),
         "view_submission with values of the wrong type": (
