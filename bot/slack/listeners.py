@@ -243,7 +243,8 @@ async def _subcommand(adapter: SlackAdapter, chat_user: ChatUser, verb: str, res
     if verb == "pending":
         status = await assistant.status(chat_user)
         if not status.linked:
-            return text_message(f"{status_text(status)} Connect it with `/ops link`.")
+            hint = "" if status.problem else " Connect it with `/ops link`."
+            return text_message(status_text(status) + hint)
         pending = await assistant.pending_for(chat_user)
         if not pending:
             return text_message("You have no requests waiting for an approver.")
