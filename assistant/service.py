@@ -58,7 +58,7 @@ from assistant.types import (
     UserStatus,
 )
 from audit.reconcile import Reconciler, ReconcileReport
-from broker.errors import BrokerError, LinkingError
+from broker.errors import AccessRevokedError, BrokerError, LinkingError
 from broker.types import ChatUser, Identity, IdentityService, LinkCompleter
 from infra.clock import Clock, utc_now
 from memory.chat import MemoryCommands, describe
@@ -67,6 +67,11 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 4000
 MEMORY_DISABLED = "Memory is not enabled."
+ACCESS_REVOKED_TEXT = (
+    "Your company account no longer lets opsbot act for you (access revoked or sign-in "
+    "expired). Connect again with `/ops link`, or ask your administrator."
+)
+UNCHECKED_TEXT = "Your company account could not be checked right now; please try again soon."
 
 __all__ = ["AgentPort", "Assistant", "Recovered", "Recovery", "notify_each"]
 
@@ -270,7 +275,18 @@ class Assistant:
         return identity.email or identity.subject
 
     async def status(self, chat_user: ChatUser) -> UserStatus:
-        identity = await self._identities.resolve(chat_user)
+        """What opsbot knows of ``chat_user``; a link the IdP no longer honours (revoked)
+        or cannot be checked is a status with a ``problem``, not an error."""
+        try:
+            identity = await self._identities.resolve(chat_user)
+        except AccessRevokedError:
+            log.info("status: the IdP no longer honours the link of %s", chat_user.user_id)
+            return UserStatus(
+                linked=False, login_url=await self.link_url(chat_user), problem=ACCESS_REVOKED_TEXT
+            )
+        except BrokerError as exc:
+            log.warning("status: the link of %s could not be checked: %s", chat_user.user_id, exc)
+            return UserStatus(linked=False, problem=UNCHECKED_TEXT)
         if identity is None:
             return UserStatus(linked=False, login_url=await self.link_url(chat_user))
         return UserStatus(True, identity.subject, identity.email or None, identity.groups)

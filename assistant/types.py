@@ -202,6 +202,8 @@ class UserStatus:
     email: str | None = None
     groups: frozenset[str] = frozenset()
     login_url: str | None = None
+    # Why a linked account cannot be used now (access revoked, IdP unreachable), for the user.
+    problem: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

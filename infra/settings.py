@@ -129,6 +129,10 @@ class SlackSettings(Section):
     submission_wait_seconds: float = Field(default=2.0, gt=0, lt=3)
     """How long an Edit-and-approve submission waits for the result before the modal closes
     (Slack allows 3 s)."""
+    max_body_bytes: int = Field(default=512 * 1024, ge=16 * 1024)
+    """POST /slack/events bodies above this get 413 before they are read further."""
+    max_message_chars: int = Field(default=4000, ge=1)
+    """Longer messages and /ops questions get a polite private refusal (never echoed)."""
     rate_limit_retries: int = 3
     """Web API retries on HTTP 429 (honouring Retry-After)."""
     server_error_retries: int = 2

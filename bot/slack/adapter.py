@@ -5,10 +5,12 @@ Business rules live in the core; this class only turns its results into Web API 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
@@ -53,6 +55,8 @@ FAILURE_TEXT = (
     "Nothing was changed; please try again."
 )
 
+HOME_TEAM_RETRY_SECONDS = 30.0
+
 # Saves a message's ``Progress`` (durable runs keep it in their job).
 Recorder = Callable[[Progress], Awaitable[None]]
 
@@ -83,14 +87,36 @@ class SlackAdapter:
         self.assistant = assistant
         self.client = client
         self.approval_messages = approval_messages
+        # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
+        self.home_team: str | None = None
+        self._home_team_asked_at: float | None = None
 
     # -- policy on who may talk to us at all -------------------------------------------
 
-    def team_allowed(self, user_team: str | None, home_team: str | None) -> bool:
-        """Users of the installing workspace, plus explicitly configured teams (Slack Connect)."""
-        if not user_team:
-            return False
-        return user_team == home_team or user_team in self.config.allowed_team_ids
+    async def learn_home_team(self) -> str | None:
+        """Ask ``auth.test`` which workspace the bot token belongs to: that team is always
+        served. Until Slack has answered, only ``allowed_team_ids`` are (asked again at most
+        every ``HOME_TEAM_RETRY_SECONDS``)."""
+        if self.home_team is not None:
+            return self.home_team
+        now = asyncio.get_running_loop().time()
+        asked = self._home_team_asked_at
+        if asked is not None and now - asked < HOME_TEAM_RETRY_SECONDS:
+            return None
+        self._home_team_asked_at = now
+        try:
+            response = await self.client.auth_test()
+        except (SlackApiError, aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("auth.test failed (%s): serving only ALLOWED_TEAM_IDS for now", exc)
+            return None
+        team = response.get("team_id")
+        self.home_team = str(team) if isinstance(team, str) and team else None
+        return self.home_team
+
+    def team_allowed(self, *teams: str | None) -> bool:
+        """Every team named is the bot's own workspace or configured (Slack Connect guests)."""
+        allowed = self.config.allowed_team_ids | {self.home_team or ""}
+        return all(team and team in allowed for team in teams)
 
     # -- conversations ----------------------------------------------------------------
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from slack_bolt.async_app import AsyncApp, AsyncBoltContext
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -25,7 +26,7 @@ from bot.slack.adapter import SlackAdapter
 from bot.slack.client import make_web_client
 from bot.slack.config import SlackBotConfig
 from bot.slack.core import AssistantPort
-from bot.slack.incoming import ACCEPTED, user_message
+from bot.slack.incoming import ACCEPTED, TOO_LONG, user_message
 from bot.slack.listeners import register
 from bot.slack.store import ProcessedEvents, SqlApprovalMessages, SqlProcessedEvents
 from infra.clock import Clock, utc_now
@@ -54,6 +55,37 @@ def dedup_middleware(
     return deduplicate
 
 
+def team_middleware(
+    adapter: SlackAdapter,
+) -> Callable[..., Awaitable[BoltResponse | None]]:
+    """Ignore events from a workspace opsbot does not serve: the envelope's team and the
+    acting user's must be the bot's own workspace (``auth.test``) or in ``ALLOWED_TEAM_IDS``.
+    Commands and clicks are refused politely by their listeners instead."""
+
+    async def only_served_teams(
+        body: dict[str, Any], next: Callable[[], Awaitable[BoltResponse | None]]
+    ) -> BoltResponse | None:
+        if body.get("type") != "event_callback":
+            return await next()
+        await adapter.learn_home_team()
+        event = body.get("event")
+        if not isinstance(event, dict):
+            event = {}
+        envelope_team = body.get("team_id")
+        user_team = event.get("user_team") or event.get("team") or envelope_team
+        if not adapter.team_allowed(envelope_team, user_team):
+            log.info(
+                "ignored a %s event from team %s (user team %s): not served",
+                event.get("type"),
+                envelope_team,
+                user_team,
+            )
+            return BoltResponse(status=200, body="")
+        return await next()
+
+    return only_served_teams
+
+
 def accept_middleware(
     adapter: SlackAdapter,
 ) -> Callable[..., Awaitable[BoltResponse | None]]:
@@ -74,8 +106,9 @@ def accept_middleware(
         message = user_message(body)
         if message is None:
             return await next()
-        if not adapter.team_allowed(message.chat_user.team_id, message.team_id):
-            log.info("ignoring a message from team %s", message.chat_user.team_id)
+        if len(message.text) > adapter.config.max_message_chars:
+            # Refused after the ack, by the listener; nothing is stored or run.
+            context[TOO_LONG] = message
             return await next()
         if not await adapter.accept(message, str(body.get("event_id") or "")):
             log.info("redelivery of %s dropped", body.get("event_id"))
@@ -109,6 +142,7 @@ async def open_bot(
     async with aiohttp.ClientSession() as session:
         client = make_web_client(config, session)
         adapter = SlackAdapter(config, assistant, client, SqlApprovalMessages(engine, clock))
+        await adapter.learn_home_team()
         app = build_app(
             config,
             assistant,
@@ -155,9 +189,26 @@ def build_app(
         logger=logging.getLogger("bot.slack.bolt"),
     )
     adapter = adapter or SlackAdapter(config, assistant, client, SqlApprovalMessages(engine, clock))
+    app.middleware(team_middleware(adapter))
     # Accept first: a message is stored before its event id is marked processed, so a
     # failed store is retried by Slack rather than dropped as a duplicate.
     app.middleware(accept_middleware(adapter))
     app.middleware(dedup_middleware(SqlProcessedEvents(engine, clock)))
     register(app, adapter)
+    ignore_the_rest(app)  # keep last: listeners match in registration order
     return app
+
+
+def ignore_the_rest(app: AsyncApp) -> None:
+    """A click or modal no listener above claims (a stale button, an action id opsbot no
+    longer uses) gets an empty ack and one log line, not Bolt's 404 and sample code."""
+
+    @app.action(re.compile(".*"))
+    async def unknown_action(ack: AsyncAck, action: dict[str, Any]) -> None:
+        await ack()
+        log.info("ignored a click on unknown action %.64s", action.get("action_id"))
+
+    @app.view(re.compile(".*"))
+    async def unknown_view(ack: AsyncAck, view: dict[str, Any]) -> None:
+        await ack()
+        log.info("ignored the submission of unknown view %.64s", view.get("callback_id"))

@@ -27,5 +27,7 @@ class SlackBotConfig:
     # How long the edit modal waits for the core before closing and reporting later
     # (Slack drops a view submission not answered within 3 s).
     submission_wait_seconds: float = 2.0
+    # Longer messages and /ops questions are refused politely, privately (never echoed).
+    max_message_chars: int = 4000
     rate_limit_retries: int = 3
     server_error_retries: int = 2

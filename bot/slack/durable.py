@@ -103,6 +103,7 @@ async def open_durable_bot(
         adapter = DurableSlackAdapter(
             config, assistant, client, SqlApprovalMessages(engine, clock), queue
         )
+        await adapter.learn_home_team()
         app = build_app(
             config,
             assistant,

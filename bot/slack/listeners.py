@@ -25,7 +25,7 @@ from bot.slack.core import (
     Reject,
 )
 from bot.slack.home import publish_home, register_home_actions
-from bot.slack.incoming import ACCEPTED, UserMessage
+from bot.slack.incoming import ACCEPTED, TOO_LONG, UserMessage
 from bot.slack.modals import (
     EDIT_CALLBACK_ID,
     REJECT_CALLBACK_ID,
@@ -39,6 +39,7 @@ from bot.slack.modals import (
 from bot.slack.render import (
     CONNECT_ACTION_ID,
     Message,
+    approval_line,
     connect_prompt,
     escape,
     section,
@@ -52,13 +53,24 @@ UNAVAILABLE_TEXT = (
     ":warning: opsbot can't take requests right now (its database is unreachable). "
     "Nothing was recorded; please try again in a minute."
 )
-HELP_TEXT = (
-    "*opsbot* answers from ticketing, docs and the database as you.\n"
-    "• `/ops <question>` or `/ops ask <question>` — ask\n"
-    "• `/ops link` — connect your company account\n"
-    "• `/ops unlink` — disconnect it\n"
-    "• `/ops status` — what opsbot knows about you\n"
-    "• `/ops memory` — your saved preferences (`/ops memory help`)"
+# /ops subcommands: (usage, what it does, an example). Text that is not one of these and
+# has more than one word is a question; a single unknown word gets this help.
+SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("ask <question>", "ask opsbot; the answer comes in a thread", "ask is PAY-102 still open?"),
+    ("link", "connect your company account", "link"),
+    ("unlink", "disconnect it", "unlink"),
+    ("whoami", "who opsbot knows you as", "whoami"),
+    ("status", "your connection and groups", "status"),
+    ("pending", "your requests waiting for an approver", "pending"),
+    ("memory", "your saved preferences", "memory help"),
+    ("help", "this list", "help"),
+)
+_NOT_QUESTIONS = frozenset(usage.split()[0] for usage, _, _ in SUBCOMMANDS) - {"ask"}
+HELP_TEXT = "*opsbot* answers from ticketing, docs and the database, as you.\n" + "\n".join(
+    f"• `/ops {usage}` — {what}. Example: `/ops {example}`" for usage, what, example in SUBCOMMANDS
+)
+_SUBCOMMAND_FAILED = (
+    ":warning: opsbot could not do that right now. Nothing was changed; please try again."
 )
 
 
@@ -101,6 +113,19 @@ def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
         message = context.get(ACCEPTED)
         if isinstance(message, UserMessage):
             await adapter.converse(message)
+        refused = context.get(TOO_LONG)
+        if isinstance(refused, UserMessage):
+            log.info(
+                "message of %d characters from %s refused",
+                len(refused.text),
+                refused.chat_user.user_id,
+            )
+            limit = adapter.config.max_message_chars
+            await adapter.ephemeral(
+                refused.channel,
+                refused.chat_user.user_id,
+                text_message(too_long_text(len(refused.text), limit)),
+            )
 
     @app.event("app_mention")
     async def app_mention(context: AsyncBoltContext) -> None:
@@ -134,59 +159,98 @@ def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
     async def ops(
         ack: AsyncAck,
         command: dict[str, Any],
-        context: AsyncBoltContext,
     ) -> None:
         team = str(command.get("team_id"))
         chat_user = ChatUser("slack", team, str(command["user_id"]))
-        if not adapter.team_allowed(team, _home_team(context, command)):
-            await ack(text="opsbot is not available to your workspace.")
+        await adapter.learn_home_team()
+        if not adapter.team_allowed(team):
+            await ack(text="opsbot is not available to your workspace.", response_type="ephemeral")
             return
         text = str(command.get("text", "")).strip()
         verb, _, rest = text.partition(" ")
         verb = verb.lower()
-        if verb in ("", "help"):
-            await ack(blocks=[section(HELP_TEXT)], text="opsbot help")
-        elif verb == "link":
-            prompt = connect_prompt(await adapter.assistant.link_url(chat_user))
-            await ack(blocks=prompt.blocks, text=prompt.text)
-        elif verb == "unlink":
-            removed = await adapter.assistant.unlink(chat_user)
-            await ack(
-                text="Your account was disconnected."
-                if removed
-                else "Your account was not connected."
-            )
-        elif verb == "status":
-            await ack(text=status_text(await adapter.assistant.status(chat_user)))
-        elif verb == "memory":
-            await ack(text=await adapter.assistant.memory_command(chat_user, rest))
-        else:
-            message = UserMessage(
-                chat_user,
-                team,
-                str(command["channel_id"]),
-                None,
-                rest.strip() if verb == "ask" else text,
-                is_dm=str(command.get("channel_name")) == "directmessage",
-                response_url=command.get("response_url"),
-            )
-            # Stored before the ack, like an event; Slack does not redeliver commands, so a
-            # failure to store is said in the ack instead.
+        if verb in _NOT_QUESTIONS or not rest.strip():
+            # Not a question: answered privately, never posted in the channel.
             try:
-                first = await adapter.accept(message, str(command.get("trigger_id") or ""))
+                reply = await _subcommand(adapter, chat_user, verb, rest)
             except Exception:
-                log.exception("could not accept /ops from %s", chat_user.user_id)
-                await ack(text=UNAVAILABLE_TEXT)
-                return
-            if not first:
-                await ack()
-                return
-            await ack(text="On it — I'll answer in a thread.")
-            await adapter.converse(message)
+                log.exception("/ops %s failed for %s", verb[:32], chat_user.user_id)
+                reply = text_message(_SUBCOMMAND_FAILED)
+            await ack(text=reply.text, blocks=reply.blocks, response_type="ephemeral")
+            return
+        question = rest.strip() if verb == "ask" else text
+        limit = adapter.config.max_message_chars
+        if len(question) > limit:
+            log.info("/ops ask of %d characters from %s refused", len(question), chat_user.user_id)
+            await ack(text=too_long_text(len(question), limit), response_type="ephemeral")
+            return
+        message = UserMessage(
+            chat_user,
+            team,
+            str(command["channel_id"]),
+            None,
+            question,
+            is_dm=str(command.get("channel_name")) == "directmessage",
+            response_url=command.get("response_url"),
+        )
+        # Stored before the ack, like an event; Slack does not redeliver commands, so a
+        # failure to store is said in the ack instead.
+        try:
+            first = await adapter.accept(message, str(command.get("trigger_id") or ""))
+        except Exception:
+            log.exception("could not accept /ops from %s", chat_user.user_id)
+            await ack(text=UNAVAILABLE_TEXT, response_type="ephemeral")
+            return
+        if not first:
+            await ack()
+            return
+        await ack(text="On it — I'll answer in a thread.", response_type="ephemeral")
+        await adapter.converse(message)
 
     @app.action(CONNECT_ACTION_ID)
     async def connect_clicked(ack: AsyncAck) -> None:
         await ack()  # a URL button: Slack opens the link, we only acknowledge
+
+
+async def _subcommand(adapter: SlackAdapter, chat_user: ChatUser, verb: str, rest: str) -> Message:
+    """The private answer to an /ops subcommand that is not a question."""
+    assistant = adapter.assistant
+    if verb == "link":
+        return connect_prompt(await assistant.link_url(chat_user))
+    if verb == "unlink":
+        removed = await assistant.unlink(chat_user)
+        return text_message(
+            "Your account was disconnected." if removed else "Your account was not connected."
+        )
+    if verb == "status":
+        return text_message(status_text(await assistant.status(chat_user)))
+    if verb == "whoami":
+        status = await assistant.status(chat_user)
+        who = f"You are <@{chat_user.user_id}> in workspace `{escape(chat_user.team_id)}`."
+        return text_message(f"{who}\n{status_text(status)}")
+    if verb == "pending":
+        status = await assistant.status(chat_user)
+        if not status.linked:
+            hint = "" if status.problem else " Connect it with `/ops link`."
+            return text_message(status_text(status) + hint)
+        pending = await assistant.pending_for(chat_user)
+        if not pending:
+            return text_message("You have no requests waiting for an approver.")
+        lines = "\n".join(f"• {approval_line(view)}" for view in pending)
+        return text_message(f"*Your requests waiting for an approver:*\n{lines}")
+    if verb == "memory":
+        return text_message(await assistant.memory_command(chat_user, rest))
+    unknown = (
+        "" if verb in ("", "help", "ask") else f"`{escape(verb[:40])}` is not an /ops command.\n"
+    )
+    return Message(f"{unknown}opsbot help", [section(unknown + HELP_TEXT)])
+
+
+def too_long_text(length: int, limit: int) -> str:
+    return (
+        f":scissors: That message is {length:,} characters long; opsbot reads up to "
+        f"{limit:,}. Please shorten it (a link to the details works well) and ask again."
+    )
 
 
 # -- approvals ----------------------------------------------------------------------------
@@ -204,20 +268,12 @@ def _card_location(body: dict[str, Any]) -> tuple[str | None, str | None]:
     return channel, container.get("message_ts")
 
 
-def _home_team(context: AsyncBoltContext, body: dict[str, Any]) -> str | None:
-    """The workspace the app is installed in (from ``auth.test``), not the clicker's."""
-    installed = context.authorize_result
-    if installed is not None and installed.team_id:
-        return str(installed.team_id)
-    team = body.get("team") or {}
-    return team.get("id") if isinstance(team, dict) else None
-
-
 def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
     async def refuse_team(
         context: AsyncBoltContext, body: dict[str, Any], clicker: ChatUser, channel: str | None
     ) -> bool:
-        if adapter.team_allowed(clicker.team_id, _home_team(context, body)):
+        await adapter.learn_home_team()
+        if adapter.team_allowed(clicker.team_id):
             return False
         await adapter.ephemeral(
             channel, clicker.user_id, text_message("opsbot is not available to your workspace.")

@@ -158,6 +158,8 @@ def slack_date(moment: datetime) -> str:
 
 
 def status_text(status: UserStatus) -> str:
+    if status.problem:
+        return f":warning: {escape(status.problem)}"
     if not status.linked:
         return "Your Slack account is *not connected* to a company account."
     who = escape(status.email or status.subject or "unknown")

@@ -11,21 +11,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import html
 import logging
+import re
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
 
+from bot.slack.incoming import Ignored, Malformed, screen
 from infra.serving import socket_url
 
 EVENTS_PATH = "/slack/events"
 OAUTH_CALLBACK_PATH = "/oauth/callback"
+# Slack's payloads are a few KB; a modal with 100 full blocks stays under 512 KiB.
+DEFAULT_MAX_BODY_BYTES = 512 * 1024
+SIGNATURE_MAX_AGE_SECONDS = 5 * 60
 log = logging.getLogger(__name__)
 
 
@@ -39,13 +48,44 @@ def web_application(
     *,
     routes: Sequence[web.RouteDef] = (),
     middlewares: Sequence[Middleware] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    clock: Callable[[], float] = time.time,
 ) -> web.Application:
     """The app's web server; ``routes``/``middlewares`` add operations endpoints
-    (``/metrics``, ``/readyz``) and request metrics from ``opsbot.observability``."""
+    (``/metrics``, ``/readyz``) and request metrics from ``opsbot.observability``.
+
+    ``POST /slack/events`` checks, in order, the body's size (413), Slack's signature and
+    timestamp (401), and the payload (``bot.slack.incoming.screen``: 400 if malformed, an
+    empty 200 if of a kind opsbot does not handle) before Bolt parses anything."""
+    secret = _signing_secret(app).encode()
 
     async def events(request: web.Request) -> web.Response:
-        bolt_response = await app.async_dispatch(await to_bolt_request(request))
-        return await to_aiohttp_response(bolt_response)
+        if (request.content_length or 0) > max_body_bytes:
+            return _refuse(413, "request body too large", request.content_length)
+        raw = await _read_capped(request, max_body_bytes)
+        if raw is None:
+            return _refuse(413, "request body too large", request.content_length)
+        headers = request.headers
+        if not _signed(secret, raw, headers, clock()):
+            return _refuse(401, "invalid or stale Slack signature", len(raw))
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return _refuse(400, "malformed Slack body: not UTF-8", len(raw))
+        screened = screen(text, request.content_type)
+        if isinstance(screened, Ignored):
+            log.info("ignored a Slack %s (not handled)", screened.kind)
+            return web.Response(status=200, text="")
+        if isinstance(screened, Malformed):
+            return _refuse(400, f"malformed Slack {screened.kind}: {screened.problem}", len(raw))
+        try:
+            bolt_request = AsyncBoltRequest(
+                body=text, query=request.query_string, headers=dict(headers)
+            )
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:
+            # A shape the models above let through but Bolt cannot read: still the sender's.
+            return _refuse(400, f"malformed Slack {screened.kind}: {type(exc).__name__}", len(raw))
+        return await to_aiohttp_response(await app.async_dispatch(bolt_request))
 
     async def health(_request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
@@ -57,6 +97,48 @@ def web_application(
     if link_callback is not None:
         application.router.add_get(OAUTH_CALLBACK_PATH, _oauth_callback(link_callback))
     return application
+
+
+_TIMESTAMP = re.compile(r"[0-9]{1,12}")
+_SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
+
+
+def _signed(secret: bytes, raw: bytes, headers: Mapping[str, str], now: float) -> bool:
+    """Slack's HMAC-SHA256 over ``v0:{timestamp}:{raw body}``, at most 5 minutes old, checked
+    on the raw bytes (``SignatureVerifier`` decodes them first and raises on non-UTF-8)."""
+    timestamp = headers.get("X-Slack-Request-Timestamp", "")
+    signature = headers.get("X-Slack-Signature", "")
+    if not _TIMESTAMP.fullmatch(timestamp) or not _SIGNATURE.fullmatch(signature):
+        return False
+    if abs(now - int(timestamp)) > SIGNATURE_MAX_AGE_SECONDS:
+        return False
+    base = b"v0:" + timestamp.encode() + b":" + raw
+    expected = "v0=" + hmac.new(secret, base, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, signature)
+
+
+async def _read_capped(request: web.Request, limit: int) -> bytes | None:
+    """The body, or ``None`` once it grows past ``limit`` bytes (chunked bodies too)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _signing_secret(app: AsyncApp) -> str:
+    """The secret the Bolt app was built with (Bolt checks it again after the edge)."""
+    secret = getattr(app, "_signing_secret", None)
+    return secret if isinstance(secret, str) else ""
+
+
+def _refuse(status: int, why: str, size: int | None) -> web.Response:
+    """One warning line (no body, no traceback) and a short plain answer."""
+    log.warning("POST %s refused with %d: %s (%s bytes)", EVENTS_PATH, status, why[:300], size)
+    return web.Response(status=status, text=why.split(":", 1)[0])
 
 
 def _oauth_callback(
@@ -92,10 +174,17 @@ async def serve_http(
     *,
     routes: Sequence[web.RouteDef] = (),
     middlewares: Sequence[Middleware] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> AsyncIterator[str]:
     """Serve ``app`` on a pre-bound socket until the block exits; yields the base URL."""
     runner = web.AppRunner(
-        web_application(app, link_callback, routes=routes, middlewares=middlewares),
+        web_application(
+            app,
+            link_callback,
+            routes=routes,
+            middlewares=middlewares,
+            max_body_bytes=max_body_bytes,
+        ),
         access_log=None,
         handle_signals=False,
     )

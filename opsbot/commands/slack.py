@@ -61,6 +61,7 @@ def slack_config(settings: Settings) -> SlackBotConfig:
             settings.slack_app_token.get_secret_value() if settings.slack_app_token else None
         ),
         submission_wait_seconds=settings.slack.submission_wait_seconds,
+        max_message_chars=settings.slack.max_message_chars,
         rate_limit_retries=settings.slack.rate_limit_retries,
         server_error_retries=settings.slack.server_error_retries,
     )
@@ -171,6 +172,7 @@ async def serve_slack(
                         callback,
                         routes=routes,
                         middlewares=[request_metrics],
+                        max_body_bytes=settings.slack.max_body_bytes,
                     ) as url:
                         log.info("opsbot slack: listening on %s/slack/events", url)
                         if on_ready is not None:

@@ -141,3 +141,25 @@ async def test_link_ask_and_approve_through_the_configured_app(
     closes = [c for c in await reference_servers.tickets.all_changes() if c.ticket_key == "PAY-102"]
     assert [(c.tool, c.subject) for c in closes] == [("close_ticket", "alice")]
     assert told[0]["thread_ts"] == "7.2"
+
+
+async def test_ops_status_after_the_idp_revoked_access_is_a_clear_private_message(
+    app_url: str, fake_slack: FakeSlack, dev_idp: RunningIdp
+) -> None:
+    async with aiohttp.ClientSession() as session:
+        sender = SlackSender(app_url, session=session)
+        await _link_from_slack(sender, app_url, "U0ALICE", "alice")
+        await dev_idp.revoke("alice")
+        for text in ("status", "whoami", "pending"):
+            status, body = await sender.post_command(text, user="U0ALICE")
+            assert status == 200, body
+            ack = json.loads(body)
+            assert ack["response_type"] == "ephemeral"
+            assert "no longer lets opsbot act for you" in ack["text"], ack
+            assert "/ops link" in ack["text"]
+        # App Home says the same instead of failing.
+        home = {"type": "app_home_opened", "tab": "home", "user": "U0ALICE", "channel": "D0A"}
+        status, _ = await sender.post_event(home)
+        assert status == 200
+        view = (await fake_slack.wait_for("views.publish"))[0]
+        assert "no longer lets opsbot act for you" in _texts(view["view"]["blocks"])
