@@ -10,18 +10,32 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from agent_core.agent import Agent, AgentConfig, RunCallbacks
 from agent_core.binding import ToolObserver
+from agent_core.credentials import OAuthTokenSource, ServerConfig
 from agent_core.models import build_model
 from agent_core.policy import ToolPolicy
-from agent_core.sessions import ServerConfig
 from agent_core.threads import ThreadStore
 from broker import Broker
-from infra.settings import Settings
+from infra.settings import McpServerSettings, Settings
+
+
+def server_config(s: McpServerSettings) -> ServerConfig:
+    """One server's settings as the MCP client uses them (the static secret resolved)."""
+    return ServerConfig(
+        name=s.name,
+        url=s.url,
+        audience=s.audience or "",
+        auth=s.auth,
+        timeout_s=s.timeout_s,
+        header_name=s.header_name,
+        header_value=s.header_value.get_secret_value() if s.header_value else None,
+        trust_read_only_hint=s.trust_read_only_hint,
+    )
 
 
 def agent_config(settings: Settings) -> AgentConfig:
     a = settings.agent
     return AgentConfig(
-        servers=tuple(ServerConfig(s.name, s.url, s.audience) for s in settings.mcp_servers),
+        servers=tuple(server_config(s) for s in settings.mcp_servers),
         run_model_call_limit=a.run_model_call_limit,
         thread_model_call_limit=a.thread_model_call_limit,
         read_timeout=a.read_timeout_seconds,
@@ -47,6 +61,7 @@ def build_agent(
     observer: ToolObserver | None = None,
     run_callbacks: RunCallbacks | None = None,
     extra_middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
+    oauth_token: OAuthTokenSource | None = None,
 ) -> Agent:
     """The agent as configured: model + fallbacks, tool policy, servers and limits."""
     return Agent(
@@ -60,4 +75,5 @@ def build_agent(
         observer=observer,
         run_callbacks=run_callbacks,
         extra_middleware=extra_middleware,
+        oauth_token=oauth_token,
     )
