@@ -12,8 +12,7 @@ def test_agent_core_modules_import_each_other_in_one_direction_only() -> None:
         (a, b)
         for i, a in enumerate(modules)
         for b in modules[i + 1 :]
-        if graph.chain_exists(importer=a, imported=b)
-        and graph.chain_exists(importer=b, imported=a)
+        if graph.chain_exists(importer=a, imported=b) and graph.chain_exists(importer=b, imported=a)
     ]
     assert cycles == []
 
