@@ -405,8 +405,18 @@ class Agent:
             ", ".join(left_out) or "none",
         )
 
-    async def discover_all(self, identity: Identity) -> dict[str, ServerTools | ToolCallError]:
-        """Every server's tools (cached or listed now with ``identity``'s credentials)."""
+    @property
+    def servers(self) -> Mapping[str, ServerConfig]:
+        return dict(self._servers)
+
+    async def discover_all(
+        self, identity: Identity, *, user_servers: bool = True
+    ) -> dict[str, ServerTools | ToolCallError]:
+        """Every server's tools (cached, or listed now with ``identity``'s credentials).
+
+        With ``user_servers=False`` only ``static`` and ``none`` servers are listed: the
+        others need a real user's token.
+        """
         sessions = RunSessions(
             self._servers,
             self._broker,
@@ -419,8 +429,11 @@ class Agent:
         )
         found: dict[str, ServerTools | ToolCallError] = {}
         try:
-            for server in self._servers:
+            for server, config in self._servers.items():
                 cold = self.cache.get(server) is None
+                if cold and not user_servers and config.acting_as == "user":
+                    found[server] = CredentialError(server, "needs a linked user (--as SUBJECT)")
+                    continue
                 try:
                     entry = await sessions.discover(server)
                 except ToolCallError as exc:
