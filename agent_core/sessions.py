@@ -153,7 +153,6 @@ class RunSessions:
 
     async def tool(self, server: str, name: str) -> BaseTool:
         """The LangChain tool for ``name`` on ``server``, bound to this run's session."""
-        await self._health.ensure_closed(server)
         held = await self._live(server)
         bound = held.tools.get(name)
         if bound is None:
@@ -227,6 +226,7 @@ class RunSessions:
         config = self._servers.get(server)
         if config is None:
             raise ServerUnavailableError(server, f"no MCP server named {server!r} is configured")
+        await self._health.ensure_closed(server)  # no credential is fetched for a dead server
         headers = await self._credentials.headers(config)
         held = _Held(config)
         stats = self._stats
