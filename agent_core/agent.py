@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ from agent_core.answer import (
     RunResult,
 )
 from agent_core.binding import RunContext, ToolObserver
+from agent_core.credentials import OAuthTokenSource
 from agent_core.decisions import validate_decisions
 from agent_core.errors import (
     AgentError,
@@ -76,8 +78,16 @@ from agent_core.policy import ToolPolicy
 from agent_core.results import Results
 from agent_core.sessions import RunSessions, ServerConfig, SessionStats
 from agent_core.threads import ThreadStore
-from agent_core.tools import DiscoveryCache, ToolDefinition, build_tool, visible_definitions
+from agent_core.tools import (
+    DiscoveryCache,
+    ServerTools,
+    ToolDefinition,
+    build_tool,
+    visible_definitions,
+)
 from broker import Broker, BrokerError, Identity
+
+log = logging.getLogger(__name__)
 
 ALLOWED_DECISIONS: list[DecisionType] = ["approve", "edit", "reject"]
 # Telemetry hook: given the run's user, thread and unavailable servers, the LangChain
@@ -168,8 +178,10 @@ class Agent:
         health: ServerHealth | None = None,
         run_callbacks: RunCallbacks | None = None,
         extra_middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
+        oauth_token: OAuthTokenSource | None = None,
     ) -> None:
         self.config = config
+        self._oauth_token = oauth_token
         self.policy = policy
         self._model = model
         self._fallbacks = list(fallbacks)
@@ -278,6 +290,7 @@ class Agent:
             cache=self.cache,
             stats=self.stats,
             http_timeout=self.config.write_timeout,
+            oauth_token=self._oauth_token,
         )
         try:
             toolset = await self._toolset(sessions)
@@ -362,6 +375,10 @@ class Agent:
 
         cold = [n for n in names if up[n] and self.cache.get(n) is None]
         await asyncio.gather(*(discover(n) for n in cold))
+        for n in cold:
+            entry = self.cache.get(n)
+            if entry is not None:
+                self._admit(entry)
         defs: list[ToolDefinition] = []
         for n in names:
             entry = self.cache.get(n)
@@ -369,6 +386,65 @@ class Agent:
                 defs.extend(entry.tools)
         visible = visible_definitions(defs, self.policy)
         return _Toolset(tuple(visible), tuple(sorted(unavailable)), tuple(sorted(no_access)))
+
+    def _admit(self, entry: ServerTools) -> None:
+        """After a discovery: trust readOnlyHint where the operator opted in, and say what
+        the model will and will not see (one line per server)."""
+        config = self._servers[entry.server]
+        if config.trust_read_only_hint and config.auth != "static":
+            self.policy.trust_read_only([d.prefixed_name for d in entry.tools if d.read_only_hint])
+        names = [d.prefixed_name for d in entry.tools]
+        allowed = [n for n in names if self.policy.is_allowed(n)]
+        left_out = sorted(set(names) - set(allowed))
+        log.info(
+            "mcp server %s: auth=%s tools=%d allowlisted=%d left out: %s",
+            entry.server,
+            config.auth,
+            len(names),
+            len(allowed),
+            ", ".join(left_out) or "none",
+        )
+
+    @property
+    def servers(self) -> Mapping[str, ServerConfig]:
+        return dict(self._servers)
+
+    async def discover_all(
+        self, identity: Identity, *, user_servers: bool = True
+    ) -> dict[str, ServerTools | ToolCallError]:
+        """Every server's tools (cached, or listed now with ``identity``'s credentials).
+
+        With ``user_servers=False`` only ``static`` and ``none`` servers are listed: the
+        others need a real user's token.
+        """
+        sessions = RunSessions(
+            self._servers,
+            self._broker,
+            identity,
+            health=self.health,
+            cache=self.cache,
+            stats=self.stats,
+            http_timeout=self.config.write_timeout,
+            oauth_token=self._oauth_token,
+        )
+        found: dict[str, ServerTools | ToolCallError] = {}
+        try:
+            for server, config in self._servers.items():
+                cold = self.cache.get(server) is None
+                if cold and not user_servers and config.acting_as == "user":
+                    found[server] = CredentialError(server, "needs a linked user (--as SUBJECT)")
+                    continue
+                try:
+                    entry = await sessions.discover(server)
+                except ToolCallError as exc:
+                    found[server] = exc
+                    continue
+                if cold:
+                    self._admit(entry)
+                found[server] = entry
+        finally:
+            await sessions.aclose()
+        return found
 
     def _config(self, thread_id: str) -> Any:
         # Each model step passes through ~15 middleware nodes; the model call limit is the

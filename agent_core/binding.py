@@ -1,25 +1,30 @@
-"""Binding shared tool objects to the current run: its user, sessions and idempotency keys.
+"""What one run hands its tools: the user, the run's sessions, idempotency keys and audit.
 
-Tool objects are built once from cached definitions and shared by all runs; the run a call
-belongs to is found through a context variable that the innermost ``wrap_tool_call`` sets
-from the graph's runtime context. Credentials stay in the run's sessions, never in state.
+Nothing here is global. The run's ``RunContext`` travels in LangGraph's runtime context; the
+run's middleware swaps each compiled template tool for the tool bound to the run's own MCP
+session (``RunTools.tool``), and the adapters' interceptors receive the ``ToolRuntime``
+(context and tool call id) with every call. Credentials stay in the run's sessions, never in
+state.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from langchain_core.tools import BaseTool
+from langchain_mcp_adapters.interceptors import MCPToolCallRequest, MCPToolCallResult
+from mcp.types import AudioContent, CallToolResult, TextContent
+
 from agent_core.errors import ToolCallError, ToolResultError
 from agent_core.policy import ToolPolicy
-from agent_core.sessions import RunSessions
 from agent_core.tools import IDEMPOTENCY_ARG, ToolDefinition, prefixed, result_text
 from broker import Identity
+
+ActingAs = Literal["user", "service", "anonymous"]
 
 
 def idempotency_key(scope: str, tool_call_id: str) -> str:
@@ -42,6 +47,9 @@ class ToolCallEvent:
     idempotency_key: str | None
     approval_id: str | None
     model: str = ""  # the model whose step proposed this call (empty on a resume's first call)
+    # Whose credential the server saw: the requester's own token, opsbot's service secret
+    # (``auth: static``) or nothing (``auth: none``).
+    acting_as: ActingAs = "user"
 
 
 class ToolObserver(Protocol):
@@ -54,13 +62,27 @@ class ToolObserver(Protocol):
     ) -> None: ...
 
 
+class RunTools(Protocol):
+    """The run's MCP sessions as its tools see them (``agent_core.sessions.RunSessions``)."""
+
+    async def tool(self, server: str, name: str) -> BaseTool:
+        """The LangChain tool for ``name`` on ``server``, bound to this run's session."""
+        ...
+
+    async def refresh(self, server: str) -> None:
+        """After a 401: fresh credentials and a fresh session for ``server``."""
+        ...
+
+    def acting_as(self, server: str) -> ActingAs: ...
+
+
 @dataclass
 class RunContext:
     """What one run's tools need. Lives in the runtime context, never in checkpoints."""
 
     identity: Identity
     thread_id: str
-    sessions: RunSessions
+    sessions: RunTools
     policy: ToolPolicy
     definitions: Mapping[str, ToolDefinition]
     approval_id: str | None = None
@@ -72,61 +94,80 @@ class RunContext:
     calls: list[ToolCallEvent] = field(default_factory=list)
 
 
-_CURRENT: ContextVar[tuple[RunContext, str]] = ContextVar("opsbot_current_tool_call")
+def run_of(request: MCPToolCallRequest) -> tuple[RunContext, str]:
+    """The run and tool call id an MCP tool call belongs to (from its ``ToolRuntime``)."""
+    runtime = request.runtime
+    ctx = getattr(runtime, "context", None)
+    if not isinstance(ctx, RunContext):
+        raise RuntimeError("an opsbot tool was called outside an agent run")
+    return ctx, str(getattr(runtime, "tool_call_id", "") or "")
 
 
-@contextmanager
-def bound(ctx: RunContext, tool_call_id: str) -> Iterator[None]:
-    token = _CURRENT.set((ctx, tool_call_id))
-    try:
-        yield
-    finally:
-        _CURRENT.reset(token)
+MCPHandler = Callable[[MCPToolCallRequest], Awaitable[MCPToolCallResult]]
 
 
-async def call_current_run(server: str, tool: str, args: dict[str, Any]) -> tuple[str, Any]:
-    """Run one MCP tool call for the run bound to this task."""
-    try:
-        ctx, call_id = _CURRENT.get()
-    except LookupError:
-        raise RuntimeError("an opsbot tool was called outside an agent run") from None
-    name = prefixed(server, tool)
-    definition = ctx.definitions[name]
-    cls = ctx.policy.classify(name)
-    call_args = {k: v for k, v in args.items() if k != IDEMPOTENCY_ARG}
-    key = None
-    if cls.is_write and definition.takes_idempotency_key:
-        key = idempotency_key(ctx.approval_id or ctx.thread_id, call_id)
-        call_args[IDEMPOTENCY_ARG] = key
-    event = ToolCallEvent(
-        requester=ctx.identity.subject,
-        thread_id=ctx.thread_id,
-        tool=name,
-        server=server,
-        kind=cls.kind,
-        tool_call_id=call_id,
-        args={k: v for k, v in call_args.items() if k != IDEMPOTENCY_ARG},
-        idempotency_key=key,
-        approval_id=ctx.approval_id,
-        model=ctx.models_used[-1] if ctx.models_used else "",
-    )
-    ctx.calls.append(event)
-    if ctx.observer is not None:
-        await ctx.observer.tool_call_started(event)
-    started = time.perf_counter()
-    outcome = "error:interrupted"
-    try:
-        timeout = ctx.write_timeout if cls.is_write else ctx.read_timeout
-        result = await ctx.sessions.call_tool(server, tool, call_args, timeout=timeout)
-        text = result_text(result.content)
-        if result.isError:
-            raise ToolResultError(server, text or f"{name} failed")
-        outcome = "success"
-        return text, result.structuredContent
-    except ToolCallError as exc:
-        outcome = f"error:{type(exc).__name__}"
-        raise
-    finally:
+class AuditInterceptor:
+    """Outermost MCP interceptor: idempotency key, audit events, tool errors as exceptions.
+
+    Writes that take an ``idempotency_key`` get one derived from the approval (or thread) and
+    the tool call id, so a replayed resume sends the same key; the model never sets it.
+    """
+
+    async def __call__(self, request: MCPToolCallRequest, handler: MCPHandler) -> MCPToolCallResult:
+        ctx, call_id = run_of(request)
+        server, tool = request.server_name, request.name
+        name = prefixed(server, tool)
+        definition = ctx.definitions[name]
+        cls = ctx.policy.classify(name)
+        call_args = {k: v for k, v in request.args.items() if k != IDEMPOTENCY_ARG}
+        key = None
+        if cls.is_write and definition.takes_idempotency_key:
+            key = idempotency_key(ctx.approval_id or ctx.thread_id, call_id)
+            call_args[IDEMPOTENCY_ARG] = key
+        event = ToolCallEvent(
+            requester=ctx.identity.subject,
+            thread_id=ctx.thread_id,
+            tool=name,
+            server=server,
+            kind=cls.kind,
+            tool_call_id=call_id,
+            args={k: v for k, v in call_args.items() if k != IDEMPOTENCY_ARG},
+            idempotency_key=key,
+            approval_id=ctx.approval_id,
+            model=ctx.models_used[-1] if ctx.models_used else "",
+            acting_as=ctx.sessions.acting_as(server),
+        )
+        ctx.calls.append(event)
         if ctx.observer is not None:
-            latency = (time.perf_counter() - started) * 1000
-            await ctx.observer.tool_call_finished(event, outcome, latency)
+            await ctx.observer.tool_call_started(event)
+        started = time.perf_counter()
+        outcome = "error:interrupted"
+        try:
+            result = await handler(request.override(args=call_args))
+            if isinstance(result, CallToolResult):
+                if result.isError:
+                    raise ToolResultError(server, result_text(result.content) or f"{name} failed")
+                result = _convertible(result)
+            outcome = "success"
+            return result
+        except ToolCallError as exc:
+            outcome = f"error:{type(exc).__name__}"
+            raise
+        finally:
+            if ctx.observer is not None:
+                latency = (time.perf_counter() - started) * 1000
+                await ctx.observer.tool_call_finished(event, outcome, latency)
+
+
+def _convertible(result: CallToolResult) -> CallToolResult:
+    # The adapters cannot convert audio yet; a third-party server returning some must not
+    # fail the run, so the model is told what was left out.
+    if not any(isinstance(block, AudioContent) for block in result.content):
+        return result
+    content = [
+        TextContent(type="text", text=f"[{block.mimeType} audio omitted]")
+        if isinstance(block, AudioContent)
+        else block
+        for block in result.content
+    ]
+    return result.model_copy(update={"content": content})

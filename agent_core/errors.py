@@ -15,13 +15,19 @@ Exception tree::
         ├── ToolResultError      the tool reported an error; carries the server's text
         ├── ServerUnavailableError  the server is down or its circuit breaker is open
         ├── CredentialError      the broker could not mint a token for this user and server
-        └── CredentialUnavailableError  the broker/IdP is unreachable right now (transient)
+        ├── CredentialUnavailableError  the broker/IdP is unreachable right now (transient)
+        └── ConnectRequiredError  an ``auth: oauth`` server: the user has not connected it yet
 
 Thread ownership failures are ``agent_core.threads.NotThreadOwnerError``. Messages never
 contain a token.
 """
 
 from __future__ import annotations
+
+
+def not_responding_text(server: str) -> str:
+    """What a person reads when a server's breaker is open or it stopped answering."""
+    return f"{server} is not responding"
 
 
 class AgentError(Exception):
@@ -102,3 +108,11 @@ class ToolResultError(ToolCallError):
 
 class CredentialUnavailableError(ToolCallError):
     """The broker or identity provider is unreachable: nothing was sent; retry later."""
+
+
+class ConnectRequiredError(CredentialError):
+    """An ``auth: oauth`` server the user has not connected yet; ``authorize_url`` connects it."""
+
+    def __init__(self, server: str, authorize_url: str = "") -> None:
+        super().__init__(server, f"connect your {server} account first")
+        self.authorize_url = authorize_url

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,18 +11,39 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from agent_core.agent import Agent, AgentConfig, RunCallbacks
 from agent_core.binding import ToolObserver
+from agent_core.credentials import OAuthTokenSource, ServerConfig
+from agent_core.errors import AgentError
 from agent_core.models import build_model
 from agent_core.policy import ToolPolicy
-from agent_core.sessions import ServerConfig
 from agent_core.threads import ThreadStore
 from broker import Broker
-from infra.settings import Settings
+from infra.settings import McpServerSettings, Settings
+
+log = logging.getLogger(__name__)
+
+
+class ServerConfigError(AgentError):
+    """An MCP server's configuration cannot work (named in the message)."""
+
+
+def server_config(s: McpServerSettings) -> ServerConfig:
+    """One server's settings as the MCP client uses them (the static secret resolved)."""
+    return ServerConfig(
+        name=s.name,
+        url=s.url,
+        audience=s.audience or "",
+        auth=s.auth,
+        timeout_s=s.timeout_s,
+        header_name=s.header_name,
+        header_value=s.header_value.get_secret_value() if s.header_value else None,
+        trust_read_only_hint=s.trust_read_only_hint,
+    )
 
 
 def agent_config(settings: Settings) -> AgentConfig:
     a = settings.agent
     return AgentConfig(
-        servers=tuple(ServerConfig(s.name, s.url, s.audience) for s in settings.mcp_servers),
+        servers=tuple(server_config(s) for s in settings.mcp_servers),
         run_model_call_limit=a.run_model_call_limit,
         thread_model_call_limit=a.thread_model_call_limit,
         read_timeout=a.read_timeout_seconds,
@@ -38,6 +60,30 @@ def agent_config(settings: Settings) -> AgentConfig:
     )
 
 
+def check_servers(servers: Sequence[ServerConfig], *, oauth_available: bool) -> None:
+    """One line per server at start (its auth mode); refuse what cannot work."""
+    for s in servers:
+        if s.auth == "oauth" and not oauth_available:
+            raise ServerConfigError(
+                f"OPSBOT_MCP_SERVERS: server {s.name!r} has auth 'oauth', but per-user OAuth "
+                "is not available in this deployment; use exchange, static or none"
+            )
+        log.info(
+            "mcp server %s: auth=%s url=%s timeout=%ss acting as %s",
+            s.name,
+            s.auth,
+            s.url,
+            s.timeout_s,
+            s.acting_as,
+        )
+        if s.auth == "none":
+            log.warning(
+                "mcp server %s runs with auth none: it gets no credential, and anyone who "
+                "can reach it can use it",
+                s.name,
+            )
+
+
 def build_agent(
     settings: Settings,
     *,
@@ -47,10 +93,13 @@ def build_agent(
     observer: ToolObserver | None = None,
     run_callbacks: RunCallbacks | None = None,
     extra_middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
+    oauth_token: OAuthTokenSource | None = None,
 ) -> Agent:
     """The agent as configured: model + fallbacks, tool policy, servers and limits."""
+    config = agent_config(settings)
+    check_servers(config.servers, oauth_available=oauth_token is not None)
     return Agent(
-        agent_config(settings),
+        config,
         model=build_model(settings.model),
         fallbacks=[build_model(m) for m in settings.model_fallbacks],
         broker=broker,
@@ -60,4 +109,5 @@ def build_agent(
         observer=observer,
         run_callbacks=run_callbacks,
         extra_middleware=extra_middleware,
+        oauth_token=oauth_token,
     )

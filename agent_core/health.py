@@ -99,8 +99,14 @@ class ServerHealth:
             ok = response.status_code < 500
         except httpx.HTTPError:
             ok = False
-        failure = None if ok else ToolTransientError(server, f"{server} health check failed")
-        await self.record(server, failure)
+        if ok:
+            # A server can answer a GET and still hang every call: a good probe only ends
+            # degraded mode, it does not wipe the failures that calls have counted.
+            breaker = await self._breakers.get_breaker(server)
+            if breaker.context.state != "closed":
+                await self.record(server, None)
+        else:
+            await self.record(server, ToolTransientError(server, f"{server} health check failed"))
         return ok
 
     async def available(self, servers: Iterable[str]) -> dict[str, bool]:

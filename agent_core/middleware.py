@@ -1,9 +1,9 @@
-"""Tool-call middleware: bind the run, map failures to messages, record the serving model.
+"""Tool-call middleware: bind the run's tools, map failures to messages, record the model.
 
 Failures are classified (see ``agent_core.errors``):
 
 - 401: the broker's token is invalidated, the session reopened with a fresh token and the
-  call retried once; a second refusal becomes a message naming the missing access.
+  call retried once (tenacity); a second refusal becomes a message naming the missing access.
 - 403, revoked or unlinked access: a message naming the missing access; nothing is written.
 - the tool's own error (bad arguments, unknown key): an error message with the server's text,
   so the model can fix its arguments.
@@ -14,6 +14,7 @@ Failures are classified (see ``agent_core.errors``):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,9 +22,11 @@ from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResp
 from langchain.agents.middleware.types import ToolCallRequest
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
-from agent_core.binding import RunContext, bound
+from agent_core.binding import RunContext
 from agent_core.errors import (
+    ConnectRequiredError,
     CredentialError,
     CredentialUnavailableError,
     ServerUnavailableError,
@@ -63,13 +66,48 @@ def _access_text(ctx: RunContext, server: str, detail: str) -> str:
 
 
 class BindRunMiddleware(AgentMiddleware[Any, Any, Any]):
-    """Innermost: binds the run's context to the executing tool call."""
+    """Innermost: runs the call with the tool bound to this run's own MCP session.
+
+    The compiled graph holds template tools shared by every run; the run's context (from
+    LangGraph's runtime, passed explicitly) hands over the tool converted for this run's
+    session, so no credential or session is ever shared between runs.
+    """
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: ToolHandler
     ) -> ToolMessage | Command[Any]:
-        with bound(_context(request), request.tool_call["id"] or ""):
+        template = request.tool
+        meta = (template.metadata or {}) if template is not None else {}
+        server, mcp_name = meta.get("server"), meta.get("mcp_name")
+        if not isinstance(server, str) or not isinstance(mcp_name, str):
             return await handler(request)
+        tool = await _context(request).sessions.tool(server, mcp_name)
+        response = await handler(dataclasses.replace(request, tool=tool))
+        return _plain(response)
+
+
+def _plain(response: ToolMessage | Command[Any]) -> ToolMessage | Command[Any]:
+    # The adapters return content blocks and ``{"structured_content": ...}``; the rest of
+    # opsbot (PII scan, sources, approval cards) reads text content and the structured
+    # result itself, as the MCP server sent them.
+    if not isinstance(response, ToolMessage):
+        return response
+    content = response.content
+    blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+    if (
+        isinstance(content, list)
+        and len(blocks) == len(content)
+        and all(b.get("type") == "text" for b in blocks)
+    ):
+        response.content = "\n".join(str(b.get("text", "")) for b in blocks)
+    artifact = response.artifact
+    if isinstance(artifact, dict) and set(artifact) == {"structured_content"}:
+        response.artifact = artifact["structured_content"]
+    return response
+
+
+def _is_refused_token(exc: BaseException) -> bool:
+    return isinstance(exc, ToolAuthError) and exc.status == 401
 
 
 class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
@@ -84,15 +122,21 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
             return error_message(request, self._unknown_tool_text(ctx, name))
         server = str((request.tool.metadata or {}).get("server", ""))
         is_write = ctx.policy.classify(name).is_write
+
+        async def refresh(_: Any) -> None:
+            await ctx.sessions.refresh(server)
+
         try:
-            try:
-                return await handler(request)
-            except ToolAuthError as exc:
-                if exc.status != 401:
-                    raise
-                # One refresh: the cached token may have expired or been revoked upstream.
-                await ctx.sessions.refresh(server)
-                return await handler(request)
+            # One refresh: the cached token may have expired or been revoked upstream.
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(2),
+                retry=retry_if_exception(_is_refused_token),
+                before_sleep=refresh,
+                reraise=True,
+            ):
+                with attempt:
+                    return await handler(request)
+            raise AssertionError("unreachable: tenacity re-raises the last failure")
         except ToolAuthError as exc:
             detail = (
                 "token refused even after a refresh"
@@ -100,6 +144,12 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                 else "insufficient scope for this tool"
             )
             return error_message(request, _access_text(ctx, server, detail))
+        except ConnectRequiredError:
+            return error_message(
+                request,
+                f"{name} was not run: {ctx.identity.subject} has not connected the {server} "
+                "server yet. Tell the user to connect it, then ask again; do not retry.",
+            )
         except CredentialError as exc:
             return error_message(request, _access_text(ctx, server, str(exc)))
         except CredentialUnavailableError:

@@ -1,7 +1,9 @@
 """The tool policy: which prefixed tools are reads, which are writes and who approves them.
 
 A YAML file validated by pydantic. A tool the policy does not classify is a write (fail
-closed). MCP annotations (``readOnlyHint`` ...) are the server's claims: never consulted here.
+closed). MCP annotations (``readOnlyHint`` ...) are the server's claims: consulted only for
+servers whose operator opted in (``trust_read_only_hint``), and only for tools the policy does
+not classify (``trust_read_only``).
 
 Example YAML::
 
@@ -67,6 +69,9 @@ class ToolClass:
     idempotent: bool
     max_approval_age: timedelta | None
     classified: bool
+    # Why: "policy" (the file classifies it), "read_only_hint" (an unclassified tool whose
+    # server is trusted for readOnlyHint) or "default" (unclassified: a sensitive write).
+    source: Literal["policy", "read_only_hint", "default"] = "policy"
 
     @property
     def is_write(self) -> bool:
@@ -79,6 +84,7 @@ class ToolPolicy:
     def __init__(self, spec: PolicyFile) -> None:
         self.spec = spec
         self._allow = None if spec.allowlist is None else frozenset(spec.allowlist)
+        self._hinted_reads: set[str] = set()
 
     @classmethod
     def from_yaml(cls, text: str, *, source: str = "<policy>") -> ToolPolicy:
@@ -108,6 +114,17 @@ class ToolPolicy:
     def classify(self, name: str) -> ToolClass:
         rule = self.spec.tools.get(name)
         defaults = self.spec.defaults
+        if rule is None and name in self._hinted_reads:
+            return ToolClass(
+                name=name,
+                kind="read",
+                approver_group=None,
+                sensitive=False,
+                idempotent=True,
+                max_approval_age=None,
+                classified=False,
+                source="read_only_hint",
+            )
         if rule is None:
             return ToolClass(
                 name=name,
@@ -117,6 +134,7 @@ class ToolPolicy:
                 idempotent=False,
                 max_approval_age=timedelta(seconds=defaults.max_approval_age_seconds),
                 classified=False,
+                source="default",
             )
         is_write = rule.kind == "write"
         age = rule.max_approval_age_seconds or defaults.max_approval_age_seconds
@@ -129,6 +147,11 @@ class ToolPolicy:
             max_approval_age=timedelta(seconds=age) if is_write else None,
             classified=True,
         )
+
+    def trust_read_only(self, names: list[str]) -> None:
+        """Treat these unclassified tools as reads (their server's ``readOnlyHint``, trusted
+        by the operator per server). Tools the policy file classifies keep their rule."""
+        self._hinted_reads.update(n for n in names if n not in self.spec.tools)
 
     def is_allowed(self, name: str) -> bool:
         return self._allow is None or name in self._allow

@@ -20,6 +20,7 @@ from agent_core.answer import (
     fallback_answer,
     verify_sources,
 )
+from agent_core.errors import not_responding_text
 from agent_core.guards import BULK_KEY
 from agent_core.policy import ToolPolicy
 
@@ -73,7 +74,8 @@ class Results:
     ) -> Answer:
         turn = self.turn(values)
         caveats = [
-            f"The {s} server was unavailable; its data is not included." for s in unavailable
+            f"{not_responding_text(s)}: the {s} server is unavailable and its data is not included."
+            for s in unavailable
         ]
         caveats += [
             f"You have no access to the {s} server; its data is not included." for s in no_access

@@ -1,9 +1,13 @@
-"""One MCP session per server per run, opened with that run's user-scoped token.
+"""One MCP session per server per run, opened with that run's credential for that server.
 
-A session is opened lazily, on the run's first call to that server, with a token the broker
-minted for the requester and the server's audience, and closed when the run ends. It is never
-shared with another run or user. The token lives only in this object's HTTP client headers —
-never in graph state.
+This is the one place opsbot opens an MCP ``ClientSession``. A session is opened lazily, on
+the run's first call to that server, with the credential the server's auth mode gives
+(``agent_core.credentials``), and closed when the run ends. It is never shared with another
+run or user; the credential lives only in this session's HTTP client headers, never in
+graph state. The cached tool definitions are turned into LangChain tools bound to the session
+with ``langchain_mcp_adapters``' ``convert_mcp_tool_to_langchain_tool``; the adapters'
+interceptors carry audit (``AuditInterceptor``) and this module's transport guard (breaker,
+per-call timeout, failure mapping).
 
 Each session lives in its own task: the MCP client's anyio task groups must be entered and
 left in one task, while LangGraph calls tools from many.
@@ -14,19 +18,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 import httpx
+from langchain_core.tools import BaseTool
+from langchain_mcp_adapters.interceptors import (
+    MCPToolCallRequest,
+    MCPToolCallResult,
+    ToolCallInterceptor,
+)
+from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
 from mcp import ClientSession, McpError
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, Implementation, InitializeResult
+from mcp.types import Implementation, InitializeResult
 
+from agent_core.binding import ActingAs, AuditInterceptor, MCPHandler, RunContext
+from agent_core.credentials import Credentials, OAuthTokenSource, ServerConfig, SessionStats
 from agent_core.errors import (
-    CredentialError,
-    CredentialUnavailableError,
     ServerUnavailableError,
     ToolAuthError,
     ToolCallError,
@@ -35,33 +44,19 @@ from agent_core.errors import (
 )
 from agent_core.health import ServerHealth, shared_ssl_context
 from agent_core.tools import DiscoveryCache, ServerTools, ToolDefinition
-from broker import Broker, BrokerError, BrokerUnavailableError, Identity
+from broker import Broker, Identity
+
+__all__ = ["RunSessions", "ServerConfig", "SessionStats", "classify_failure"]
 
 CLIENT_INFO = Implementation(name="opsbot", version="0.1.0")
-
-
-@dataclass(frozen=True, slots=True)
-class ServerConfig:
-    """Where an MCP server lives (from settings)."""
-
-    name: str
-    url: str
-    audience: str
-
-
-@dataclass(slots=True)
-class SessionStats:
-    """Counters shared by all runs of one agent (bench and tests read them)."""
-
-    list_tools_calls: int = 0
-    sessions_opened: int = 0
-    tool_calls: int = 0
+T = TypeVar("T")
 
 
 class _Held:
-    """A session living in its own task until ``stop`` is set."""
+    """A session living in its own task until ``stop`` is set, and the tools bound to it."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
         self.ready: asyncio.Future[tuple[ClientSession, InitializeResult]] = (
             asyncio.get_running_loop().create_future()
         )
@@ -69,10 +64,15 @@ class _Held:
         self.task: asyncio.Task[None] | None = None
         self.http_errors: list[int] = []
         self.failure: Exception | None = None
+        self.tools: dict[str, BaseTool] = {}
 
     @property
     def dead(self) -> bool:
         return self.task is None or self.task.done()
+
+    @property
+    def session(self) -> ClientSession:
+        return self.ready.result()[0]
 
 
 def _root_causes(exc: BaseException) -> list[BaseException]:
@@ -92,7 +92,7 @@ def classify_failure(server: str, exc: BaseException, statuses: list[int]) -> To
             return cause
         if isinstance(cause, httpx.HTTPStatusError):
             codes.append(cause.response.status_code)
-        if isinstance(cause, httpx.TimeoutException):
+        if isinstance(cause, httpx.TimeoutException | TimeoutError):
             return ToolTimeoutError(server, f"{server} did not answer in time")
         if isinstance(cause, httpx.TransportError | OSError):
             return ToolTransientError(server, f"cannot reach {server}: {type(cause).__name__}")
@@ -106,7 +106,7 @@ def classify_failure(server: str, exc: BaseException, statuses: list[int]) -> To
 
 
 class RunSessions:
-    """The MCP sessions of one run, for one identity."""
+    """The MCP sessions of one run, for one identity (``binding.RunTools``)."""
 
     def __init__(
         self,
@@ -118,38 +118,117 @@ class RunSessions:
         cache: DiscoveryCache,
         stats: SessionStats,
         http_timeout: float = 30.0,
+        interceptors: Sequence[ToolCallInterceptor] | None = None,
+        oauth_token: OAuthTokenSource | None = None,
     ) -> None:
         self._servers = servers
         self._cache = cache
-        self._broker = broker
         self.identity = identity
+        self._credentials = Credentials(broker, identity, oauth_token)
         self._health = health
         self._stats = stats
         self._http_timeout = http_timeout
+        self._interceptors: list[ToolCallInterceptor] = list(
+            interceptors if interceptors is not None else [AuditInterceptor()]
+        )
         self._held: dict[str, _Held] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.versions: dict[str, str] = {}
 
+    def acting_as(self, server: str) -> ActingAs:
+        config = self._servers.get(server)
+        return config.acting_as if config is not None else "user"
+
     async def session(self, server: str) -> ClientSession:
+        return (await self._live(server)).session
+
+    async def _live(self, server: str) -> _Held:
         lock = self._locks.setdefault(server, asyncio.Lock())
         async with lock:
             held = self._held.get(server)
             if held is None or held.dead:
                 held = await self._open(server)
                 self._held[server] = held
-            return (await held.ready)[0]
+            return held
+
+    async def tool(self, server: str, name: str) -> BaseTool:
+        """The LangChain tool for ``name`` on ``server``, bound to this run's session."""
+        held = await self._live(server)
+        bound = held.tools.get(name)
+        if bound is None:
+            definition = self._definition(server, name)
+            bound = convert_mcp_tool_to_langchain_tool(
+                held.session,
+                definition.as_mcp_tool(),
+                tool_interceptors=[*self._interceptors, self._guard(held)],
+                server_name=server,
+                tool_name_prefix=True,
+            )
+            held.tools[name] = bound
+        return bound
+
+    def _definition(self, server: str, name: str) -> ToolDefinition:
+        entry = self._cache.get(server)
+        for d in entry.tools if entry is not None else ():
+            if d.name == name:
+                return d
+        raise ServerUnavailableError(server, f"{server} no longer offers {name}")
+
+    def _timeout(self, config: ServerConfig, request: MCPToolCallRequest) -> float:
+        if config.timeout_s is not None:
+            return config.timeout_s
+        ctx = getattr(request.runtime, "context", None)
+        if isinstance(ctx, RunContext):
+            name = f"{request.server_name}_{request.name}"
+            return ctx.write_timeout if ctx.policy.classify(name).is_write else ctx.read_timeout
+        return self._http_timeout
+
+    def _guard(self, held: _Held) -> ToolCallInterceptor:
+        """Innermost interceptor: breaker, per-call timeout, transport failures mapped."""
+        server = held.config.name
+
+        async def guard(request: MCPToolCallRequest, handler: MCPHandler) -> MCPToolCallResult:
+            await self._health.ensure_closed(server)
+            self._stats.tool_calls += 1
+            timeout = self._timeout(held.config, request)
+            try:
+                result: MCPToolCallResult = await _call_or_die(held, handler(request), timeout)
+            except McpError as exc:
+                if exc.error.code == httpx.codes.REQUEST_TIMEOUT:
+                    failure: ToolCallError = ToolTimeoutError(
+                        server, f"{server} did not answer {request.name} within {timeout:g}s"
+                    )
+                else:
+                    # The transport died under the call: let the session task finish, then
+                    # classify by the HTTP statuses it saw.
+                    if held.task is not None:
+                        with contextlib.suppress(BaseException):
+                            await asyncio.wait_for(asyncio.shield(held.task), timeout=2)
+                    failure = classify_failure(server, exc, held.http_errors)
+                await self._health.record(server, failure)
+                raise failure from None
+            except TimeoutError:
+                failure = ToolTimeoutError(
+                    server, f"{server} did not answer {request.name} within {timeout:g}s"
+                )
+                await self._health.record(server, failure)
+                raise failure from None
+            except (httpx.HTTPError, OSError, ExceptionGroup) as exc:
+                failure = classify_failure(server, exc, held.http_errors)
+                await self._health.record(server, failure)
+                raise failure from None
+            await self._health.record(server, None)
+            return result
+
+        return guard
 
     async def _open(self, server: str) -> _Held:
         config = self._servers.get(server)
         if config is None:
             raise ServerUnavailableError(server, f"no MCP server named {server!r} is configured")
-        try:
-            token = await self._broker.get_token(self.identity, server)
-        except BrokerUnavailableError as exc:
-            raise CredentialUnavailableError(server, str(exc)) from exc
-        except BrokerError as exc:
-            raise CredentialError(server, str(exc)) from exc
-        held = _Held()
+        await self._health.ensure_closed(server)  # no credential is fetched for a dead server
+        headers = await self._credentials.headers(config)
+        held = _Held(config)
         stats = self._stats
 
         async def on_request(request: httpx.Request) -> None:
@@ -163,18 +242,28 @@ class RunSessions:
             if response.status_code >= 400:
                 held.http_errors.append(response.status_code)
 
+        timeout = config.timeout_s or self._http_timeout
         client = httpx.AsyncClient(
-            headers={"Authorization": f"Bearer {token.value}"},
-            timeout=httpx.Timeout(self._http_timeout, read=self._http_timeout * 10),
+            headers=headers,
+            # The per-call timeout is the guard's; the read timeout only bounds the idle
+            # server-to-client stream.
+            timeout=httpx.Timeout(timeout, read=max(timeout * 10, 60.0)),
             event_hooks={"request": [on_request], "response": [on_response]},
             verify=shared_ssl_context(),
         )
         held.task = asyncio.create_task(self._hold(config, client, held), name=f"mcp:{server}")
         try:
-            _, init = await held.ready
+            # A server that accepts the connection and then hangs fails here, in time.
+            _, init = await asyncio.wait_for(asyncio.shield(held.ready), timeout)
         except BaseException as exc:
             held.stop.set()
-            failure = classify_failure(server, exc, held.http_errors)
+            if held.task is not None and not held.task.done():
+                held.task.cancel()
+            failure = (
+                ToolTimeoutError(server, f"{server} did not open a session within {timeout:g}s")
+                if isinstance(exc, TimeoutError)
+                else classify_failure(server, exc, held.http_errors)
+            )
             await self._health.record(server, failure)
             raise failure from None
         self._stats.sessions_opened += 1
@@ -183,10 +272,11 @@ class RunSessions:
         self._cache.observe_version(server, version)
         cached = self._cache.get(server)
         if cached is not None:
-            self._prime(held.ready.result()[0], cached)
+            self._prime(held.session, cached)
         return held
 
-    async def _hold(self, config: ServerConfig, client: httpx.AsyncClient, held: _Held) -> None:
+    @staticmethod
+    async def _hold(config: ServerConfig, client: httpx.AsyncClient, held: _Held) -> None:
         try:
             async with (
                 client,
@@ -203,101 +293,40 @@ class RunSessions:
             if isinstance(exc, asyncio.CancelledError):
                 raise
 
-    async def call_tool(
-        self,
-        server: str,
-        tool: str,
-        args: dict[str, Any],
-        *,
-        timeout: float,  # noqa: ASYNC109
-    ) -> CallToolResult:
-        """Call ``tool`` on ``server``; raises a ``ToolCallError`` for transport failures."""
-        await self._health.ensure_closed(server)
-        session = await self.session(server)
-        held = self._held[server]
-        self._stats.tool_calls += 1
-        try:
-            result = await self._call_or_die(held, session, tool, args, timeout)
-        except McpError as exc:
-            if exc.error.code == httpx.codes.REQUEST_TIMEOUT:
-                failure: ToolCallError = ToolTimeoutError(
-                    server, f"{server} did not answer {tool} within {timeout:g}s"
-                )
-            else:
-                # The transport died under the call: let the session task finish, then
-                # classify by the HTTP statuses it saw.
-                if held.task is not None:
-                    with contextlib.suppress(BaseException):
-                        await asyncio.wait_for(asyncio.shield(held.task), timeout=2)
-                failure = classify_failure(server, exc, held.http_errors)
-            await self._health.record(server, failure)
-            raise failure from None
-        except (httpx.HTTPError, OSError, ExceptionGroup) as exc:
-            failure = classify_failure(server, exc, held.http_errors)
-            await self._health.record(server, failure)
-            raise failure from None
-        await self._health.record(server, None)
-        return result
-
-    @staticmethod
-    async def _call_or_die(
-        held: _Held,
-        session: ClientSession,
-        tool: str,
-        args: dict[str, Any],
-        timeout: float,  # noqa: ASYNC109
-    ) -> CallToolResult:
-        # When the transport dies (a 401 or 5xx on this POST), the session task is cancelled
-        # and cannot tell the pending request; watch the session task too.
-        call = asyncio.ensure_future(
-            session.call_tool(tool, args, read_timeout_seconds=timedelta(seconds=timeout))
-        )
-        watched: set[asyncio.Future[Any]] = {call}
-        if held.task is not None:
-            watched.add(held.task)
-        try:
-            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            call.cancel()
-            raise
-        if call.done():
-            return call.result()
-        call.cancel()
-        with contextlib.suppress(BaseException):
-            await call
-        raise held.failure or ConnectionError("the MCP session ended")
-
     async def discover(self, server: str) -> ServerTools:
         """The server's tools: from the cache, or (cold) from ``tools/list``."""
         cached = self._cache.get(server)
         if cached is not None:
             return cached
         await self._health.ensure_closed(server)
-        session = await self.session(server)
+        held = await self._live(server)
         version = self.versions[server]
         cached = self._cache.get(server)
         if cached is not None:  # another run discovered it meanwhile
             return cached
-        tools: list[ToolDefinition] = []
-        cursor: str | None = None
-        while True:
-            page = await session.list_tools(cursor) if cursor else await session.list_tools()
-            for t in page.tools:
-                annotations = t.annotations.model_dump(exclude_none=True) if t.annotations else {}
-                tools.append(
-                    ToolDefinition(
-                        server=server,
-                        name=t.name,
-                        description=t.description or "",
-                        input_schema=t.inputSchema,
-                        output_schema=t.outputSchema,
-                        annotations=annotations,
-                    )
-                )
-            cursor = page.nextCursor
-            if not cursor:
-                break
-        entry = ServerTools(server=server, version=version, tools=tuple(tools))
+        timeout = held.config.timeout_s or self._http_timeout
+        try:
+            listed: list[Any] = await _call_or_die(held, _list_all(held.session), timeout)
+        except TimeoutError:
+            failure: ToolCallError = ToolTimeoutError(server, f"{server} did not list its tools")
+            await self._health.record(server, failure)
+            raise failure from None
+        except (McpError, httpx.HTTPError, OSError, ExceptionGroup) as exc:
+            failure = classify_failure(server, exc, held.http_errors)
+            await self._health.record(server, failure)
+            raise failure from None
+        tools = tuple(
+            ToolDefinition(
+                server=server,
+                name=t.name,
+                description=t.description or "",
+                input_schema=t.inputSchema,
+                output_schema=t.outputSchema,
+                annotations=t.annotations.model_dump(exclude_none=True) if t.annotations else {},
+            )
+            for t in listed
+        )
+        entry = ServerTools(server=server, version=version, tools=tools)
         self._cache.put(entry)
         return entry
 
@@ -310,30 +339,65 @@ class RunSessions:
             schemas.setdefault(d.name, dict(d.output_schema) if d.output_schema else None)
 
     async def refresh(self, server: str) -> None:
-        """After a 401: drop the broker's token and the session; the next call gets fresh ones."""
-        try:
-            await self._broker.invalidate(self.identity, server)
-        except BrokerError as exc:
-            raise CredentialError(server, str(exc)) from exc
+        """After a 401: drop the cached credential and the session; the next call gets fresh."""
+        config = self._servers.get(server)
+        if config is not None:
+            await self._credentials.invalidate(config)
         await self.reset(server)
 
     async def reset(self, server: str) -> None:
-        """Close the server's session: the next call reopens it with a fresh token."""
+        """Close the server's session: the next call reopens it with a fresh credential."""
         held = self._held.pop(server, None)
         if held is not None:
-            await self._stop(held)
+            await _stop(held)
 
     async def aclose(self) -> None:
         held, self._held = list(self._held.values()), {}
-        await asyncio.gather(*(self._stop(h) for h in held), return_exceptions=True)
+        await asyncio.gather(*(_stop(h) for h in held), return_exceptions=True)
 
-    @staticmethod
-    async def _stop(held: _Held) -> None:
-        held.stop.set()
-        if held.task is not None:
-            try:
-                await asyncio.wait_for(held.task, timeout=5)
-            except (TimeoutError, asyncio.CancelledError):
-                held.task.cancel()
-            except Exception:  # noqa: S110 — a dead session has nothing left to close
-                pass
+
+async def _list_all(session: ClientSession) -> list[Any]:
+    tools: list[Any] = []
+    cursor: str | None = None
+    while True:
+        page = await session.list_tools(cursor) if cursor else await session.list_tools()
+        tools.extend(page.tools)
+        cursor = page.nextCursor
+        if not cursor:
+            return tools
+
+
+async def _call_or_die(held: _Held, work: Any, timeout: float) -> T:  # noqa: ASYNC109
+    """Await ``work`` for at most ``timeout`` seconds, or until the session dies under it.
+
+    When the transport dies (a 401 or 5xx on this POST), the session task ends and cannot
+    tell the pending request; watching the session task too turns that into an error now.
+    """
+    call: asyncio.Future[T] = asyncio.ensure_future(work)
+    watched: set[asyncio.Future[Any]] = {call}
+    if held.task is not None:
+        watched.add(held.task)
+    try:
+        await asyncio.wait(watched, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        call.cancel()
+        raise
+    if call.done():
+        return call.result()
+    call.cancel()
+    with contextlib.suppress(BaseException):
+        await call
+    if held.task is not None and held.task.done():
+        raise held.failure or ConnectionError("the MCP session ended")
+    raise TimeoutError
+
+
+async def _stop(held: _Held) -> None:
+    held.stop.set()
+    if held.task is not None:
+        try:
+            await asyncio.wait_for(held.task, timeout=5)
+        except (TimeoutError, asyncio.CancelledError):
+            held.task.cancel()
+        except Exception:  # noqa: S110 — a dead session has nothing left to close
+            pass

@@ -2,9 +2,13 @@
 
 Discovery is the expensive part of talking to an MCP server, and nothing in it is secret, so
 it is cached per server and server version: names, descriptions, input and output schemas,
-annotations — never a token or a session. Each run binds these definitions to that run's
-user-scoped sessions (see ``agent_core.sessions``); the tools built here look the run up at
-call time, so one set of tool objects serves every user without sharing credentials.
+annotations — never a token or a session.
+
+The agent graph is compiled once per tool set with the *template* tools built here: they give
+the model its schemas and never run. Each run turns the same definitions into LangChain tools
+bound to that run's own MCP sessions (``convert_mcp_tool_to_langchain_tool`` in
+``agent_core.sessions``), and the run's middleware swaps them in per call, so one compiled
+graph serves every user without sharing credentials.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import copy
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
+from mcp.types import Tool as McpTool
+from mcp.types import ToolAnnotations
 
 from agent_core.errors import ToolCollisionError
 from agent_core.policy import ToolPolicy
@@ -61,6 +67,20 @@ class ToolDefinition:
             schema["required"] = [r for r in schema["required"] if r != IDEMPOTENCY_ARG]
         schema.setdefault("type", "object")
         return schema
+
+    def as_mcp_tool(self) -> McpTool:
+        """The cached definition as the MCP ``Tool`` the adapters convert (model schema)."""
+        return McpTool(
+            name=self.name,
+            description=self.description or f"{self.name} on {self.server}",
+            inputSchema=self.model_schema(),
+            outputSchema=dict(self.output_schema) if self.output_schema else None,
+            annotations=ToolAnnotations(**dict(self.annotations)) if self.annotations else None,
+        )
+
+    @property
+    def read_only_hint(self) -> bool:
+        return bool(self.annotations.get("readOnlyHint"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,19 +154,24 @@ def tool_metadata(definition: ToolDefinition, policy: ToolPolicy) -> dict[str, A
 
 
 def build_tool(definition: ToolDefinition, policy: ToolPolicy) -> BaseTool:
-    """A LangChain tool that calls ``definition`` on the current run's session."""
-    from agent_core.binding import call_current_run  # the run is only known at call time
+    """The template tool for ``definition``: schema and metadata for the compiled graph.
 
+    It never calls a server: the run's middleware replaces it with the tool bound to the
+    run's own session. Its ``runtime`` parameter makes the tool node inject the
+    ``ToolRuntime`` that the run-bound tool (same signature) needs.
+    """
     server, name = definition.server, definition.name
 
-    async def _call(**kwargs: Any) -> tuple[str, Any]:
-        return await call_current_run(server, name, kwargs)
+    async def _unbound(
+        runtime: Annotated[object | None, InjectedToolArg()] = None, **kwargs: Any
+    ) -> tuple[str, Any]:
+        raise RuntimeError(f"{server}_{name} was called outside an agent run")
 
     return StructuredTool(
         name=definition.prefixed_name,
         description=definition.description or f"{name} on {server}",
         args_schema=definition.model_schema(),
-        coroutine=_call,
+        coroutine=_unbound,
         response_format="content_and_artifact",
         metadata=tool_metadata(definition, policy),
     )

@@ -152,6 +152,7 @@ class AuditLog:
         outcome: str,
         latency_ms: float | None,
         model_used: str | None = None,
+        detail: dict[str, Any] | None = None,
     ) -> AuditEvent:
         return await self.record(
             EventKind.TOOL_CALL,
@@ -162,6 +163,7 @@ class AuditLog:
             outcome=outcome,
             latency_ms=latency_ms,
             model_used=model_used,
+            detail=detail,
         )
 
     async def write_pending(
@@ -176,9 +178,11 @@ class AuditLog:
         approver: str | None = None,
         decision: str | None = None,
         model_used: str | None = None,
+        detail: dict[str, Any] | None = None,
     ) -> AuditEvent:
         return await self.record(
             EventKind.WRITE_PENDING,
+            detail=detail,
             requester=requester,
             thread_id=thread_id,
             tool=tool,

@@ -36,6 +36,7 @@ class AuditObserver:
             idempotency_key=event.idempotency_key or f"nokey:{event.tool_call_id}",
             approval_id=event.approval_id,
             model_used=event.model or None,
+            detail=_acting(event),
         )
         async with self._lock:
             self._pending[_key(event)] = pending
@@ -52,12 +53,19 @@ class AuditObserver:
                 outcome=outcome,
                 latency_ms=latency_ms,
                 model_used=event.model or None,
+                detail=_acting(event),
             )
             return
         async with self._lock:
             pending = self._pending.pop(_key(event), None)
         if pending is not None:
             await self._log.write_outcome(pending, outcome=outcome, latency_ms=latency_ms)
+
+
+def _acting(event: ToolCallEvent) -> dict[str, str] | None:
+    # Calls to ``static`` / ``none`` servers ran as opsbot's service identity (or as nobody),
+    # not as the requester: the record says so.
+    return None if event.acting_as == "user" else {"acting_as": event.acting_as}
 
 
 def _key(event: ToolCallEvent) -> tuple[str, str, str | None]:

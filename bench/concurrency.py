@@ -109,7 +109,7 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
             agent = Agent(
                 AgentConfig(servers=(ServerConfig("fake", url, url),), retry_initial_delay=0.0),
                 model=model,
-                broker=FakeBroker(),
+                broker=FakeBroker(audiences={"fake": url}),
                 threads=MemoryThreadStore(),
                 checkpointer=saver,
                 policy=ToolPolicy.from_yaml(FAKE_POLICY),

@@ -144,7 +144,7 @@ async def open_identity_service(
         "token_url": idp.token_url,
         "clock": clock,
     }
-    targets = [ServerTarget(s.name, s.audience) for s in settings.mcp_servers]
+    targets = [ServerTarget(name, aud) for name, aud in settings.exchange_audiences.items()]
     async with (
         open_inprocess_broker(
             **common,

@@ -15,12 +15,22 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DATABASE_BACKENDS = ("sqlite", "postgresql")
@@ -34,11 +44,75 @@ class Section(BaseModel):
 
 
 class McpServerSettings(BaseModel):
-    """One MCP server opsbot talks to: its name (the tool prefix), URL and token audience."""
+    """One MCP server opsbot talks to: its name (the tool prefix), URL and how to authenticate.
+
+    ``auth``: ``exchange`` (default: the user's RFC 8693 token for ``audience``), ``static``
+    (a header whose value is read from the env var ``header_value_env`` or the file
+    ``header_value_file``; the server sees opsbot's service identity), ``none`` (explicit
+    only) or ``oauth`` (per-user OAuth through the broker). Unknown keys are an error.
+
+    Example::
+
+        OPSBOT_MCP_SERVERS='[{"name": "grafana", "url": "https://grafana/mcp", "auth": "static",
+          "header_name": "X-API-Key", "header_value_env": "GRAFANA_MCP_KEY", "timeout_s": 10}]'
+    """
+
+    model_config = ConfigDict(extra="forbid")
 
     name: str
     url: str
-    audience: str
+    audience: str | None = None
+    auth: Literal["exchange", "static", "none", "oauth"] = "exchange"
+    header_name: str = "Authorization"
+    header_value_env: str | None = None
+    header_value_file: Path | None = None
+    timeout_s: float = Field(default=30.0, gt=0)
+    # When true, an unclassified tool the server marks readOnlyHint is a read (no approval).
+    trust_read_only_hint: bool = False
+    _header_value: SecretStr | None = PrivateAttr(default=None)
+
+    @property
+    def header_value(self) -> SecretStr | None:
+        """The static credential, read from its env var or file at load (never in repr)."""
+        return self._header_value
+
+    @model_validator(mode="after")
+    def _auth_mode_is_complete(self) -> Self:
+        where = f"MCP server {self.name!r}"
+        if self.auth == "exchange" and not self.audience:
+            raise ValueError(f"{where}: auth 'exchange' needs an 'audience'")
+        if self.auth != "static" and (self.header_value_env or self.header_value_file):
+            raise ValueError(f"{where}: header_value_env/header_value_file need auth 'static'")
+        if self.auth == "static":
+            if self.trust_read_only_hint:
+                raise ValueError(
+                    f"{where}: trust_read_only_hint is not allowed with auth 'static' (the "
+                    "server acts as opsbot's service identity: classify its reads in the policy)"
+                )
+            self._header_value = SecretStr(self._static_value(where))
+        return self
+
+    def _static_value(self, where: str) -> str:
+        if bool(self.header_value_env) == bool(self.header_value_file):
+            raise ValueError(
+                f"{where}: auth 'static' needs exactly one of header_value_env or "
+                'header_value_file, e.g. "header_value_env": "GRAFANA_MCP_KEY"'
+            )
+        if self.header_value_env:
+            value = os.environ.get(self.header_value_env, "").strip()
+            if not value:
+                raise ValueError(f"{where}: the env var {self.header_value_env} is not set")
+            return value
+        assert self.header_value_file is not None
+        try:
+            value = self.header_value_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ValueError(
+                f"{where}: cannot read header_value_file {self.header_value_file}: {exc.strerror}"
+            ) from None
+        if not value:
+            raise ValueError(f"{where}: header_value_file {self.header_value_file} is empty")
+        return value
 
     @field_validator("name")
     @classmethod
@@ -416,6 +490,11 @@ class Settings(BaseSettings):
     """HTTP port of the web process (/slack/events, /metrics, /healthz, /readyz)."""
     ci: bool = Field(default=False, validation_alias=AliasChoices("CI", "ci"))
     """Set by CI systems; when true, PostgreSQL-backed tests fail instead of skipping."""
+
+    @property
+    def exchange_audiences(self) -> dict[str, str]:
+        """Server name → audience, for the servers that get the user's exchanged token only."""
+        return {s.name: s.audience for s in self.mcp_servers if s.auth == "exchange" and s.audience}
 
     @property
     def resolved_database_url(self) -> str:

@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "opsbot.commands.slack",
     "opsbot.commands.mcp",
     "opsbot.commands.audit",
+    "opsbot.commands.tools",
     "opsbot.commands.sweep",
     "opsbot.commands.reconcile",
     "opsbot.commands.prune",

@@ -290,7 +290,7 @@ async def _serve_idp(settings: Settings, sock: socket.socket) -> AsyncIterator[s
         settings.idp.issuer,
         load_directory(settings.idp.directory_path),
         clients=[DevClient(settings.idp.client_id, settings.idp.client_secret.get_secret_value())],
-        audiences={s.name: s.audience for s in settings.mcp_servers},
+        audiences=settings.exchange_audiences,
         admin_token=admin.get_secret_value() if admin else None,
         exchange_ttl=timedelta(seconds=settings.broker.token_ttl_seconds),
     )
@@ -318,7 +318,7 @@ async def _serve_mcp(
 
     jwks_url = f"{issuer}/jwks"
     jwks = JwksClient(issuer=issuer, jwks_url=jwks_url)
-    audience = {s.name: s.audience for s in settings.mcp_servers}
+    audience = settings.exchange_audiences
 
     def auth(name: str) -> AuthConfig:
         return AuthConfig(issuer=issuer, audience=audience[name], jwks_url=jwks_url)

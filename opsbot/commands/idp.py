@@ -61,7 +61,7 @@ async def handle_serve(args: argparse.Namespace, settings: Settings) -> int:
         url,
         load_directory(args.directory or settings.idp.directory_path),
         clients=[DevClient(settings.idp.client_id, settings.idp.client_secret.get_secret_value())],
-        audiences={s.name: s.audience for s in settings.mcp_servers},
+        audiences=settings.exchange_audiences,
         admin_token=admin.get_secret_value() if admin else None,
         exchange_ttl=timedelta(seconds=settings.broker.token_ttl_seconds),
     )

@@ -66,8 +66,9 @@ def _audience(args: argparse.Namespace, settings: Settings, port: int) -> str:
     if args.audience:
         return str(args.audience)
     for configured in settings.mcp_servers:
-        if configured.name == args.server and urlparse(configured.audience).port == port:
-            return configured.audience
+        audience = configured.audience
+        if configured.name == args.server and audience and urlparse(audience).port == port:
+            return audience
     return f"http://{args.host}:{port}/mcp"
 
 

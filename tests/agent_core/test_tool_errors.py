@@ -46,7 +46,7 @@ def make_agent(url: str, model: Any, **config: Any) -> Agent:
     return Agent(
         AgentConfig(servers=(ServerConfig("fake", url, url),), **config),
         model=model,
-        broker=FakeBroker(),
+        broker=FakeBroker(audiences={"fake": url}),
         threads=MemoryThreadStore(),
         checkpointer=InMemorySaver(),
         policy=ToolPolicy.from_yaml(FAKE_POLICY),
@@ -199,7 +199,7 @@ async def test_identity_service_outage_is_transient_not_missing_access(
     model = ScriptedChatModel(steps=[call("fake_lookup", item="X-1"), echo])
     agent = make_agent(url, model, read_retries=1)
     agent.cache.put(await _discovered(url))
-    agent._broker = FlakyBroker()
+    agent._broker = FlakyBroker(audiences={"fake": url})
 
     _, result = await run(agent, "look up X-1")
 

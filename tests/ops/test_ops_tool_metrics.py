@@ -47,7 +47,7 @@ def _agent(url: str) -> Agent:
             servers=(ServerConfig("fake", url, url),), read_retries=2, retry_initial_delay=0.0
         ),
         model=ScriptedChatModel(steps=[call("fake_lookup", item="X-1"), echo]),
-        broker=FakeBroker(),
+        broker=FakeBroker(audiences={"fake": url}),
         threads=MemoryThreadStore(),
         checkpointer=InMemorySaver(),
         policy=ToolPolicy.from_yaml(FAKE_POLICY),

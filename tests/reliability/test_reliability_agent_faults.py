@@ -78,7 +78,7 @@ def fake_agent(url: str, model: Any, broker: Any = None) -> Agent:
             retry_initial_delay=0.0,
         ),
         model=model,
-        broker=broker or FakeBroker(),
+        broker=broker or FakeBroker(audiences={"fake": url}),
         threads=MemoryThreadStore(),
         checkpointer=InMemorySaver(),
         policy=ToolPolicy.from_yaml(POLICY),
