@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -65,6 +66,7 @@ from memory.chat import MemoryCommands
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 4000
+_FAR = timedelta(days=3650)
 
 __all__ = ["AgentPort", "Assistant", "Recovered", "Recovery", "notify_each"]
 
@@ -111,8 +113,11 @@ class Assistant:
         clock: Clock = utc_now,
         memory: MemoryCommands | None = None,
         recovery: Recovery | None = None,
+        people: Callable[[], Awaitable[list[ChatUser]]] | None = None,
     ) -> None:
         self._identities = identities
+        # Every linked chat user (to find an approval's eligible approvers for App Home).
+        self._people = people
         self._recovery = recovery
         # User memory (``/ops memory``, App Home); None when disabled.
         self.memory = memory
@@ -252,6 +257,32 @@ class Assistant:
             mine.append(await self._view(approval))
         return mine
 
+    async def home_audience(self, approval_id: str) -> list[ChatUser]:
+        """The requester and every linked person who may decide ``approval_id`` now (or, once
+        decided, could have): whose App Home lists it."""
+        approval = await self._approvals.store.get(approval_id)
+        if approval is None:
+            return []
+        audience = [approval.requester_chat_user] if approval.requester_chat_user else []
+        pending = dataclasses.replace(
+            approval, status=ApprovalStatus.PENDING, expires_at=approval.created_at + _FAR
+        )
+        for chat_user in await self._people() if self._people is not None else []:
+            if chat_user in audience:
+                continue
+            try:
+                identity = await self._identities.resolve(chat_user)
+            except BrokerError:
+                continue  # a broken link: not an approver now
+            if identity is None:
+                continue
+            try:
+                check_decider(pending, identity, approval.created_at)
+            except (NotAuthorisedError, ApprovalExpiredError, AlreadyDecidedError):
+                continue
+            audience.append(chat_user)
+        return audience
+
     # --- account --------------------------------------------------------------------
 
     async def link_url(self, chat_user: ChatUser) -> str:
@@ -308,16 +339,16 @@ class Assistant:
             if approval.decided_by == EXPIRY_DECIDER
             else label["edit" if "edit" in types else "approve" if "approve" in types else "reject"]
         )
-        outcome = approval.status.value
-        if approval.outcome.get("reason"):
-            outcome += f": {approval.outcome['reason']}"
+        state, reason = _state(approval), _outcome_reason(approval)
         return Decided(
             approval_id=approval.approval_id,
             decision=decision,
             decided_by=_who(approval.decided_by),
-            outcome=outcome,
+            outcome=f"{approval.status.value}: {reason}" if reason else approval.status.value,
             requester_ref=None if thread is None else thread.ref,
             requester_result=requester_result,
+            state=state,
+            outcome_reason=reason,
         )
 
     async def _requester(self, approval: Approval) -> Identity:
@@ -329,18 +360,25 @@ class Assistant:
     async def _view(self, approval: Approval) -> ApprovalView:
         first = approval.actions[0]
         thread = await self._threads.get(approval.thread_id)
+        edit = next(
+            (d for d in approval.decisions[:1] if d.type == "edit" and d.args is not None), None
+        )
         return ApprovalView(
             approval_id=approval.approval_id,
             tool=first.tool,
             server=first.server,
-            args=dict(first.args),
+            # What runs: the approver's edited arguments when there are any.
+            args=dict(edit.args if edit is not None and edit.args is not None else first.args),
+            original_args=dict(first.args) if edit is not None else None,
+            edited_by=_who(approval.decided_by) if edit is not None else None,
+            outcome_reason=_outcome_reason(approval),
             requester=approval.requester_subject,
             requester_chat_user=approval.requester_chat_user,
             requester_ref=None if thread is None else thread.ref,
             reads=[f"{r.tool} {r.ref_id}" for r in approval.reads],
             expires_at=approval.expires_at,
             input_schema=self._agent.tool_schema(first.tool) or dict(first.input_schema),
-            status=approval.status.value,
+            status=_state(approval),
             description=first.description,
             decided_by=approval.decided_by,
             approver_group=first.approver_group or None,
@@ -359,6 +397,20 @@ async def notify_each(
             await notify(one)
         except Exception as exc:  # logged; the decision itself stands
             log.warning("decision notice not delivered: %s", type(exc).__name__)
+
+
+def _state(approval: Approval) -> str:
+    """The approval's state name (``assistant.outcomes``); a record that carries the newer
+    ``state`` field wins over the older ``status``."""
+    state = getattr(approval, "state", None)
+    return str(getattr(state, "value", state) or approval.status.value)
+
+
+def _outcome_reason(approval: Approval) -> str | None:
+    """The reason for people: the record's ``outcome_reason`` when it has one, else the
+    older ``outcome["reason"]``."""
+    reason = getattr(approval, "outcome_reason", None) or approval.outcome.get("reason")
+    return str(reason) if reason else None
 
 
 def _who(subject: str | None) -> str:

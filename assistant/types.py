@@ -127,6 +127,12 @@ class ApprovalView:
     description: str = ""
     decided_by: str | None = None
     approver_group: str | None = None
+    # After an Edit: ``args`` are the edited ones (what runs), ``original_args`` what the
+    # model proposed, ``edited_by`` who changed them.
+    original_args: dict[str, Any] | None = None
+    edited_by: str | None = None
+    # Why the approval ended as it did, in people's words (never text meant for the model).
+    outcome_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +170,10 @@ class Decided:
     outcome: str
     requester_ref: PlatformRef | None
     requester_result: Reply | None
+    # The approval's state (``assistant.outcomes``) and its reason for people; ``outcome``
+    # keeps the older one-line form.
+    state: str = ""
+    outcome_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +226,10 @@ class AssistantPort(Protocol):
     async def pending_for(self, chat_user: ChatUser) -> list[ApprovalView]: ...
 
     async def awaiting_approver(self, chat_user: ChatUser) -> list[ApprovalView]: ...
+
+    async def home_audience(self, approval_id: str) -> list[ChatUser]:
+        """Whose App Home lists ``approval_id``: its requester and its eligible approvers."""
+        ...
 
     async def link_url(self, chat_user: ChatUser) -> str: ...
 

@@ -13,7 +13,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from bot.slack.cards import approval_card, decided_card
+from bot.slack.cards import approval_card, decided_card, deciding_card, state_line
 from bot.slack.config import SlackBotConfig
 from bot.slack.core import (
     AlreadyDecided,
@@ -30,6 +30,8 @@ from bot.slack.core import (
     PlatformRef,
     Refused,
     Reply,
+    is_settled,
+    normalise_state,
 )
 from bot.slack.incoming import Progress, UserMessage
 from bot.slack.render import (
@@ -37,6 +39,7 @@ from bot.slack.render import (
     answer_messages,
     connect_prompt,
     escape,
+    home_view,
     slack_date,
     text_message,
 )
@@ -255,11 +258,19 @@ class SlackAdapter:
             messages = answer_messages(reply.answer)
         else:
             messages = self._waiting_messages(reply)
-        await self.post(channel, thread_ts, messages, replace_ts=replace)
+        note = messages.pop() if isinstance(reply, ApprovalRequested) else None
+        if messages:
+            await self.post(channel, thread_ts, messages, replace_ts=replace)
+            replace = None
+        note_ts = await self.post(channel, thread_ts, [note], replace_ts=replace) if note else None
         if indicator and indicator.status_set:
             await self._clear_status(indicator)
         if isinstance(reply, ApprovalRequested):
-            await self.post_card(reply.approval.approval_id, team_id, channel, thread_ts)
+            # The note's ts lets the decision update it in place when it lands.
+            await self.post_card(
+                reply.approval.approval_id, team_id, channel, thread_ts, note_ts=note_ts
+            )
+            await self.refresh_homes(reply.approval.approval_id)
 
     def _waiting_messages(self, reply: ApprovalRequested) -> list[Message]:
         approval = reply.approval
@@ -276,7 +287,12 @@ class SlackAdapter:
     # -- approvals --------------------------------------------------------------------
 
     async def post_card(
-        self, approval_id: str, team_id: str, requester_channel: str, requester_thread_ts: str
+        self,
+        approval_id: str,
+        team_id: str,
+        requester_channel: str,
+        requester_thread_ts: str,
+        note_ts: str | None = None,
     ) -> None:
         view = await self.assistant.approval_view(approval_id)
         if view is None:
@@ -291,7 +307,105 @@ class SlackAdapter:
             team_id,
             (str(response["channel"]), str(response["ts"])),
             (requester_channel, requester_thread_ts),
+            note_ts,
         )
+
+    async def show_deciding(
+        self,
+        approval_id: str,
+        channel: str | None,
+        card_ts: str | None,
+        clicker: ChatUser,
+        verb: str = "Approving",
+    ) -> None:
+        """At once after a click, before any slow work: the card says "Approving… (bob)" and
+        loses its buttons, so nobody clicks a card that is already being decided. Best effort:
+        the decision goes on if Slack is slow or refuses."""
+        stored = await self.approval_messages.get(approval_id)
+        if stored is not None:
+            channel, card_ts = stored.card_channel_id, stored.card_ts
+        view = await self.assistant.approval_view(approval_id)
+        if not channel or not card_ts or view is None or view.status != "pending":
+            return
+        card = deciding_card(view, f"<@{clicker.user_id}>", verb)
+        try:
+            await self.client.chat_update(
+                channel=channel, ts=card_ts, text=card.text, blocks=card.blocks
+            )
+        except SlackApiError as exc:
+            log.warning("could not mark card as deciding: %s", exc.response.get("error"))
+
+    async def restore_card(
+        self, approval_id: str, channel: str | None, card_ts: str | None
+    ) -> None:
+        """After a click that decided nothing (refused, invalid, failed, or another decision
+        won): the card shows the approval as it now is — buttons again while it is still
+        pending, the outcome once settled; one still running is left to its decider."""
+        stored = await self.approval_messages.get(approval_id)
+        if stored is not None:
+            channel, card_ts = stored.card_channel_id, stored.card_ts
+        view = await self.assistant.approval_view(approval_id)
+        if not channel or not card_ts or view is None:
+            return
+        if view.status == "pending":
+            card = approval_card(view)
+        elif is_settled(view.status):
+            status = normalise_state(view.status)
+            decision = (
+                status
+                if status in ("expired", "rejected")
+                else "edited"
+                if view.edited_by
+                else "approved"
+            )
+            card = decided_card(
+                view,
+                approval_id,
+                decision,
+                view.decided_by or "",
+                status,
+                state=status,
+                reason=view.outcome_reason,
+            )
+        else:
+            return
+        try:
+            await self.client.chat_update(
+                channel=channel, ts=card_ts, text=card.text, blocks=card.blocks
+            )
+        except SlackApiError as exc:
+            log.warning("could not restore card: %s", exc.response.get("error"))
+
+    async def publish_home(self, chat_user: ChatUser) -> None:
+        """App Home for ``chat_user``: status, their pending requests, what waits for them."""
+        status = await self.assistant.status(chat_user)
+        if not status.linked and status.login_url is None:
+            status = type(status)(linked=False, login_url=await self.assistant.link_url(chat_user))
+        pending = await self.assistant.pending_for(chat_user) if status.linked else []
+        awaiting = await self.assistant.awaiting_approver(chat_user) if status.linked else []
+        view = home_view(status, pending, awaiting)
+        memory = getattr(self.assistant, "memory", None)
+        if memory is not None and status.linked:
+            from bot.slack.memory import memory_home_blocks  # it imports this module
+
+            view["blocks"][2:2] = memory_home_blocks(await memory.preferences(chat_user))
+        await self.client.views_publish(user_id=chat_user.user_id, view=view)
+
+    async def refresh_homes(self, approval_id: str) -> None:
+        """Republish App Home for the requester and every eligible approver of
+        ``approval_id`` (created or decided), so no Home shows a stale list."""
+        try:
+            audience = await self.assistant.home_audience(approval_id)
+        except Exception as exc:  # Home is a convenience: never fail the decision for it
+            log.warning("home audience of %s unknown: %s", approval_id, type(exc).__name__)
+            return
+        for chat_user in audience:
+            if chat_user.platform != "slack":
+                continue
+            try:
+                await self.publish_home(chat_user)
+            except Exception as exc:  # one user's Home does not stop the others
+                log.warning("home not published: %s", type(exc).__name__)
 
     async def apply_outcome(
         self,
@@ -306,6 +420,10 @@ class SlackAdapter:
         if isinstance(outcome, Decided):
             await self._show_decision(outcome, clicker, channel, card_ts)
             return
+        if not isinstance(outcome, Expired):
+            # Nothing was decided by this click: the "Approving…" card shows the approval as
+            # it now is (an expired one is shown as such below).
+            await self.restore_card(approval_id, channel, card_ts)
         if isinstance(outcome, LinkRequired):
             await self.ephemeral(channel, clicker.user_id, connect_prompt(outcome.login_url))
             return
@@ -340,9 +458,19 @@ class SlackAdapter:
         updated in place and the requester's thread is told."""
         by = outcome.decided_by or by
         await self._update_card(
-            outcome.approval_id, channel, card_ts, outcome.decision, by, outcome.outcome
+            outcome.approval_id,
+            channel,
+            card_ts,
+            outcome.decision,
+            by,
+            outcome.outcome,
+            state=outcome.state or None,
+            reason=outcome.outcome_reason,
         )
         stored = await self.approval_messages.get(outcome.approval_id)
+        if stored is not None and stored.requester_note_ts:
+            await self._update_note(outcome, stored.requester_channel_id, stored.requester_note_ts)
+        await self.refresh_homes(outcome.approval_id)
         if stored is not None:
             target: tuple[str, str] | None = (
                 stored.requester_channel_id,
@@ -355,18 +483,27 @@ class SlackAdapter:
         if target is None:
             log.warning("no requester thread known for approval %s", outcome.approval_id)
             return
-        if outcome.decision == "expired":
-            header = "Your request *expired* before an approver decided it; nothing was run."
-        else:
-            header = f"Your request was *{escape(outcome.decision)}* by {escape(by)}."
+        header = _decision_header(outcome, by)
         result = outcome.requester_result
         if isinstance(result, Answered):
             messages = answer_messages(result.answer, header=header)
         elif isinstance(result, Refused):
             messages = [text_message(f"{header}\n{escape(result.reason)}")]
         else:
-            messages = [text_message(f"{header}\n*Outcome:* {escape(outcome.outcome)}")]
+            messages = [text_message(f"{header}\n*Outcome:* {_outcome_text(outcome)}")]
         await self.post(target[0], target[1], messages)
+
+    async def _update_note(self, outcome: Decided, channel: str, note_ts: str) -> None:
+        """The requester's "needs approval" note no longer says it waits."""
+        view = await self.assistant.approval_view(outcome.approval_id)
+        what = f"`{escape(view.server)}` · `{escape(view.tool)}`" if view else "Your request"
+        message = text_message(f"{what}: {_decision_header(outcome, outcome.decided_by)}")
+        try:
+            await self.client.chat_update(
+                channel=channel, ts=note_ts, text=message.text, blocks=message.blocks
+            )
+        except SlackApiError as exc:
+            log.warning("could not update the requester's note: %s", exc.response.get("error"))
 
     async def _update_card(
         self,
@@ -376,6 +513,9 @@ class SlackAdapter:
         decision: str,
         by: str,
         outcome: str,
+        *,
+        state: str | None = None,
+        reason: str | None = None,
     ) -> None:
         stored = await self.approval_messages.get(approval_id)
         if stored is not None:
@@ -384,7 +524,24 @@ class SlackAdapter:
             log.warning("no card known for approval %s", approval_id)
             return
         view = await self.assistant.approval_view(approval_id)
-        card = decided_card(view, approval_id, decision, by, outcome)
+        card = decided_card(view, approval_id, decision, by, outcome, state=state, reason=reason)
         await self.client.chat_update(
             channel=channel, ts=card_ts, text=card.text, blocks=card.blocks
         )
+
+
+def _outcome_text(outcome: Decided) -> str:
+    if outcome.state:
+        return state_line(outcome.state, outcome.outcome_reason)
+    return escape(outcome.outcome)
+
+
+def _decision_header(outcome: Decided, by: str) -> str:
+    """One line for the requester: who decided what, and what came of it (same words as the
+    card)."""
+    if outcome.decision == "expired":
+        return "Your request *expired* before an approver decided it; nothing was run."
+    header = f"Your request was *{escape(outcome.decision)}* by {escape(by)}"
+    if outcome.state and normalise_state(outcome.state) not in ("approved", "rejected"):
+        return f"{header} — {_outcome_text(outcome)}."
+    return f"{header}."

@@ -4,6 +4,7 @@ The adapter only translates: it calls an ``AssistantPort`` (the real ``Assistant
 test fake) and renders the results.
 """
 
+from assistant.outcomes import args_summary, describe_state, is_settled, normalise_state
 from assistant.types import (
     AlreadyDecided,
     Answer,
@@ -54,4 +55,8 @@ __all__ = [
     "Reply",
     "Source",
     "UserStatus",
+    "args_summary",
+    "describe_state",
+    "is_settled",
+    "normalise_state",
 ]

@@ -25,7 +25,7 @@ from bot.slack.core import (
     Reject,
 )
 from bot.slack.incoming import ACCEPTED, UserMessage
-from bot.slack.memory import memory_home_blocks, register_memory_actions
+from bot.slack.memory import register_memory_actions
 from bot.slack.modals import (
     EDIT_CALLBACK_ID,
     REJECT_CALLBACK_ID,
@@ -41,7 +41,6 @@ from bot.slack.render import (
     Message,
     connect_prompt,
     escape,
-    home_view,
     section,
     status_text,
     text_message,
@@ -124,18 +123,7 @@ def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
             return
         if event.get("tab") != "home":
             return
-        status = await adapter.assistant.status(chat_user)
-        if not status.linked and status.login_url is None:
-            status = type(status)(
-                linked=False, login_url=await adapter.assistant.link_url(chat_user)
-            )
-        pending = await adapter.assistant.pending_for(chat_user) if status.linked else []
-        awaiting = await adapter.assistant.awaiting_approver(chat_user) if status.linked else []
-        view = home_view(status, pending, awaiting)
-        memory = getattr(adapter.assistant, "memory", None)
-        if memory is not None and status.linked:
-            view["blocks"][2:2] = memory_home_blocks(await memory.preferences(chat_user))
-        await adapter.client.views_publish(user_id=user, view=view)
+        await adapter.publish_home(chat_user)
 
 
 # -- /ops ---------------------------------------------------------------------------------
@@ -249,6 +237,7 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
         if await refuse_team(context, body, clicker, channel):
             return
         approval_id = str(action["value"])
+        await adapter.show_deciding(approval_id, channel, ts, clicker)
         outcome = await _decide(adapter, clicker, approval_id, Approve())
         await adapter.apply_outcome(outcome, approval_id, clicker, channel, ts)
 
@@ -329,6 +318,7 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
         if errors:
             await ack(response_action="errors", errors=errors)
             return
+        await adapter.show_deciding(ctx.approval_id, ctx.channel_id, ctx.message_ts, clicker)
         task = asyncio.create_task(_decide(adapter, clicker, ctx.approval_id, Edit(args)))
         done, _ = await asyncio.wait({task}, timeout=adapter.config.submission_wait_seconds)
         if done:
@@ -369,6 +359,9 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
         if await refuse_team(context, body, clicker, ctx.channel_id):
             return
         reason = parse_reason((view.get("state") or {}).get("values") or {})
+        await adapter.show_deciding(
+            ctx.approval_id, ctx.channel_id, ctx.message_ts, clicker, "Rejecting"
+        )
         outcome = await _decide(adapter, clicker, ctx.approval_id, Reject(reason))
         await adapter.apply_outcome(
             outcome, ctx.approval_id, clicker, ctx.channel_id, ctx.message_ts

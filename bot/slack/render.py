@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from bot.slack.core import Answer, ApprovalView, Source, UserStatus
+from bot.slack.core import (
+    Answer,
+    ApprovalView,
+    Source,
+    UserStatus,
+    args_summary,
+    describe_state,
+)
 
 Block = dict[str, Any]
 
@@ -167,9 +174,11 @@ def status_text(status: UserStatus) -> str:
 
 
 def approval_line(view: ApprovalView) -> str:
+    """One Home item: tool, server, the arguments on one line, requester, state, expiry."""
+    state = "" if view.status == "pending" else f" — {escape(describe_state(view.status))}"
     return (
-        f"`{escape(view.server)}` · `{escape(view.tool)}` for {escape(view.requester)}"
-        f" — expires {slack_date(view.expires_at)}"
+        f"`{escape(view.server)}` · `{escape(view.tool)}` ({escape(args_summary(view.args))})"
+        f" for {escape(view.requester)}{state} — expires {slack_date(view.expires_at)}"
     )
 
 

@@ -24,6 +24,7 @@ from testing.slack import (
     FakeSlack,
     SlackSender,
     block_action,
+    card_decided,
     mention,
 )
 from tests.bot.test_slack_events import _texts
@@ -130,9 +131,7 @@ async def test_link_ask_and_approve_through_the_configured_app(
         await sender.post_interaction(
             block_action("U0BOB", "approval_approve", approval_id, message_ts=card["ts"])
         )
-        await fake_slack.wait_for(
-            "chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID, wait=60
-        )
+        await fake_slack.wait_for("chat.update", where=card_decided, wait=60)
         told = await fake_slack.wait_for(
             "chat.postMessage",
             where=lambda p: p["channel"] == "C0PAY" and "approved" in p["text"],
