@@ -45,10 +45,18 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def to_mrkdwn(markdown: str) -> str:
-    """The common Markdown the model writes → Slack mrkdwn (links, bold), text escaped."""
+def to_mrkdwn(markdown: str, allowed_links: frozenset[str] = frozenset()) -> str:
+    """The common Markdown the model writes → Slack mrkdwn (links, bold), text escaped.
+
+    Only a URL in ``allowed_links`` (those the tool results carried) becomes a link; any
+    other Markdown link keeps just its label: a model-written URL is never clickable."""
     text = escape(markdown)
-    text = _MD_LINK.sub(lambda m: f"<{m.group(2)}|{m.group(1)}>", text)
+    text = _MD_LINK.sub(
+        lambda m: f"<{m.group(2)}|{m.group(1)}>"
+        if m.group(2).replace("&amp;", "&") in allowed_links
+        else m.group(1),
+        text,
+    )
     return _MD_BOLD.sub(r"*\1*", text)
 
 
@@ -95,7 +103,8 @@ def bullet_lines(lines: Iterable[str]) -> str:
 
 
 def answer_blocks(answer: Answer) -> list[Block]:
-    blocks = sections(to_mrkdwn(answer.answer) or "_(no answer)_")
+    allowed = frozenset(s.link for s in answer.sources if s.link)
+    blocks = sections(to_mrkdwn(answer.answer, allowed) or "_(no answer)_")
     if answer.sources:
         blocks += sections("*Sources*\n" + bullet_lines(source_link(s) for s in answer.sources))
     if answer.actions_taken:
