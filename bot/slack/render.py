@@ -52,9 +52,11 @@ def to_mrkdwn(markdown: str, allowed_links: frozenset[str] = frozenset()) -> str
     other Markdown link keeps just its label: a model-written URL is never clickable."""
     text = escape(markdown)
     text = _MD_LINK.sub(
-        lambda m: f"<{m.group(2)}|{m.group(1)}>"
-        if m.group(2).replace("&amp;", "&") in allowed_links
-        else m.group(1),
+        lambda m: (
+            f"<{m.group(2)}|{m.group(1)}>"
+            if m.group(2).replace("&amp;", "&") in allowed_links
+            else m.group(1)
+        ),
         text,
     )
     return _MD_BOLD.sub(r"*\1*", text)
