@@ -29,6 +29,7 @@ pytest_plugins = [
     "testing.identity",
     "testing.mcp",
     "tests.fixtures.audit",
+    "tests.fixtures.slack_text",
 ]
 
 DATABASE_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
