@@ -224,7 +224,7 @@ class Results:
             reads=reads,
             bulk_write=bool(bulk) or len(actions) >= self.bulk_write_threshold,
             bulk_reason=(bulk or {}).get("reason"),
-            answer_so_far=last.text if last is not None else "",
+            answer_so_far=for_people(last.text) if last is not None else "",
             model_used=model_used,
         )
 

@@ -42,6 +42,7 @@ MODEL_DIRECTED_PHRASES: tuple[str, ...] = (
     "do not retry",
     "don't retry",
     "a human reviewer replaced this tool call",
+    "the call recorded in your message",
     "do not re-issue your original call",
     "do not propose it again",
     "check with a read tool before retrying",
@@ -56,6 +57,12 @@ NOTE_KEY = "opsbot"
 Outcome = Literal["succeeded", "failed", "unknown", "not_run"]
 
 _SENTENCE = re.compile(r"[^.!?\n]*(?:[.!?]+|\n|$)")
+# LangChain's note on an edited call (every approved write carries one: the idempotency key
+# is added by an edit), up to the tool's own response.
+_EDIT_NOTICE = re.compile(
+    r"Note: a human reviewer replaced this tool call.*?(?:Tool response:\s*|\Z)",
+    re.DOTALL | re.IGNORECASE,
+)
 
 
 def model_directed(text: str) -> list[str]:
@@ -68,6 +75,7 @@ def for_people(text: str) -> str:
     """``text`` without the sentences that address the model (logged once when any)."""
     if not model_directed(text):
         return text
+    text = _EDIT_NOTICE.sub("", text)
     kept = [s for s in _SENTENCE.findall(text) if s and not model_directed(s)]
     log.warning("dropped model-directed text from an answer for people")
     return re.sub(r"[ \t]{2,}", " ", "".join(kept)).strip()

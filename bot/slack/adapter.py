@@ -6,6 +6,7 @@ Business rules live in the core; this class only turns its results into Web API 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -56,6 +57,8 @@ FAILURE_TEXT = (
     "Nothing was changed; please try again."
 )
 
+CONNECT_PROMPT_TTL_SECONDS = 30 * 60
+
 # Saves a message's ``Progress`` (durable runs keep it in their job).
 Recorder = Callable[[Progress], Awaitable[None]]
 
@@ -86,6 +89,9 @@ class SlackAdapter:
         self.assistant = assistant
         self.client = client
         self.approval_messages = approval_messages
+        # response_urls of Connect prompts a user clicked, newest last: replaced with
+        # "Connected as …" once the link completes (Slack keeps them valid for 30 minutes).
+        self._connect_prompts: dict[ChatUser, list[tuple[float, str]]] = {}
 
     # -- policy on who may talk to us at all -------------------------------------------
 
@@ -174,6 +180,39 @@ class SlackAdapter:
             except SlackApiError as exc:
                 log.info("ephemeral failed (%s); sending a DM", exc.response.get("error"))
         await self.client.chat_postMessage(channel=user, text=message.text, blocks=message.blocks)
+
+    # -- account links ----------------------------------------------------------------
+
+    def remember_connect_prompt(self, chat_user: ChatUser, response_url: str | None) -> None:
+        """The user clicked *Connect your account* on a prompt only they see: keep where to
+        replace it from (at most a few per user, none older than Slack honours)."""
+        if not response_url:
+            return
+        now = time.monotonic()
+        kept = [
+            (at, url)
+            for at, url in self._connect_prompts.get(chat_user, [])
+            if now - at < CONNECT_PROMPT_TTL_SECONDS and url != response_url
+        ]
+        self._connect_prompts[chat_user] = [*kept[-4:], (now, response_url)]
+
+    async def linked(self, chat_user: ChatUser, who: str) -> None:
+        """An account link completed: the Connect prompts the user clicked now say so, and
+        their App Home no longer asks them to connect."""
+        prompts = self._connect_prompts.pop(chat_user, [])
+        message = text_message(
+            f":white_check_mark: Connected as *{escape(who)}*. Ask your question again."
+        )
+        for _at, url in prompts:
+            try:
+                webhook = AsyncWebhookClient(url, session=self.client.session)
+                await webhook.send(text=message.text, blocks=message.blocks, replace_original=True)
+            except Exception as exc:  # an expired prompt stays as it was
+                log.info("connect prompt not replaced: %s", type(exc).__name__)
+        try:
+            await self.publish_home(chat_user)
+        except Exception as exc:
+            log.warning("home not published after linking: %s", type(exc).__name__)
 
     # -- answering a message ----------------------------------------------------------
 

@@ -189,8 +189,9 @@ def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
             await adapter.converse(message)
 
     @app.action(CONNECT_ACTION_ID)
-    async def connect_clicked(ack: AsyncAck) -> None:
-        await ack()  # a URL button: Slack opens the link, we only acknowledge
+    async def connect_clicked(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()  # a URL button: Slack opens the link; we keep where to say "connected"
+        adapter.remember_connect_prompt(_clicker(body), body.get("response_url"))
 
 
 # -- approvals ----------------------------------------------------------------------------

@@ -141,7 +141,7 @@ async def serve_slack(
                         on_ready("socket-mode")
                     await run_socket_mode(bot.app, config.app_token, stop)
                 else:
-                    callback = _link_callback(assistant)
+                    callback = _link_callback(assistant, bot.adapter.linked)
                     routes = ops_routes(Readiness.from_settings(settings, engine))
                     async with serve_http(
                         bot.app,
@@ -164,16 +164,25 @@ async def serve_slack(
         await engine.dispose()
 
 
-def _link_callback(assistant: Any) -> Callable[[str, str], Awaitable[str]] | None:
+def _link_callback(
+    assistant: Any, linked: Callable[[Any, str], Awaitable[None]] | None = None
+) -> Callable[[str, str], Awaitable[str]] | None:
     """With the in-process identity service, the web process finishes account links
-    (``/oauth/callback``); a remote broker serves that route itself."""
+    (``/oauth/callback``) and tells the chat side (``linked``: the Connect prompt and App
+    Home are updated); a remote broker serves that route itself."""
     linking = getattr(getattr(assistant, "identities", None), "linking", None)
     if linking is None:
         return None
 
     async def complete(state: str, code: str) -> str:
         result = await linking.complete(state, code)
-        return str(result.link.email or result.link.subject)
+        who = str(result.link.email or result.link.subject)
+        if linked is not None:
+            try:
+                await linked(result.link.chat_user, who)
+            except Exception:  # the link itself is done; a stale prompt is only cosmetic
+                log.warning("could not update Slack after linking", exc_info=True)
+        return who
 
     return complete
 
