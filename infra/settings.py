@@ -155,8 +155,11 @@ class AgentSettings(BaseModel):
 class ApprovalSettings(BaseModel):
     """Approvals and the audit log (maximum ages per tool live in the tool policy)."""
 
-    sweep_interval_seconds: float = Field(default=60.0, gt=0)
-    reconcile_grace_seconds: float = Field(default=120.0, ge=0)
+    # A decision a crash interrupted is finished within grace + interval (≤ 30 s by default:
+    # issue 18). Keep the grace above the longest write, retries included: younger pending
+    # writes and deciding approvals may still be running on another instance.
+    sweep_interval_seconds: float = Field(default=5.0, gt=0)
+    reconcile_grace_seconds: float = Field(default=20.0, ge=0)
     audit_max_payload_bytes: int = Field(default=2048, ge=256)
 
 
