@@ -9,12 +9,19 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from bot.slack.cards import approval_card, decided_card, deciding_card, state_line
+from bot.slack.cards import (
+    approval_card,
+    decided_card,
+    deciding_card,
+    deciding_from_blocks,
+    state_line,
+)
 from bot.slack.config import SlackBotConfig
 from bot.slack.core import (
     AlreadyDecided,
@@ -356,17 +363,28 @@ class SlackAdapter:
         card_ts: str | None,
         clicker: ChatUser,
         verb: str = "Approving",
+        clicked_blocks: list[dict[str, Any]] | None = None,
     ) -> None:
         """At once after a click, before any slow work: the card says "Approving… (bob)" and
-        loses its buttons, so nobody clicks a card that is already being decided. Best effort:
-        the decision goes on if Slack is slow or refuses."""
-        stored = await self.approval_messages.get(approval_id)
-        if stored is not None:
-            channel, card_ts = stored.card_channel_id, stored.card_ts
-        view = await self.assistant.approval_view(approval_id)
-        if not channel or not card_ts or view is None or view.status != "pending":
+        loses its buttons, so nobody clicks a card that is already being decided. From the
+        clicked card's own blocks when Slack sent them (no database read: this must come
+        first), else from the approval. Best effort: the decision goes on if Slack refuses."""
+        who = f"<@{clicker.user_id}>"
+        card = (
+            deciding_from_blocks(clicked_blocks, who, verb)
+            if clicked_blocks and channel and card_ts
+            else None
+        )
+        if card is None:
+            stored = await self.approval_messages.get(approval_id)
+            if stored is not None:
+                channel, card_ts = stored.card_channel_id, stored.card_ts
+            view = await self.assistant.approval_view(approval_id)
+            if not channel or not card_ts or view is None or view.status != "pending":
+                return
+            card = deciding_card(view, who, verb)
+        if not channel or not card_ts:
             return
-        card = deciding_card(view, f"<@{clicker.user_id}>", verb)
         try:
             await self.client.chat_update(
                 channel=channel, ts=card_ts, text=card.text, blocks=card.blocks

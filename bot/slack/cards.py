@@ -126,6 +126,18 @@ def deciding_card(view: ApprovalView, who: str, verb: str = "Approving") -> Mess
     return Message(text=f"{verb}… ({who}): {view.server} · {view.tool}", blocks=blocks[-50:])
 
 
+def deciding_from_blocks(blocks: list[Block], who: str, verb: str = "Approving") -> Message | None:
+    """``deciding_card`` from the clicked card's own blocks (Slack sends them with the click),
+    without a database read; ``None`` if they are not a pending card's."""
+    if not any(b.get("block_id") == ACTIONS_BLOCK_ID for b in blocks):
+        return None
+    kept = [b for b in blocks if b.get("block_id") != ACTIONS_BLOCK_ID]
+    header = next((b for b in kept if b.get("type") == "header"), None)
+    title = str(((header or {}).get("text") or {}).get("text", "approval"))
+    status = context(f":hourglass_flowing_sand: *{escape(verb)}…* ({who})")
+    return Message(text=f"{verb}… ({who}): {title}"[:3000], blocks=[*kept, status][-50:])
+
+
 _STATE_EMOJI = {
     "succeeded": ":white_check_mark:",
     "failed": ":x:",

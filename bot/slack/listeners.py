@@ -238,7 +238,14 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
         if await refuse_team(context, body, clicker, channel):
             return
         approval_id = str(action["value"])
-        await adapter.show_deciding(approval_id, channel, ts, clicker)
+        blocks = (body.get("message") or {}).get("blocks")
+        await adapter.show_deciding(
+            approval_id,
+            channel,
+            ts,
+            clicker,
+            clicked_blocks=blocks if isinstance(blocks, list) else None,
+        )
         outcome = await _decide(adapter, clicker, approval_id, Approve())
         await adapter.apply_outcome(outcome, approval_id, clicker, channel, ts)
 

@@ -220,10 +220,19 @@ async def test_a_refused_write_reads_failed_with_the_servers_reason(
                     "approval_approve",
                     _buttons(card)["approval_approve"]["value"],
                     message_ts=card["ts"],
+                    message_blocks=card["blocks"],  # as Slack sends them: no DB read needed
                 )
             )
             await env.fake.wait_for("chat.update", n + 1, where=card_decided, wait=60)
             await env.fake.settle(limit=60)
+            first = next(
+                u
+                for u in env.fake.calls_to("chat.update")
+                if u["channel"] == APPROVALS_CHANNEL_ID and u["ts"] == card["ts"]
+            )
+            assert first["text"].startswith("Approving… (<@U0BOB>)")
+            assert "close_ticket" in _texts(first["blocks"])
+            assert not [b for b in first["blocks"] if b["type"] == "actions"]
         # The second close was refused by the server (already closed): the requester reads
         # that it failed and why — not a success, and not the text written for the model.
         thread = " ".join(_texts(m["blocks"]) for m in env.fake.thread("C0PAY", "1700009900.0004"))
