@@ -16,7 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["STATE_LABELS", "args_summary", "describe_state", "is_settled", "normalise_state"]
+from approvals.records import Approval
+
+__all__ = [
+    "STATE_LABELS",
+    "args_summary",
+    "describe_state",
+    "is_settled",
+    "normalise_state",
+    "reason_of",
+    "state_of",
+]
 
 STATE_LABELS: dict[str, str] = {
     "pending": "waiting for an approver",
@@ -61,3 +71,17 @@ def args_summary(args: dict[str, Any], limit: int = SUMMARY_LIMIT) -> str:
         parts.append(f"{key}={' '.join(str(text).split())}")
     line = ", ".join(parts) or "no arguments"
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def state_of(approval: Approval) -> str:
+    """The approval's state name; a record that carries the newer ``state`` field wins over
+    the older ``status``."""
+    state = getattr(approval, "state", None)
+    return str(getattr(state, "value", state) or approval.status.value)
+
+
+def reason_of(approval: Approval) -> str | None:
+    """The reason for people: the record's ``outcome_reason`` when it has one, else the
+    older ``outcome["reason"]``."""
+    reason = getattr(approval, "outcome_reason", None) or approval.outcome.get("reason")
+    return str(reason) if reason else None

@@ -35,6 +35,7 @@ from approvals.errors import (
 from approvals.records import EXPIRY_DECIDER, ActionDecision, Approval, ApprovalStatus
 from approvals.rules import check_decider
 from approvals.service import ApprovalService, DecisionReport
+from assistant.outcomes import reason_of, state_of
 from assistant.types import (
     AlreadyDecided,
     Answer,
@@ -339,7 +340,7 @@ class Assistant:
             if approval.decided_by == EXPIRY_DECIDER
             else label["edit" if "edit" in types else "approve" if "approve" in types else "reject"]
         )
-        state, reason = _state(approval), _outcome_reason(approval)
+        state, reason = state_of(approval), reason_of(approval)
         return Decided(
             approval_id=approval.approval_id,
             decision=decision,
@@ -371,14 +372,14 @@ class Assistant:
             args=dict(edit.args if edit is not None and edit.args is not None else first.args),
             original_args=dict(first.args) if edit is not None else None,
             edited_by=_who(approval.decided_by) if edit is not None else None,
-            outcome_reason=_outcome_reason(approval),
+            outcome_reason=reason_of(approval),
             requester=approval.requester_subject,
             requester_chat_user=approval.requester_chat_user,
             requester_ref=None if thread is None else thread.ref,
             reads=[f"{r.tool} {r.ref_id}" for r in approval.reads],
             expires_at=approval.expires_at,
             input_schema=self._agent.tool_schema(first.tool) or dict(first.input_schema),
-            status=_state(approval),
+            status=state_of(approval),
             description=first.description,
             decided_by=approval.decided_by,
             approver_group=first.approver_group or None,
@@ -397,20 +398,6 @@ async def notify_each(
             await notify(one)
         except Exception as exc:  # logged; the decision itself stands
             log.warning("decision notice not delivered: %s", type(exc).__name__)
-
-
-def _state(approval: Approval) -> str:
-    """The approval's state name (``assistant.outcomes``); a record that carries the newer
-    ``state`` field wins over the older ``status``."""
-    state = getattr(approval, "state", None)
-    return str(getattr(state, "value", state) or approval.status.value)
-
-
-def _outcome_reason(approval: Approval) -> str | None:
-    """The reason for people: the record's ``outcome_reason`` when it has one, else the
-    older ``outcome["reason"]``."""
-    reason = getattr(approval, "outcome_reason", None) or approval.outcome.get("reason")
-    return str(reason) if reason else None
 
 
 def _who(subject: str | None) -> str:

@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "opsbot.commands.mcp",
     "opsbot.commands.audit",
     "opsbot.commands.sweep",
+    "opsbot.commands.approvals",
     "opsbot.commands.reconcile",
     "opsbot.commands.prune",
 )
