@@ -1,57 +1,39 @@
 """The Slack side of a conversation: post replies, working indicators, cards, decisions.
 
 Business rules live in the core; this class only turns its results into Web API calls.
+Cards and decisions are in ``bot.slack.decisions``, App Home and account links in
+``bot.slack.homes``, posting in ``bot.slack.output``; ``SlackAdapter`` is all of them.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from slack_sdk.errors import SlackApiError
-from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from bot.slack.cards import (
-    approval_card,
-    decided_card,
-    deciding_card,
-    deciding_from_blocks,
-    state_line,
-)
-from bot.slack.config import SlackBotConfig
 from bot.slack.core import (
-    AlreadyDecided,
     Answered,
     ApprovalRequested,
-    AssistantPort,
     ChatUser,
-    Decided,
-    DecisionOutcome,
-    Expired,
-    InvalidEdit,
     LinkRequired,
-    NotAuthorised,
     PlatformRef,
     Refused,
     Reply,
-    is_settled,
-    normalise_state,
 )
+from bot.slack.decisions import DecisionViews
 from bot.slack.incoming import Progress, UserMessage
+from bot.slack.output import FAILURE_TEXT
 from bot.slack.render import (
     Message,
     answer_messages,
     connect_prompt,
     escape,
-    home_view,
     slack_date,
     text_message,
 )
-from bot.slack.store import SqlApprovalMessages
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +41,6 @@ NOT_IN_CHANNEL_TEXT = (
     "I can't post in this conversation. Invite me with `/invite @opsbot`, "
     "mention me in a channel I'm in, or send me a direct message."
 )
-FAILURE_TEXT = (
-    ":x: Something went wrong on opsbot's side and the request was not completed. "
-    "Nothing was changed; please try again."
-)
-
-CONNECT_PROMPT_TTL_SECONDS = 30 * 60
 
 # Saves a message's ``Progress`` (durable runs keep it in their job).
 Recorder = Callable[[Progress], Awaitable[None]]
@@ -84,22 +60,7 @@ class Indicator:
     status_set: bool = False
 
 
-class SlackAdapter:
-    def __init__(
-        self,
-        config: SlackBotConfig,
-        assistant: AssistantPort,
-        client: AsyncWebClient,
-        approval_messages: SqlApprovalMessages,
-    ) -> None:
-        self.config = config
-        self.assistant = assistant
-        self.client = client
-        self.approval_messages = approval_messages
-        # response_urls of Connect prompts a user clicked, newest last: replaced with
-        # "Connected as …" once the link completes (Slack keeps them valid for 30 minutes).
-        self._connect_prompts: dict[ChatUser, list[tuple[float, str]]] = {}
-
+class SlackAdapter(DecisionViews):
     # -- policy on who may talk to us at all -------------------------------------------
 
     def team_allowed(self, user_team: str | None, home_team: str | None) -> bool:
@@ -153,73 +114,6 @@ class SlackAdapter:
         except SlackApiError as exc:
             log.info("could not clear status: %s", exc.response.get("error"))
         indicator.status_set = False
-
-    async def post(
-        self,
-        channel: str,
-        thread_ts: str | None,
-        messages: list[Message],
-        replace_ts: str | None = None,
-    ) -> str | None:
-        """Post ``messages`` in order; the first may replace a placeholder. Returns first ts."""
-        first: str | None = None
-        for i, message in enumerate(messages):
-            if i == 0 and replace_ts:
-                await self.client.chat_update(
-                    channel=channel, ts=replace_ts, text=message.text, blocks=message.blocks
-                )
-                first = replace_ts
-                continue
-            response = await self.client.chat_postMessage(
-                channel=channel, thread_ts=thread_ts, text=message.text, blocks=message.blocks
-            )
-            first = first or str(response["ts"])
-        return first
-
-    async def ephemeral(self, channel: str | None, user: str, message: Message) -> None:
-        """Only ``user`` sees it; without a channel (App Home), a DM instead."""
-        if channel:
-            try:
-                await self.client.chat_postEphemeral(
-                    channel=channel, user=user, text=message.text, blocks=message.blocks
-                )
-                return
-            except SlackApiError as exc:
-                log.info("ephemeral failed (%s); sending a DM", exc.response.get("error"))
-        await self.client.chat_postMessage(channel=user, text=message.text, blocks=message.blocks)
-
-    # -- account links ----------------------------------------------------------------
-
-    def remember_connect_prompt(self, chat_user: ChatUser, response_url: str | None) -> None:
-        """The user clicked *Connect your account* on a prompt only they see: keep where to
-        replace it from (at most a few per user, none older than Slack honours)."""
-        if not response_url:
-            return
-        now = time.monotonic()
-        kept = [
-            (at, url)
-            for at, url in self._connect_prompts.get(chat_user, [])
-            if now - at < CONNECT_PROMPT_TTL_SECONDS and url != response_url
-        ]
-        self._connect_prompts[chat_user] = [*kept[-4:], (now, response_url)]
-
-    async def linked(self, chat_user: ChatUser, who: str) -> None:
-        """An account link completed: the Connect prompts the user clicked now say so, and
-        their App Home no longer asks them to connect."""
-        prompts = self._connect_prompts.pop(chat_user, [])
-        message = text_message(
-            f":white_check_mark: Connected as *{escape(who)}*. Ask your question again."
-        )
-        for _at, url in prompts:
-            try:
-                webhook = AsyncWebhookClient(url, session=self.client.session)
-                await webhook.send(text=message.text, blocks=message.blocks, replace_original=True)
-            except Exception as exc:  # an expired prompt stays as it was
-                log.info("connect prompt not replaced: %s", type(exc).__name__)
-        try:
-            await self.publish_home(chat_user)
-        except Exception as exc:
-            log.warning("home not published after linking: %s", type(exc).__name__)
 
     # -- answering a message ----------------------------------------------------------
 
@@ -330,275 +224,5 @@ class SlackAdapter:
         messages = answer_messages(reply.answer_so_far)
         return [*messages, text_message(note)]
 
-    # -- approvals --------------------------------------------------------------------
 
-    async def post_card(
-        self,
-        approval_id: str,
-        team_id: str,
-        requester_channel: str,
-        requester_thread_ts: str,
-        note_ts: str | None = None,
-    ) -> None:
-        view = await self.assistant.approval_view(approval_id)
-        if view is None:
-            log.error("approval %s vanished before its card was posted", approval_id)
-            return
-        card = approval_card(view)
-        response = await self.client.chat_postMessage(
-            channel=self.config.approvals_channel, text=card.text, blocks=card.blocks
-        )
-        await self.approval_messages.save(
-            approval_id,
-            team_id,
-            (str(response["channel"]), str(response["ts"])),
-            (requester_channel, requester_thread_ts),
-            note_ts,
-        )
-
-    async def show_deciding(
-        self,
-        approval_id: str,
-        channel: str | None,
-        card_ts: str | None,
-        clicker: ChatUser,
-        verb: str = "Approving",
-        clicked_blocks: list[dict[str, Any]] | None = None,
-    ) -> None:
-        """At once after a click, before any slow work: the card says "Approving… (bob)" and
-        loses its buttons, so nobody clicks a card that is already being decided. From the
-        clicked card's own blocks when Slack sent them (no database read: this must come
-        first), else from the approval. Best effort: the decision goes on if Slack refuses."""
-        who = f"<@{clicker.user_id}>"
-        card = (
-            deciding_from_blocks(clicked_blocks, who, verb)
-            if clicked_blocks and channel and card_ts
-            else None
-        )
-        if card is None:
-            stored = await self.approval_messages.get(approval_id)
-            if stored is not None:
-                channel, card_ts = stored.card_channel_id, stored.card_ts
-            view = await self.assistant.approval_view(approval_id)
-            if not channel or not card_ts or view is None or view.status != "pending":
-                return
-            card = deciding_card(view, who, verb)
-        if not channel or not card_ts:
-            return
-        try:
-            await self.client.chat_update(
-                channel=channel, ts=card_ts, text=card.text, blocks=card.blocks
-            )
-        except SlackApiError as exc:
-            log.warning("could not mark card as deciding: %s", exc.response.get("error"))
-
-    async def restore_card(
-        self, approval_id: str, channel: str | None, card_ts: str | None
-    ) -> None:
-        """After a click that decided nothing (refused, invalid, failed, or another decision
-        won): the card shows the approval as it now is — buttons again while it is still
-        pending, the outcome once settled; one still running is left to its decider."""
-        stored = await self.approval_messages.get(approval_id)
-        if stored is not None:
-            channel, card_ts = stored.card_channel_id, stored.card_ts
-        view = await self.assistant.approval_view(approval_id)
-        if not channel or not card_ts or view is None:
-            return
-        if view.status == "pending":
-            card = approval_card(view)
-        elif is_settled(view.status):
-            status = normalise_state(view.status)
-            decision = (
-                status
-                if status in ("expired", "rejected")
-                else "edited"
-                if view.edited_by
-                else "approved"
-            )
-            card = decided_card(
-                view,
-                approval_id,
-                decision,
-                view.decided_by or "",
-                status,
-                state=status,
-                reason=view.outcome_reason,
-            )
-        else:
-            return
-        try:
-            await self.client.chat_update(
-                channel=channel, ts=card_ts, text=card.text, blocks=card.blocks
-            )
-        except SlackApiError as exc:
-            log.warning("could not restore card: %s", exc.response.get("error"))
-
-    async def publish_home(self, chat_user: ChatUser) -> None:
-        """App Home for ``chat_user``: status, their pending requests, what waits for them."""
-        status = await self.assistant.status(chat_user)
-        if not status.linked and status.login_url is None:
-            status = type(status)(linked=False, login_url=await self.assistant.link_url(chat_user))
-        pending = await self.assistant.pending_for(chat_user) if status.linked else []
-        awaiting = await self.assistant.awaiting_approver(chat_user) if status.linked else []
-        view = home_view(status, pending, awaiting)
-        memory = getattr(self.assistant, "memory", None)
-        if memory is not None and status.linked:
-            from bot.slack.memory import memory_home_blocks  # it imports this module
-
-            view["blocks"][2:2] = memory_home_blocks(await memory.preferences(chat_user))
-        await self.client.views_publish(user_id=chat_user.user_id, view=view)
-
-    async def refresh_homes(self, approval_id: str) -> None:
-        """Republish App Home for the requester and every eligible approver of
-        ``approval_id`` (created or decided), so no Home shows a stale list."""
-        try:
-            audience = await self.assistant.home_audience(approval_id)
-        except Exception as exc:  # Home is a convenience: never fail the decision for it
-            log.warning("home audience of %s unknown: %s", approval_id, type(exc).__name__)
-            return
-        for chat_user in audience:
-            if chat_user.platform != "slack":
-                continue
-            try:
-                await self.publish_home(chat_user)
-            except Exception as exc:  # one user's Home does not stop the others
-                log.warning("home not published: %s", type(exc).__name__)
-
-    async def apply_outcome(
-        self,
-        outcome: DecisionOutcome | None,
-        approval_id: str,
-        clicker: ChatUser,
-        channel: str | None,
-        card_ts: str | None,
-    ) -> None:
-        """Show a decision: card updated in place and the requester told, or a refusal only
-        the clicker sees."""
-        if isinstance(outcome, Decided):
-            await self._show_decision(outcome, clicker, channel, card_ts)
-            return
-        if not isinstance(outcome, Expired):
-            # Nothing was decided by this click: the "Approving…" card shows the approval as
-            # it now is (an expired one is shown as such below).
-            await self.restore_card(approval_id, channel, card_ts)
-        if isinstance(outcome, LinkRequired):
-            await self.ephemeral(channel, clicker.user_id, connect_prompt(outcome.login_url))
-            return
-        if isinstance(outcome, AlreadyDecided):
-            text = f":information_source: This request was already decided by {escape(outcome.by)}."
-        elif isinstance(outcome, NotAuthorised):
-            text = f":no_entry_sign: You can't decide this request: {escape(outcome.reason)}"
-        elif isinstance(outcome, Expired):
-            text = ":hourglass: This request has expired; nothing was run."
-            await self._update_card(approval_id, channel, card_ts, "expired", "", "not run")
-        elif isinstance(outcome, InvalidEdit):
-            problems = "; ".join(f"{k}: {v}" for k, v in outcome.field_errors.items())
-            text = f":warning: The edited arguments were not accepted: {escape(problems)}"
-        else:
-            text = FAILURE_TEXT
-        await self.ephemeral(channel, clicker.user_id, text_message(text))
-
-    async def _show_decision(
-        self, outcome: Decided, clicker: ChatUser, channel: str | None, card_ts: str | None
-    ) -> None:
-        await self.announce(outcome, channel, card_ts, by=f"<@{clicker.user_id}>")
-
-    async def announce(
-        self,
-        outcome: Decided,
-        channel: str | None = None,
-        card_ts: str | None = None,
-        *,
-        by: str = "",
-    ) -> None:
-        """Show a decision taken anywhere (a click, or the expiry sweeper): the card is
-        updated in place and the requester's thread is told."""
-        by = outcome.decided_by or by
-        await self._update_card(
-            outcome.approval_id,
-            channel,
-            card_ts,
-            outcome.decision,
-            by,
-            outcome.outcome,
-            state=outcome.state or None,
-            reason=outcome.outcome_reason,
-        )
-        stored = await self.approval_messages.get(outcome.approval_id)
-        if stored is not None and stored.requester_note_ts:
-            await self._update_note(outcome, stored.requester_channel_id, stored.requester_note_ts)
-        await self.refresh_homes(outcome.approval_id)
-        if stored is not None:
-            target: tuple[str, str] | None = (
-                stored.requester_channel_id,
-                stored.requester_thread_ts,
-            )
-        elif outcome.requester_ref is not None:
-            target = (outcome.requester_ref.channel_id, outcome.requester_ref.thread_ts)
-        else:
-            target = None
-        if target is None:
-            log.warning("no requester thread known for approval %s", outcome.approval_id)
-            return
-        header = _decision_header(outcome, by)
-        result = outcome.requester_result
-        if isinstance(result, Answered):
-            messages = answer_messages(result.answer, header=header)
-        elif isinstance(result, Refused):
-            messages = [text_message(f"{header}\n{escape(result.reason)}")]
-        else:
-            messages = [text_message(f"{header}\n*Outcome:* {_outcome_text(outcome)}")]
-        await self.post(target[0], target[1], messages)
-
-    async def _update_note(self, outcome: Decided, channel: str, note_ts: str) -> None:
-        """The requester's "needs approval" note no longer says it waits."""
-        view = await self.assistant.approval_view(outcome.approval_id)
-        what = f"`{escape(view.server)}` · `{escape(view.tool)}`" if view else "Your request"
-        message = text_message(f"{what}: {_decision_header(outcome, outcome.decided_by)}")
-        try:
-            await self.client.chat_update(
-                channel=channel, ts=note_ts, text=message.text, blocks=message.blocks
-            )
-        except SlackApiError as exc:
-            log.warning("could not update the requester's note: %s", exc.response.get("error"))
-
-    async def _update_card(
-        self,
-        approval_id: str,
-        channel: str | None,
-        card_ts: str | None,
-        decision: str,
-        by: str,
-        outcome: str,
-        *,
-        state: str | None = None,
-        reason: str | None = None,
-    ) -> None:
-        stored = await self.approval_messages.get(approval_id)
-        if stored is not None:
-            channel, card_ts = stored.card_channel_id, stored.card_ts
-        if not channel or not card_ts:
-            log.warning("no card known for approval %s", approval_id)
-            return
-        view = await self.assistant.approval_view(approval_id)
-        card = decided_card(view, approval_id, decision, by, outcome, state=state, reason=reason)
-        await self.client.chat_update(
-            channel=channel, ts=card_ts, text=card.text, blocks=card.blocks
-        )
-
-
-def _outcome_text(outcome: Decided) -> str:
-    if outcome.state:
-        return state_line(outcome.state, outcome.outcome_reason)
-    return escape(outcome.outcome)
-
-
-def _decision_header(outcome: Decided, by: str) -> str:
-    """One line for the requester: who decided what, and what came of it (same words as the
-    card)."""
-    if outcome.decision == "expired":
-        return "Your request *expired* before an approver decided it; nothing was run."
-    header = f"Your request was *{escape(outcome.decision)}* by {escape(by)}"
-    if outcome.state and normalise_state(outcome.state) not in ("approved", "rejected"):
-        return f"{header} — {_outcome_text(outcome)}."
-    return f"{header}."
+__all__ = ["FAILURE_TEXT", "NOT_IN_CHANNEL_TEXT", "Indicator", "Recorder", "SlackAdapter"]
