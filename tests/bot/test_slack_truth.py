@@ -1,5 +1,6 @@
 """Issue 18, what people see — over HTTP against the running app with the REAL core (dev IdP,
-broker, reference MCP servers, agent with a scripted model, approvals and audit in SQL):
+broker, reference MCP servers, agent with a scripted model, approvals and audit in SQL, on
+SQLite and PostgreSQL, answered in process and as durable jobs):
 
 - the card shows what runs: after an Edit the edited arguments, marked "edited by bob";
   "Approving… (bob)" the moment the click lands, before the write;
@@ -95,10 +96,10 @@ def _homes(env: SlackEnv, user: str) -> list[str]:
 async def test_edit_shows_edited_arguments_approving_at_once_and_updates_note_and_homes(
     run_app: RunApp,
     agent_env: AgentEnv,  # noqa: F811  (the fixture imported above)
-    sqlite_url: str,
+    database_url: str,
 ) -> None:
-    assistant_cm, run = await _start(run_app, agent_env, sqlite_url)
-    async with assistant_cm as assistant, run(assistant, sqlite_url) as env:
+    assistant_cm, run = await _start(run_app, agent_env, database_url)
+    async with assistant_cm as assistant, run(assistant, database_url) as env:
         await _ask(env, "close PAY-102", "1700009900.0001")
         await env.fake.wait_for(
             "chat.postMessage", where=lambda p: p["channel"] == "ops-approvals", wait=60
@@ -178,10 +179,10 @@ async def test_edit_shows_edited_arguments_approving_at_once_and_updates_note_an
 async def test_a_lying_model_gets_neither_its_claimed_actions_nor_its_urls_shown(
     run_app: RunApp,
     agent_env: AgentEnv,  # noqa: F811  (the fixture imported above)
-    sqlite_url: str,
+    database_url: str,
 ) -> None:
-    assistant_cm, run = await _start(run_app, agent_env, sqlite_url, lying_model)
-    async with assistant_cm as assistant, run(assistant, sqlite_url) as env:
+    assistant_cm, run = await _start(run_app, agent_env, database_url, lying_model)
+    async with assistant_cm as assistant, run(assistant, database_url) as env:
         await _ask(env, "show PAY-101", "1700009900.0002")
         answer = (
             await env.fake.wait_for("chat.update", where=lambda p: p["channel"] == "C0PAY", wait=60)
@@ -202,10 +203,10 @@ async def test_a_lying_model_gets_neither_its_claimed_actions_nor_its_urls_shown
 async def test_a_refused_write_reads_failed_with_the_servers_reason(
     run_app: RunApp,
     agent_env: AgentEnv,  # noqa: F811  (the fixture imported above)
-    sqlite_url: str,
+    database_url: str,
 ) -> None:
-    assistant_cm, run = await _start(run_app, agent_env, sqlite_url)
-    async with assistant_cm as assistant, run(assistant, sqlite_url) as env:
+    assistant_cm, run = await _start(run_app, agent_env, database_url)
+    async with assistant_cm as assistant, run(assistant, database_url) as env:
         for n, ts in enumerate(("1700009900.0003", "1700009900.0004")):
             await _ask(env, "close PAY-103", ts)
             await env.fake.wait_for(
