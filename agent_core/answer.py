@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -114,14 +115,66 @@ def collect_ids(value: Any, out: set[str] | None = None) -> set[str]:
     return found
 
 
-def verify_sources(draft: FinalAnswer, seen: Mapping[str, set[str]], *, model_used: str) -> Answer:
-    """Keep only sources whose id appeared in this run's results from that system."""
+URL_KEYS = ("url", "link", "html_url", "web_url", "href", "permalink")
+_URL = re.compile(r"https?://[^\s<>()\[\]`]+")
+_MD_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^)\s]+)\)")
+
+
+def collect_links(value: Any, out: dict[str, str] | None = None) -> dict[str, str]:
+    """Record id → URL for every item of a tool result that carries both (``url``, ``link``…
+    beside an id-like key): the only URLs an answer may link to."""
+    found = out if out is not None else {}
+    if isinstance(value, Mapping):
+        url = next(
+            (v for k in URL_KEYS if isinstance(v := value.get(k), str) and _URL.fullmatch(v)),
+            None,
+        )
+        if url is not None:
+            for k, v in value.items():
+                if isinstance(v, str | int) and not isinstance(v, bool) and _is_id_key(str(k)):
+                    found.setdefault(str(v), url)
+        for v in value.values():
+            if isinstance(v, Mapping | list | tuple | str):
+                collect_links(v, found)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            collect_links(item, found)
+    elif isinstance(value, str):
+        text = value.strip()
+        if text[:1] in "[{":
+            with contextlib.suppress(ValueError):
+                collect_links(json.loads(text), found)
+    return found
+
+
+def unlink(text: str, allowed: set[str]) -> str:
+    """``text`` with every URL a tool result did not carry made inert: a Markdown link keeps
+    only its label, a bare URL becomes code (shown, never clickable)."""
+    text = _MD_LINK.sub(lambda m: m.group(0) if m.group(2) in allowed else m.group(1), text)
+    parts = re.split(r"(\[[^\]\n]+\]\(https?://[^)\s]+\))", text)
+    for i in range(0, len(parts), 2):  # outside the kept Markdown links
+        parts[i] = _URL.sub(
+            lambda m: m.group(0) if m.group(0) in allowed else f"`{m.group(0)}`", parts[i]
+        )
+    return "".join(parts)
+
+
+def verify_sources(
+    draft: FinalAnswer,
+    seen: Mapping[str, set[str]],
+    *,
+    model_used: str,
+    links: Mapping[str, Mapping[str, str]] | None = None,
+) -> Answer:
+    """Keep only sources whose id appeared in this run's results from that system; each
+    link is the URL that result carried for that id (``links``), never the model's."""
     kept: list[Source] = []
     dropped: list[str] = []
     for s in draft.sources:
         if s.id in seen.get(s.system, set()):
             if all((k.system, k.id) != (s.system, s.id) for k in kept):
-                kept.append(s)
+                link = (links or {}).get(s.system, {}).get(s.id)
+                kept.append(Source(system=s.system, id=s.id, link=link))
         else:
             dropped.append(f"{s.system}:{s.id}")
     caveats = list(draft.caveats)

@@ -109,7 +109,9 @@ def _final(question: str, results: list[ToolMessage]) -> dict[str, Any]:
         system = (msg.name or "").split("_", 1)[0]
         text = msg.text
         if msg.status == "error":
-            lines.append(text)
+            # The error text is written for the model; the answer only says what failed
+            # (opsbot adds the reason for people from the call's record).
+            lines.append(f"{msg.name} did not succeed.")
             caveats.append(f"{msg.name} did not succeed.")
             continue
         data = msg.artifact if msg.artifact is not None else _loads(text)

@@ -23,6 +23,7 @@ from langgraph.types import Command
 
 from agent_core.middleware import ToolHandler, error_message
 from agent_core.policy import ToolPolicy
+from agent_core.texts import note
 from agent_core.tools import IDEMPOTENCY_ARG
 
 HITL_EDITS_KEY = "hitl_edited_tool_calls"
@@ -140,6 +141,9 @@ class RepeatGuard(AgentMiddleware[Any, Any, Any]):
                         name=call["name"],
                         tool_call_id=call["id"],
                         status="error",
+                        response_metadata=note(
+                            "not_run", f"{call['name']} was not run again: an approver {verdict} it"
+                        ),
                     )
                 )
         update: dict[str, Any] = {}

@@ -36,6 +36,7 @@ from agent_core.errors import (
     ToolTimeoutError,
     ToolTransientError,
 )
+from agent_core.texts import Outcome, note, tool_note
 
 ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
 
@@ -52,9 +53,24 @@ def _context(request: ToolCallRequest) -> RunContext:
     return ctx
 
 
-def error_message(request: ToolCallRequest, text: str) -> ToolMessage:
+def error_message(
+    request: ToolCallRequest, text: str, *, people: str = "", outcome: Outcome = "not_run"
+) -> ToolMessage:
+    """An error result: ``text`` for the model; ``people`` (and the call's ``outcome``) beside
+    it for anyone shown what happened (see ``agent_core.texts``)."""
     call = request.tool_call
-    return ToolMessage(content=text, name=call["name"], tool_call_id=call["id"], status="error")
+    return ToolMessage(
+        content=text,
+        name=call["name"],
+        tool_call_id=call["id"],
+        status="error",
+        response_metadata=note(outcome, people or f"{call['name']} was not run.", args=_ran(call)),
+    )
+
+
+def _ran(call: Any) -> dict[str, Any]:
+    """The arguments a call ran with, for records people read (no idempotency key)."""
+    return {k: v for k, v in dict(call.get("args") or {}).items() if k != "idempotency_key"}
 
 
 def _access_text(ctx: RunContext, server: str, detail: str) -> str:
@@ -63,6 +79,21 @@ def _access_text(ctx: RunContext, server: str, detail: str) -> str:
         f"({detail}). Nothing was executed there. Tell the user which access is missing; do "
         "not retry."
     )
+
+
+def _executed(
+    request: ToolCallRequest, result: ToolMessage | Command[Any]
+) -> ToolMessage | Command[Any]:
+    """Mark a result that came back from the server: what ran (the arguments after any
+    approver's edit, without the idempotency key) and whether it succeeded."""
+    if not isinstance(result, ToolMessage) or tool_note(result) is not None:
+        return result
+    args = _ran(request.tool_call)
+    if result.status == "error":
+        people = f"{request.tool_call['name']} failed."
+        return result.model_copy(update={"response_metadata": note("failed", people, args=args)})
+    metadata = {**(result.response_metadata or {}), **note("succeeded", args=args)}
+    return result.model_copy(update={"response_metadata": metadata})
 
 
 class BindRunMiddleware(AgentMiddleware[Any, Any, Any]):
@@ -122,6 +153,7 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
             return error_message(request, self._unknown_tool_text(ctx, name))
         server = str((request.tool.metadata or {}).get("server", ""))
         is_write = ctx.policy.classify(name).is_write
+        unknown: Outcome = "unknown" if is_write else "failed"
 
         async def refresh(_: Any) -> None:
             await ctx.sessions.refresh(server)
@@ -135,7 +167,7 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                 reraise=True,
             ):
                 with attempt:
-                    return await handler(request)
+                    return _executed(request, await handler(request))
             raise AssertionError("unreachable: tenacity re-raises the last failure")
         except ToolAuthError as exc:
             detail = (
@@ -143,30 +175,59 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                 if exc.status == 401
                 else "insufficient scope for this tool"
             )
-            return error_message(request, _access_text(ctx, server, detail))
+            return error_message(
+                request,
+                _access_text(ctx, server, detail),
+                people=f"the {server} server refused {name}: you have no access for it",
+                outcome="failed",
+            )
         except ConnectRequiredError:
             return error_message(
                 request,
                 f"{name} was not run: {ctx.identity.subject} has not connected the {server} "
                 "server yet. Tell the user to connect it, then ask again; do not retry.",
+                people=f"{name} was not run: connect your {server} account first, then ask again",
             )
         except CredentialError as exc:
-            return error_message(request, _access_text(ctx, server, str(exc)))
+            return error_message(
+                request,
+                _access_text(ctx, server, str(exc)),
+                people=f"{name} was not run: you have no usable access to the {server} server",
+            )
         except CredentialUnavailableError:
             return error_message(
                 request,
                 f"Could not get credentials for {server} right now (the identity service is "
                 f"unreachable). {name} was not run; try again shortly.",
+                people=f"{name} was not run: the identity service is unreachable right now",
             )
         except ToolResultError as exc:
-            return error_message(request, f"{name} failed: {exc}")
+            return error_message(
+                request,
+                f"{name} failed: {exc}",
+                people=f"the {server} server refused {name}: {exc}",
+                outcome="failed",
+            )
         except ToolTimeoutError:
             if is_write:
-                return error_message(request, WRITE_TIMEOUT_TEXT.format(tool=name))
-            return error_message(request, f"{name} timed out on {server}; try again later.")
+                return error_message(
+                    request,
+                    WRITE_TIMEOUT_TEXT.format(tool=name),
+                    people=f"{server} did not answer in time; whether {name} was applied is "
+                    "not known yet",
+                    outcome="unknown",
+                )
+            return error_message(
+                request,
+                f"{name} timed out on {server}; try again later.",
+                people=f"{server} did not answer in time",
+                outcome="failed",
+            )
         except ServerUnavailableError:
             return error_message(
-                request, f"The {server} server is unavailable right now; {name} was not run."
+                request,
+                f"The {server} server is unavailable right now; {name} was not run.",
+                people=f"{name} was not run: the {server} server is unavailable right now",
             )
         except ToolTransientError as exc:
             if is_write:
@@ -174,10 +235,20 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                     request,
                     f"{exc}. "
                     + WRITE_TIMEOUT_TEXT.format(tool=name).replace("timed out", "failed"),
+                    people=f"{server} failed to answer; whether {name} was applied is not "
+                    "known yet",
+                    outcome=unknown,
                 )
-            return error_message(request, f"{name} failed on {server}: {exc}. Try again later.")
+            return error_message(
+                request,
+                f"{name} failed on {server}: {exc}. Try again later.",
+                people=f"{server} failed to answer",
+                outcome="failed",
+            )
         except ToolCallError as exc:
-            return error_message(request, f"{name} failed: {exc}")
+            return error_message(
+                request, f"{name} failed: {exc}", people=f"{name} failed", outcome=unknown
+            )
 
     @staticmethod
     def _unknown_tool_text(ctx: RunContext, name: str) -> str:

@@ -17,12 +17,15 @@ from agent_core.answer import (
     ReadStep,
     ReviewConfig,
     collect_ids,
+    collect_links,
     fallback_answer,
+    unlink,
     verify_sources,
 )
 from agent_core.errors import not_responding_text
 from agent_core.guards import BULK_KEY
 from agent_core.policy import ToolPolicy
+from agent_core.texts import for_people, tool_note
 
 LIMIT_TEXT = "Model call limits exceeded"
 
@@ -63,6 +66,46 @@ class Results:
                 collect_ids(m.content, ids)
         return seen
 
+    def _links(self, turn: list[AnyMessage]) -> dict[str, dict[str, str]]:
+        """Per server: id → the URL this run's own tool results carried for it."""
+        links: dict[str, dict[str, str]] = {}
+        for m in turn:
+            if isinstance(m, ToolMessage) and m.status != "error" and m.name:
+                server = self._server_of(m.name)
+                if server is None:
+                    continue
+                found = links.setdefault(server, {})
+                collect_links(m.artifact, found)
+                collect_links(m.content, found)
+        return links
+
+    def actions(self, turn: list[AnyMessage]) -> tuple[list[str], list[str]]:
+        """What this run really did, from its own tool-call records (never the model's
+        text): the write calls that reached a server, each with its arguments and outcome;
+        and, as caveats, writes that were not run and why. People's words only."""
+        actions: list[str] = []
+        caveats: list[str] = []
+        for m in turn:
+            if not isinstance(m, ToolMessage) or not m.name or self._server_of(m.name) is None:
+                continue
+            info = tool_note(m)
+            if info is None or not self.policy.classify(m.name).is_write:
+                continue  # a read, or a call that never got as far as opsbot's tool layer
+            outcome = str(info.get("outcome"))
+            people = str(info.get("people_text") or "")
+            if outcome == "not_run":
+                caveats.append(people or f"{m.name} was not run.")
+                continue
+            args = info.get("args")
+            what = f"{m.name} ({_summary(args)})" if isinstance(args, dict) else m.name
+            if outcome == "succeeded":
+                actions.append(f"{what}: done")
+            elif outcome == "failed":
+                actions.append(f"{what}: failed — {people}" if people else f"{what}: failed")
+            else:
+                actions.append(f"{what}: outcome unknown — being reconciled")
+        return actions, caveats
+
     def answer(
         self,
         values: Mapping[str, Any],
@@ -80,24 +123,40 @@ class Results:
         caveats += [
             f"You have no access to the {s} server; its data is not included." for s in no_access
         ]
+        actions, not_run = self.actions(turn)
+        caveats += not_run
         draft = self._final_answer(turn)
         if draft is not None:
-            answer = verify_sources(draft, self._seen_ids(turn), model_used=used)
+            links = self._links(turn)
+            answer = verify_sources(draft, self._seen_ids(turn), model_used=used, links=links)
+            allowed = {url for found in links.values() for url in found.values()}
+            # The model's text is for people only after model-directed sentences are gone;
+            # a URL no tool result carried is never a link. What ran comes from the records:
+            # a finished run has nothing waiting for approval.
+            answer.answer = unlink(for_people(answer.answer), allowed)
+            answer.caveats = [unlink(for_people(c), allowed) for c in answer.caveats]
+            answer.caveats = [c for c in answer.caveats if c]
+            answer.actions_taken = actions
+            answer.pending_approvals = []
             answer.caveats = [*answer.caveats, *(c for c in caveats if c not in answer.caveats)]
             return answer
         last = next((m for m in reversed(turn) if isinstance(m, AIMessage)), None)
         if stopped or (last is not None and LIMIT_TEXT in last.text):
-            return fallback_answer(
+            stop = fallback_answer(
                 "I stopped: this request took more steps than allowed. Nothing further was "
                 "run; please narrow the request or try again.",
                 model_used=used,
                 caveats=[*caveats, "The model call limit was reached."],
             )
-        return fallback_answer(
+            stop.actions_taken = actions
+            return stop
+        fallback = fallback_answer(
             "Sorry — I could not produce a well-formed answer for this request.",
             model_used=used,
             caveats=[*caveats, "The model's answer did not match the expected format."],
         )
+        fallback.actions_taken = actions
+        return fallback
 
     @staticmethod
     def _final_answer(turn: list[AnyMessage]) -> FinalAnswer | None:
@@ -167,6 +226,13 @@ class Results:
             reads=reads,
             bulk_write=bool(bulk) or len(actions) >= self.bulk_write_threshold,
             bulk_reason=(bulk or {}).get("reason"),
-            answer_so_far=last.text if last is not None else "",
+            answer_so_far=for_people(last.text) if last is not None else "",
             model_used=model_used,
         )
+
+
+def _summary(args: dict[str, Any], limit: int = 120) -> str:
+    """``key=value, …`` on one line for an action line (no idempotency key)."""
+    parts = [f"{k}={' '.join(str(v).split())}" for k, v in args.items() if k != "idempotency_key"]
+    line = ", ".join(parts)
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from approvals.errors import (
 from approvals.records import EXPIRY_DECIDER, ActionDecision, Approval, ApprovalStatus
 from approvals.rules import check_decider
 from approvals.service import ApprovalService, DecisionReport
+from assistant.outcomes import reason_of, state_of
 from assistant.types import (
     AlreadyDecided,
     Answer,
@@ -48,6 +50,7 @@ from assistant.types import (
     Edit,
     Expired,
     InvalidEdit,
+    Linked,
     LinkRequired,
     NotAuthorised,
     Refused,
@@ -72,6 +75,7 @@ ACCESS_REVOKED_TEXT = (
     "expired). Connect again with `/ops link`, or ask your administrator."
 )
 UNCHECKED_TEXT = "Your company account could not be checked right now; please try again soon."
+_FAR = timedelta(days=3650)
 
 __all__ = ["AgentPort", "Assistant", "Recovered", "Recovery", "notify_each"]
 
@@ -119,9 +123,12 @@ class Assistant:
         memory: MemoryCommands | None = None,
         recovery: Recovery | None = None,
         links: LinkCompleter | None = None,
+        people: Callable[[], Awaitable[list[ChatUser]]] | None = None,
     ) -> None:
         self._identities = identities
         self._links = links  # finishes account links (/oauth/callback); None: served elsewhere
+        # Every linked chat user (to find an approval's eligible approvers for App Home).
+        self._people = people
         self._recovery = recovery
         self._memory = memory  # user memory (``/ops memory``, App Home); None when disabled
         self._threads = threads
@@ -260,6 +267,32 @@ class Assistant:
             mine.append(await self._view(approval))
         return mine
 
+    async def home_audience(self, approval_id: str) -> list[ChatUser]:
+        """The requester and every linked person who may decide ``approval_id`` now (or, once
+        decided, could have): whose App Home lists it."""
+        approval = await self._approvals.store.get(approval_id)
+        if approval is None:
+            return []
+        audience = [approval.requester_chat_user] if approval.requester_chat_user else []
+        pending = dataclasses.replace(
+            approval, status=ApprovalStatus.PENDING, expires_at=approval.created_at + _FAR
+        )
+        for chat_user in await self._people() if self._people is not None else []:
+            if chat_user in audience:
+                continue
+            try:
+                identity = await self._identities.resolve(chat_user)
+            except BrokerError:
+                continue  # a broken link: not an approver now
+            if identity is None:
+                continue
+            try:
+                check_decider(pending, identity, approval.created_at)
+            except (NotAuthorisedError, ApprovalExpiredError, AlreadyDecidedError):
+                continue
+            audience.append(chat_user)
+        return audience
+
     # --- account --------------------------------------------------------------------
 
     async def link_url(self, chat_user: ChatUser) -> str:
@@ -268,11 +301,13 @@ class Assistant:
     async def unlink(self, chat_user: ChatUser) -> bool:
         return await self._identities.unlink(chat_user)
 
-    async def complete_link(self, state: str, code: str) -> str:
+    async def complete_link(self, state: str, code: str) -> Linked:
         if self._links is None:
             raise LinkingError("account links are not completed by this process")
         identity = await self._links.complete_link(state, code)
-        return identity.email or identity.subject
+        if identity.chat_user is None:  # a link always names its chat account
+            raise LinkingError("the completed link names no chat account")
+        return Linked(identity.chat_user, identity.email or identity.subject)
 
     async def status(self, chat_user: ChatUser) -> UserStatus:
         """What opsbot knows of ``chat_user``; a link the IdP no longer honours (revoked)
@@ -349,16 +384,16 @@ class Assistant:
             if approval.decided_by == EXPIRY_DECIDER
             else label["edit" if "edit" in types else "approve" if "approve" in types else "reject"]
         )
-        outcome = approval.status.value
-        if approval.outcome.get("reason"):
-            outcome += f": {approval.outcome['reason']}"
+        state, reason = state_of(approval), reason_of(approval)
         return Decided(
             approval_id=approval.approval_id,
             decision=decision,
             decided_by=_who(approval.decided_by),
-            outcome=outcome,
+            outcome=f"{approval.status.value}: {reason}" if reason else approval.status.value,
             requester_ref=None if thread is None else thread.ref,
             requester_result=requester_result,
+            state=state,
+            outcome_reason=reason,
         )
 
     async def _requester(self, approval: Approval) -> Identity:
@@ -370,18 +405,25 @@ class Assistant:
     async def _view(self, approval: Approval) -> ApprovalView:
         first = approval.actions[0]
         thread = await self._threads.get(approval.thread_id)
+        edit = next(
+            (d for d in approval.decisions[:1] if d.type == "edit" and d.args is not None), None
+        )
         return ApprovalView(
             approval_id=approval.approval_id,
             tool=first.tool,
             server=first.server,
-            args=dict(first.args),
+            # What runs: the approver's edited arguments when there are any.
+            args=dict(edit.args if edit is not None and edit.args is not None else first.args),
+            original_args=dict(first.args) if edit is not None else None,
+            edited_by=_who(approval.decided_by) if edit is not None else None,
+            outcome_reason=reason_of(approval),
             requester=approval.requester_subject,
             requester_chat_user=approval.requester_chat_user,
             requester_ref=None if thread is None else thread.ref,
             reads=[f"{r.tool} {r.ref_id}" for r in approval.reads],
             expires_at=approval.expires_at,
             input_schema=self._agent.tool_schema(first.tool) or dict(first.input_schema),
-            status=approval.status.value,
+            status=state_of(approval),
             description=first.description,
             decided_by=approval.decided_by,
             approver_group=first.approver_group or None,

@@ -36,6 +36,7 @@ __all__ = [
     "Expired",
     "InvalidEdit",
     "LinkRequired",
+    "Linked",
     "NotAuthorised",
     "PlatformRef",
     "Refused",
@@ -45,6 +46,14 @@ __all__ = [
     "Source",
     "UserStatus",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Linked:
+    """An account link just completed: whose chat account, and the company identity shown."""
+
+    chat_user: ChatUser
+    who: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +138,12 @@ class ApprovalView:
     description: str = ""
     decided_by: str | None = None
     approver_group: str | None = None
+    # After an Edit: ``args`` are the edited ones (what runs), ``original_args`` what the
+    # model proposed, ``edited_by`` who changed them.
+    original_args: dict[str, Any] | None = None
+    edited_by: str | None = None
+    # Why the approval ended as it did, in people's words (never text meant for the model).
+    outcome_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +181,10 @@ class Decided:
     outcome: str
     requester_ref: PlatformRef | None
     requester_result: Reply | None
+    # The approval's state (``assistant.outcomes``) and its reason for people; ``outcome``
+    # keeps the older one-line form.
+    state: str = ""
+    outcome_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,13 +250,17 @@ class AssistantPort(Protocol):
 
     async def awaiting_approver(self, chat_user: ChatUser) -> list[ApprovalView]: ...
 
+    async def home_audience(self, approval_id: str) -> list[ChatUser]:
+        """Whose App Home lists ``approval_id``: its requester and its eligible approvers."""
+        ...
+
     async def link_url(self, chat_user: ChatUser) -> str: ...
 
     async def unlink(self, chat_user: ChatUser) -> bool: ...
 
     async def status(self, chat_user: ChatUser) -> UserStatus: ...
 
-    async def complete_link(self, state: str, code: str) -> str:
+    async def complete_link(self, state: str, code: str) -> Linked:
         """Finish an account link from the IdP's redirect (``/oauth/callback``): who was
         linked. Raises (``InvalidStateError``, ``LinkingError``) when the login is refused."""
         ...

@@ -7,6 +7,10 @@ N approvers click Approve at once, split across two app instances (each with its
 checkpointer pool and agent). Latency runs from the clicks to the write's completion at the
 server; ``executions`` is the largest number of changes the server's log shows for one round
 (it must be 1).
+
+Then, over HTTP through the running Slack app, ``--cards`` (20) approvals clicked at once:
+click → card updated and click → write done (p50/p99), and audit rows == executions
+(``bench/_approval_cards.py``).
 """
 
 from __future__ import annotations
@@ -25,12 +29,17 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import make_url
 
+from bench._approval_cards import cards_bench
+
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clicks", type=int, default=50, help="concurrent Approve clicks")
     parser.add_argument("--rounds", type=int, default=20, help="approvals measured")
+    parser.add_argument(
+        "--cards", type=int, default=20, help="cards clicked at once over HTTP (0: skip)"
+    )
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -164,6 +173,8 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                     executions.append(len(changes))
                     elapsed = (written_at[approval.approval_id] - started) * 1000
                     (latencies if n > 1 else single).append(elapsed)
+            cards = int(getattr(args, "cards", 20) if args is not None else 20)
+            slack = await cards_bench(url, env, servers, cards) if cards > 0 else {}
     return {
         "bench": "approval",
         "database": make_url(url).get_backend_name(),
@@ -175,4 +186,5 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
         "single_click_ms_p50": round(statistics.median(single), 2),
         "executions": max(executions),
         "executions_per_round": sorted(set(executions)),
+        **slack,
     }

@@ -288,3 +288,16 @@ class SqlLinkStore:
             code_verifier=self._cipher.decrypt(row["code_verifier_encrypted"]),
             expires_at=row["expires_at"],
         )
+
+
+async def linked_chat_users(engine: AsyncEngine, limit: int = 500) -> list[ChatUser]:
+    """The chat users with an account link in this database, oldest first (at most ``limit``):
+    the people whose App Home may list an approval. Reads no token."""
+    c = account_links.c
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(c.platform, c.team_id, c.user_id).order_by(c.created_at).limit(limit)
+            )
+        ).all()
+    return [ChatUser(r.platform, r.team_id, r.user_id) for r in rows]

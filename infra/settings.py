@@ -308,12 +308,14 @@ class ApprovalSettings(Section):
     """Approvals and audit (maximum ages per tool live in the tool policy:
     max_approval_age_seconds)."""
 
-    sweep_interval_seconds: float = Field(default=60.0, gt=0)
+    sweep_interval_seconds: float = Field(default=5.0, gt=0)
     """How often the in-process sweeper rejects approvals past their maximum age and finishes
-    approvals a crash interrupted (`opsbot sweep` does one pass on demand)."""
-    reconcile_grace_seconds: float = Field(default=120.0, ge=0)
+    approvals a crash interrupted (`opsbot sweep` does one pass on demand). With the grace, a
+    decision a crash interrupted is finished within grace + interval (≤ 30 s by default)."""
+    reconcile_grace_seconds: float = Field(default=20.0, ge=0)
     """Sweeps and `opsbot reconcile` leave pending write records and approvals left deciding
-    younger than this alone (they may still be running on another instance)."""
+    younger than this alone (they may still be running on another instance): keep it above
+    the longest write, retries included."""
     audit_max_payload_bytes: int = Field(default=2048, ge=256)
     """Audit argument summaries larger than this (JSON bytes, after redaction) are stored as
     a hash."""

@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "opsbot.commands.audit",
     "opsbot.commands.tools",
     "opsbot.commands.sweep",
+    "opsbot.commands.approvals",
     "opsbot.commands.reconcile",
     "opsbot.commands.prune",
 )

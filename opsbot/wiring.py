@@ -9,6 +9,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -16,6 +17,7 @@ from agent_core.threads import SqlThreadStore
 from approvals.service import ApprovalService
 from assistant.service import Assistant, Recovery
 from audit.reconcile import McpChangeLog, Reconciler
+from broker.links import linked_chat_users
 from broker.types import IdentityService
 from infra.clock import Clock, utc_now
 from infra.settings import Settings
@@ -84,6 +86,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                     memory=ops.memory,
                     recovery=recovery,
                     links=local,
+                    people=functools.partial(linked_chat_users, engine),
                 )
     finally:
         await engine.dispose()

@@ -30,6 +30,7 @@ from assistant.types import (
     Edit,
     Expired,
     InvalidEdit,
+    Linked,
     LinkRequired,
     NotAuthorised,
     PlatformRef,
@@ -168,7 +169,14 @@ class FakeAssistant:
                     return InvalidEdit(errors)
                 args = decision.args
             label = {Approve: "approved", Edit: "edited"}.get(type(decision), "rejected")
-            self.approvals[approval_id] = replace(view, status=label, decided_by=person.email)
+            self.approvals[approval_id] = replace(
+                view,
+                status=label,
+                decided_by=person.email,
+                args=args,
+                original_args=view.args if args != view.args else None,
+                edited_by=person.email if args != view.args else None,
+            )
         if label == "rejected":
             result: Reply = Refused("The change was rejected; nothing was written.")
             outcome = "rejected"
@@ -194,6 +202,18 @@ class FakeAssistant:
             return []
         return [v for v in self.approvals.values() if v.status == "pending"]
 
+    async def home_audience(self, approval_id: str) -> list[ChatUser]:
+        view = self.approvals.get(approval_id)
+        if view is None:
+            return []
+        approvers = [
+            ChatUser("slack", team, user)
+            for (team, user), person in self.people.items()
+            if "ticket-leads" in person.groups
+        ]
+        requester = [view.requester_chat_user] if view.requester_chat_user else []
+        return [*requester, *(a for a in approvers if a not in requester)]
+
     async def link_url(self, chat_user: ChatUser) -> str:
         return f"http://idp.test/link/start?user={chat_user.user_id}"
 
@@ -206,7 +226,7 @@ class FakeAssistant:
             return UserStatus(linked=False)
         return UserStatus(True, person.subject, person.email, person.groups)
 
-    async def complete_link(self, state: str, code: str) -> str:
+    async def complete_link(self, state: str, code: str) -> Linked:
         raise InvalidStateError("the fake core issues no login states")
 
     async def sweep_forever(

@@ -29,6 +29,7 @@ pytest_plugins = [
     "tests.fixtures.identity",
     "tests.fixtures.mcp",
     "tests.fixtures.audit",
+    "tests.fixtures.slack_text",
 ]
 
 DATABASE_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]

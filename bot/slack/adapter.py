@@ -1,6 +1,8 @@
 """The Slack side of a conversation: post replies, working indicators, cards, decisions.
 
 Business rules live in the core; this class only turns its results into Web API calls.
+Cards and decisions are in ``bot.slack.decisions``, App Home and account links in
+``bot.slack.homes``, posting in ``bot.slack.output``; ``SlackAdapter`` is all of them.
 """
 
 from __future__ import annotations
@@ -12,28 +14,20 @@ from dataclasses import dataclass
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
-from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from bot.slack.cards import approval_card, decided_card
-from bot.slack.config import SlackBotConfig
 from bot.slack.core import (
-    AlreadyDecided,
     Answered,
     ApprovalRequested,
-    AssistantPort,
     ChatUser,
-    Decided,
-    DecisionOutcome,
-    Expired,
-    InvalidEdit,
     LinkRequired,
-    NotAuthorised,
     PlatformRef,
     Refused,
     Reply,
 )
+from bot.slack.decisions import DecisionViews
 from bot.slack.incoming import Progress, UserMessage
+from bot.slack.output import FAILURE_TEXT
 from bot.slack.render import (
     Message,
     answer_messages,
@@ -42,17 +36,12 @@ from bot.slack.render import (
     slack_date,
     text_message,
 )
-from bot.slack.store import SqlApprovalMessages
 
 log = logging.getLogger(__name__)
 
 NOT_IN_CHANNEL_TEXT = (
     "I can't post in this conversation. Invite me with `/invite @opsbot`, "
     "mention me in a channel I'm in, or send me a direct message."
-)
-FAILURE_TEXT = (
-    ":x: Something went wrong on opsbot's side and the request was not completed. "
-    "Nothing was changed; please try again."
 )
 
 HOME_TEAM_RETRY_SECONDS = 30.0
@@ -75,22 +64,7 @@ class Indicator:
     status_set: bool = False
 
 
-class SlackAdapter:
-    def __init__(
-        self,
-        config: SlackBotConfig,
-        assistant: AssistantPort,
-        client: AsyncWebClient,
-        approval_messages: SqlApprovalMessages,
-    ) -> None:
-        self.config = config
-        self.assistant = assistant
-        self.client = client
-        self.approval_messages = approval_messages
-        # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
-        self.home_team: str | None = None
-        self._home_team_asked_at: float | None = None
-
+class SlackAdapter(DecisionViews):
     # -- policy on who may talk to us at all -------------------------------------------
 
     async def learn_home_team(self) -> str | None:
@@ -163,40 +137,6 @@ class SlackAdapter:
         except SlackApiError as exc:
             log.info("could not clear status: %s", exc.response.get("error"))
         indicator.status_set = False
-
-    async def post(
-        self,
-        channel: str,
-        thread_ts: str | None,
-        messages: list[Message],
-        replace_ts: str | None = None,
-    ) -> str | None:
-        """Post ``messages`` in order; the first may replace a placeholder. Returns first ts."""
-        first: str | None = None
-        for i, message in enumerate(messages):
-            if i == 0 and replace_ts:
-                await self.client.chat_update(
-                    channel=channel, ts=replace_ts, text=message.text, blocks=message.blocks
-                )
-                first = replace_ts
-                continue
-            response = await self.client.chat_postMessage(
-                channel=channel, thread_ts=thread_ts, text=message.text, blocks=message.blocks
-            )
-            first = first or str(response["ts"])
-        return first
-
-    async def ephemeral(self, channel: str | None, user: str, message: Message) -> None:
-        """Only ``user`` sees it; without a channel (App Home), a DM instead."""
-        if channel:
-            try:
-                await self.client.chat_postEphemeral(
-                    channel=channel, user=user, text=message.text, blocks=message.blocks
-                )
-                return
-            except SlackApiError as exc:
-                log.info("ephemeral failed (%s); sending a DM", exc.response.get("error"))
-        await self.client.chat_postMessage(channel=user, text=message.text, blocks=message.blocks)
 
     # -- answering a message ----------------------------------------------------------
 
@@ -281,11 +221,19 @@ class SlackAdapter:
             messages = answer_messages(reply.answer)
         else:
             messages = self._waiting_messages(reply)
-        await self.post(channel, thread_ts, messages, replace_ts=replace)
+        note = messages.pop() if isinstance(reply, ApprovalRequested) else None
+        if messages:
+            await self.post(channel, thread_ts, messages, replace_ts=replace)
+            replace = None
+        note_ts = await self.post(channel, thread_ts, [note], replace_ts=replace) if note else None
         if indicator and indicator.status_set:
             await self._clear_status(indicator)
         if isinstance(reply, ApprovalRequested):
-            await self.post_card(reply.approval.approval_id, team_id, channel, thread_ts)
+            # The note's ts lets the decision update it in place when it lands.
+            await self.post_card(
+                reply.approval.approval_id, team_id, channel, thread_ts, note_ts=note_ts
+            )
+            await self.refresh_homes(reply.approval.approval_id)
 
     def _waiting_messages(self, reply: ApprovalRequested) -> list[Message]:
         approval = reply.approval
@@ -299,118 +247,5 @@ class SlackAdapter:
         messages = answer_messages(reply.answer_so_far)
         return [*messages, text_message(note)]
 
-    # -- approvals --------------------------------------------------------------------
 
-    async def post_card(
-        self, approval_id: str, team_id: str, requester_channel: str, requester_thread_ts: str
-    ) -> None:
-        view = await self.assistant.approval_view(approval_id)
-        if view is None:
-            log.error("approval %s vanished before its card was posted", approval_id)
-            return
-        card = approval_card(view)
-        response = await self.client.chat_postMessage(
-            channel=self.config.approvals_channel, text=card.text, blocks=card.blocks
-        )
-        await self.approval_messages.save(
-            approval_id,
-            team_id,
-            (str(response["channel"]), str(response["ts"])),
-            (requester_channel, requester_thread_ts),
-        )
-
-    async def apply_outcome(
-        self,
-        outcome: DecisionOutcome | None,
-        approval_id: str,
-        clicker: ChatUser,
-        channel: str | None,
-        card_ts: str | None,
-    ) -> None:
-        """Show a decision: card updated in place and the requester told, or a refusal only
-        the clicker sees."""
-        if isinstance(outcome, Decided):
-            await self._show_decision(outcome, clicker, channel, card_ts)
-            return
-        if isinstance(outcome, LinkRequired):
-            await self.ephemeral(channel, clicker.user_id, connect_prompt(outcome.login_url))
-            return
-        if isinstance(outcome, AlreadyDecided):
-            text = f":information_source: This request was already decided by {escape(outcome.by)}."
-        elif isinstance(outcome, NotAuthorised):
-            text = f":no_entry_sign: You can't decide this request: {escape(outcome.reason)}"
-        elif isinstance(outcome, Expired):
-            text = ":hourglass: This request has expired; nothing was run."
-            await self._update_card(approval_id, channel, card_ts, "expired", "", "not run")
-        elif isinstance(outcome, InvalidEdit):
-            problems = "; ".join(f"{k}: {v}" for k, v in outcome.field_errors.items())
-            text = f":warning: The edited arguments were not accepted: {escape(problems)}"
-        else:
-            text = FAILURE_TEXT
-        await self.ephemeral(channel, clicker.user_id, text_message(text))
-
-    async def _show_decision(
-        self, outcome: Decided, clicker: ChatUser, channel: str | None, card_ts: str | None
-    ) -> None:
-        await self.announce(outcome, channel, card_ts, by=f"<@{clicker.user_id}>")
-
-    async def announce(
-        self,
-        outcome: Decided,
-        channel: str | None = None,
-        card_ts: str | None = None,
-        *,
-        by: str = "",
-    ) -> None:
-        """Show a decision taken anywhere (a click, or the expiry sweeper): the card is
-        updated in place and the requester's thread is told."""
-        by = outcome.decided_by or by
-        await self._update_card(
-            outcome.approval_id, channel, card_ts, outcome.decision, by, outcome.outcome
-        )
-        stored = await self.approval_messages.get(outcome.approval_id)
-        if stored is not None:
-            target: tuple[str, str] | None = (
-                stored.requester_channel_id,
-                stored.requester_thread_ts,
-            )
-        elif outcome.requester_ref is not None:
-            target = (outcome.requester_ref.channel_id, outcome.requester_ref.thread_ts)
-        else:
-            target = None
-        if target is None:
-            log.warning("no requester thread known for approval %s", outcome.approval_id)
-            return
-        if outcome.decision == "expired":
-            header = "Your request *expired* before an approver decided it; nothing was run."
-        else:
-            header = f"Your request was *{escape(outcome.decision)}* by {escape(by)}."
-        result = outcome.requester_result
-        if isinstance(result, Answered):
-            messages = answer_messages(result.answer, header=header)
-        elif isinstance(result, Refused):
-            messages = [text_message(f"{header}\n{escape(result.reason)}")]
-        else:
-            messages = [text_message(f"{header}\n*Outcome:* {escape(outcome.outcome)}")]
-        await self.post(target[0], target[1], messages)
-
-    async def _update_card(
-        self,
-        approval_id: str,
-        channel: str | None,
-        card_ts: str | None,
-        decision: str,
-        by: str,
-        outcome: str,
-    ) -> None:
-        stored = await self.approval_messages.get(approval_id)
-        if stored is not None:
-            channel, card_ts = stored.card_channel_id, stored.card_ts
-        if not channel or not card_ts:
-            log.warning("no card known for approval %s", approval_id)
-            return
-        view = await self.assistant.approval_view(approval_id)
-        card = decided_card(view, approval_id, decision, by, outcome)
-        await self.client.chat_update(
-            channel=channel, ts=card_ts, text=card.text, blocks=card.blocks
-        )
+__all__ = ["FAILURE_TEXT", "NOT_IN_CHANNEL_TEXT", "Indicator", "Recorder", "SlackAdapter"]

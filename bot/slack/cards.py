@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bot.slack.core import ApprovalView
+from bot.slack.core import ApprovalView, describe_state, normalise_state
 from bot.slack.render import Block, Message, context, escape, section, sections, slack_date
 
 APPROVE_ACTION_ID = "approval_approve"
@@ -93,7 +93,13 @@ def _card_body(view: ApprovalView) -> list[Block]:
     ]
     if view.description:
         blocks += sections(escape(view.description))
-    blocks += sections("*Arguments*\n" + args_text(view.args))
+    if view.original_args is not None and view.original_args != view.args:
+        # The card shows what runs: the edited arguments, marked, and what was proposed.
+        who = escape(view.edited_by or "the approver")
+        blocks += sections(f"*Arguments* (:pencil2: edited by {who})\n" + args_text(view.args))
+        blocks += sections("*Originally proposed*\n" + args_text(view.original_args))
+    else:
+        blocks += sections("*Arguments*\n" + args_text(view.args))
     blocks += sections("*Chain of reads*\n" + reads_text(view.reads))
     return blocks
 
@@ -112,6 +118,42 @@ def approval_card(view: ApprovalView) -> Message:
     )
 
 
+def deciding_card(view: ApprovalView, who: str, verb: str = "Approving") -> Message:
+    """The card the moment someone clicks: the same facts, "Approving… (bob)", no buttons —
+    shown before any slow work, so nobody clicks a card that is already being decided."""
+    status = context(f":hourglass_flowing_sand: *{escape(verb)}…* ({who})")
+    blocks = [*_card_body(view), status]
+    return Message(text=f"{verb}… ({who}): {view.server} · {view.tool}", blocks=blocks[-50:])
+
+
+def deciding_from_blocks(blocks: list[Block], who: str, verb: str = "Approving") -> Message | None:
+    """``deciding_card`` from the clicked card's own blocks (Slack sends them with the click),
+    without a database read; ``None`` if they are not a pending card's."""
+    if not any(b.get("block_id") == ACTIONS_BLOCK_ID for b in blocks):
+        return None
+    kept = [b for b in blocks if b.get("block_id") != ACTIONS_BLOCK_ID]
+    header = next((b for b in kept if b.get("type") == "header"), None)
+    title = str(((header or {}).get("text") or {}).get("text", "approval"))
+    status = context(f":hourglass_flowing_sand: *{escape(verb)}…* ({who})")
+    return Message(text=f"{verb}… ({who}): {title}"[:3000], blocks=[*kept, status][-50:])
+
+
+_STATE_EMOJI = {
+    "succeeded": ":white_check_mark:",
+    "failed": ":x:",
+    "unknown": ":grey_question:",
+    "rejected": ":no_entry:",
+    "expired": ":hourglass:",
+}
+
+
+def state_line(state: str, reason: str | None) -> str:
+    """``describe_state`` with an emoji: the one wording of an outcome on Slack."""
+    key = normalise_state(state)
+    emoji = _STATE_EMOJI.get(key, ":information_source:")
+    return f"{emoji} {escape(describe_state(key, reason))}"
+
+
 _DECISION_LABEL = {
     "approved": ":white_check_mark: Approved",
     "edited": ":pencil2: Approved with edits",
@@ -121,12 +163,23 @@ _DECISION_LABEL = {
 
 
 def decided_card(
-    view: ApprovalView | None, approval_id: str, decision: str, decided_by: str, outcome: str
+    view: ApprovalView | None,
+    approval_id: str,
+    decision: str,
+    decided_by: str,
+    outcome: str,
+    *,
+    state: str | None = None,
+    reason: str | None = None,
 ) -> Message:
-    """The card after a decision: the same facts, the decision and outcome; no buttons."""
+    """The card after a decision: the same facts, the decision and outcome; no buttons.
+    With ``state`` the outcome is worded by ``describe_state`` (as everywhere else)."""
     label = _DECISION_LABEL.get(decision, escape(decision))
     by = f" by {decided_by}" if decided_by else ""
-    status = section(f"*{label}*{by}\n*Outcome:* {escape(outcome) or '—'}")
+    shown = state_line(state, reason) if state else escape(outcome) or "—"
+    status = section(f"*{label}*{by}\n*Outcome:* {shown}")
+    if state:
+        outcome = describe_state(state, reason)
     if view is None:
         blocks = [status, context(f"Approval `{escape(approval_id)}`")]
     else:

@@ -5,5 +5,8 @@ The adapter only translates: it calls an ``AssistantPort`` (the real ``Assistant
 test fake) and renders the results.
 """
 
+from assistant.outcomes import args_summary, describe_state, is_settled, normalise_state
 from assistant.types import *  # noqa: F403
 from assistant.types import __all__ as __all__
+
+__all__ += ["args_summary", "describe_state", "is_settled", "normalise_state"]

@@ -8,11 +8,10 @@ their decision, and what opsbot remembers about them (with a *Forget all* button
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slack_bolt.async_app import AsyncAck, AsyncApp
 
-from bot.slack.adapter import SlackAdapter
 from bot.slack.cards import decision_buttons
 from bot.slack.core import ApprovalView, ChatUser, Remembered, UserStatus
 from bot.slack.render import (
@@ -25,6 +24,9 @@ from bot.slack.render import (
     sections,
     status_text,
 )
+
+if TYPE_CHECKING:
+    from bot.slack.adapter import SlackAdapter
 
 HOME_BLOCK_LIMIT = 100
 FORGET_ACTION_ID = "memory_forget_all"
@@ -88,23 +90,6 @@ def memory_blocks(remembered: Remembered) -> list[Block]:
     return blocks
 
 
-async def publish_home(adapter: SlackAdapter, chat_user: ChatUser) -> None:
-    """Build the user's Home tab from the assistant and publish it."""
-    assistant = adapter.assistant
-    status = await assistant.status(chat_user)
-    if not status.linked and status.login_url is None:
-        status = UserStatus(linked=False, login_url=await assistant.link_url(chat_user))
-    view = home_view(status, [], [])
-    if status.linked:
-        view = home_view(
-            status,
-            await assistant.pending_for(chat_user),
-            await assistant.awaiting_approver(chat_user),
-            await assistant.remembered(chat_user),
-        )
-    await adapter.client.views_publish(user_id=chat_user.user_id, view=view)
-
-
 def register_home_actions(app: AsyncApp, adapter: SlackAdapter) -> None:
     @app.action(FORGET_ACTION_ID)
     async def forget_all(ack: AsyncAck, body: dict[str, Any]) -> None:
@@ -113,4 +98,4 @@ def register_home_actions(app: AsyncApp, adapter: SlackAdapter) -> None:
         team = user.get("team_id") or (body.get("team") or {}).get("id")
         chat_user = ChatUser("slack", str(team), str(user["id"]))
         await adapter.assistant.forget_memory(chat_user)
-        await publish_home(adapter, chat_user)
+        await adapter.publish_home(chat_user)

@@ -24,7 +24,7 @@ from bot.slack.core import (
     NotAuthorised,
     Reject,
 )
-from bot.slack.home import publish_home, register_home_actions
+from bot.slack.home import register_home_actions
 from bot.slack.incoming import ACCEPTED, TOO_LONG, UserMessage
 from bot.slack.modals import (
     EDIT_CALLBACK_ID,
@@ -148,7 +148,7 @@ def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
             return
         if event.get("tab") != "home":
             return
-        await publish_home(adapter, chat_user)
+        await adapter.publish_home(chat_user)
 
 
 # -- /ops ---------------------------------------------------------------------------------
@@ -208,8 +208,9 @@ def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
         await adapter.converse(message)
 
     @app.action(CONNECT_ACTION_ID)
-    async def connect_clicked(ack: AsyncAck) -> None:
-        await ack()  # a URL button: Slack opens the link, we only acknowledge
+    async def connect_clicked(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()  # a URL button: Slack opens the link; we keep where to say "connected"
+        adapter.remember_connect_prompt(_clicker(body), body.get("response_url"))
 
 
 async def _subcommand(adapter: SlackAdapter, chat_user: ChatUser, verb: str, rest: str) -> Message:
@@ -289,6 +290,14 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
         if await refuse_team(context, body, clicker, channel):
             return
         approval_id = str(action["value"])
+        blocks = (body.get("message") or {}).get("blocks")
+        await adapter.show_deciding(
+            approval_id,
+            channel,
+            ts,
+            clicker,
+            clicked_blocks=blocks if isinstance(blocks, list) else None,
+        )
         outcome = await _decide(adapter, clicker, approval_id, Approve())
         await adapter.apply_outcome(outcome, approval_id, clicker, channel, ts)
 
@@ -369,6 +378,7 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
         if errors:
             await ack(response_action="errors", errors=errors)
             return
+        await adapter.show_deciding(ctx.approval_id, ctx.channel_id, ctx.message_ts, clicker)
         task = asyncio.create_task(_decide(adapter, clicker, ctx.approval_id, Edit(args)))
         done, _ = await asyncio.wait({task}, timeout=adapter.config.submission_wait_seconds)
         if done:
@@ -409,6 +419,9 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
         if await refuse_team(context, body, clicker, ctx.channel_id):
             return
         reason = parse_reason((view.get("state") or {}).get("values") or {})
+        await adapter.show_deciding(
+            ctx.approval_id, ctx.channel_id, ctx.message_ts, clicker, "Rejecting"
+        )
         outcome = await _decide(adapter, clicker, ctx.approval_id, Reject(reason))
         await adapter.apply_outcome(
             outcome, ctx.approval_id, clicker, ctx.channel_id, ctx.message_ts

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from bot.slack.core import Answer, ApprovalView, Source, UserStatus
+from bot.slack.core import (
+    Answer,
+    ApprovalView,
+    Source,
+    UserStatus,
+    args_summary,
+    describe_state,
+)
 
 Block = dict[str, Any]
 
@@ -37,10 +44,20 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def to_mrkdwn(markdown: str) -> str:
-    """The common Markdown the model writes → Slack mrkdwn (links, bold), text escaped."""
+def to_mrkdwn(markdown: str, allowed_links: frozenset[str] = frozenset()) -> str:
+    """The common Markdown the model writes → Slack mrkdwn (links, bold), text escaped.
+
+    Only a URL in ``allowed_links`` (those the tool results carried) becomes a link; any
+    other Markdown link keeps just its label: a model-written URL is never clickable."""
     text = escape(markdown)
-    text = _MD_LINK.sub(lambda m: f"<{m.group(2)}|{m.group(1)}>", text)
+    text = _MD_LINK.sub(
+        lambda m: (
+            f"<{m.group(2)}|{m.group(1)}>"
+            if m.group(2).replace("&amp;", "&") in allowed_links
+            else m.group(1)
+        ),
+        text,
+    )
     return _MD_BOLD.sub(r"*\1*", text)
 
 
@@ -87,7 +104,8 @@ def bullet_lines(lines: Iterable[str]) -> str:
 
 
 def answer_blocks(answer: Answer) -> list[Block]:
-    blocks = sections(to_mrkdwn(answer.answer) or "_(no answer)_")
+    allowed = frozenset(s.link for s in answer.sources if s.link)
+    blocks = sections(to_mrkdwn(answer.answer, allowed) or "_(no answer)_")
     if answer.sources:
         blocks += sections("*Sources*\n" + bullet_lines(source_link(s) for s in answer.sources))
     if answer.actions_taken:
@@ -168,7 +186,9 @@ def status_text(status: UserStatus) -> str:
 
 
 def approval_line(view: ApprovalView) -> str:
+    """One Home item: tool, server, the arguments on one line, requester, state, expiry."""
+    state = "" if view.status == "pending" else f" — {escape(describe_state(view.status))}"
     return (
-        f"`{escape(view.server)}` · `{escape(view.tool)}` for {escape(view.requester)}"
-        f" — expires {slack_date(view.expires_at)}"
+        f"`{escape(view.server)}` · `{escape(view.tool)}` ({escape(args_summary(view.args))})"
+        f" for {escape(view.requester)}{state} — expires {slack_date(view.expires_at)}"
     )

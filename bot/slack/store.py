@@ -80,6 +80,7 @@ class ApprovalMessages:
     requester_channel_id: str
     requester_thread_ts: str
     created_at: datetime
+    requester_note_ts: str | None = None
 
 
 class SqlApprovalMessages:
@@ -93,9 +94,11 @@ class SqlApprovalMessages:
         team_id: str,
         card: tuple[str, str],
         requester: tuple[str, str],
+        note_ts: str | None = None,
     ) -> None:
-        """Remember the card (channel, ts) and requester thread (channel, thread_ts); the first
-        save wins, so a retried post never points the approval at a second card."""
+        """Remember the card (channel, ts), the requester thread (channel, thread_ts) and the
+        "needs approval" note in it; the first save wins, so a retried post never points the
+        approval at a second card."""
         try:
             async with self._engine.begin() as conn:
                 await conn.execute(
@@ -107,6 +110,7 @@ class SqlApprovalMessages:
                         card_ts=card[1],
                         requester_channel_id=requester[0],
                         requester_thread_ts=requester[1],
+                        requester_note_ts=note_ts,
                         created_at=self._clock(),
                     )
                 )
@@ -134,4 +138,5 @@ class SqlApprovalMessages:
             requester_channel_id=m["requester_channel_id"],
             requester_thread_ts=m["requester_thread_ts"],
             created_at=m["created_at"],
+            requester_note_ts=m["requester_note_ts"],
         )

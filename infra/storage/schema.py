@@ -97,6 +97,8 @@ chat_approval_messages = Table(
     Column("requester_channel_id", String(64), nullable=False),
     Column("requester_thread_ts", String(64), nullable=False),
     Column("created_at", UtcDateTime(), nullable=False),
+    # The requester's "needs approval" note, updated in place when the decision lands.
+    Column("requester_note_ts", String(64), nullable=True),
 )
 
 # Approvals: one row per interrupt. The atomic claim is a conditional UPDATE on `status`.

@@ -8,12 +8,13 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from assistant.types import ChatUser
     from bot.slack import SlackBotConfig
     from bot.slack.core import AssistantPort
     from infra.settings import Settings
@@ -161,7 +162,9 @@ async def serve_slack(
                     # in-process, this process finishes account links; a remote broker
                     # service serves /oauth/callback itself
                     callback = (
-                        assistant.complete_link if settings.broker.mode == "inprocess" else None
+                        _link_callback(assistant, bot.adapter.linked)
+                        if settings.broker.mode == "inprocess"
+                        else None
                     )
                     routes = ops_routes(
                         Readiness.from_settings(settings, engine), refresh_runtime_gauges
@@ -186,6 +189,23 @@ async def serve_slack(
                         await task
     finally:
         await engine.dispose()
+
+
+def _link_callback(
+    assistant: AssistantPort, linked: Callable[[ChatUser, str], Awaitable[None]]
+) -> Callable[[str, str], Awaitable[str]]:
+    """Finish an account link (``/oauth/callback``) and tell the chat side (``linked``: the
+    Connect prompt and App Home are updated)."""
+
+    async def complete(state: str, code: str) -> str:
+        result = await assistant.complete_link(state, code)
+        try:
+            await linked(result.chat_user, result.who)
+        except Exception:  # the link itself is done; a stale prompt is only cosmetic
+            log.warning("could not update Slack after linking", exc_info=True)
+        return result.who
+
+    return complete
 
 
 async def _prune_forever(store: Any, keep: timedelta) -> None:

@@ -69,7 +69,10 @@ async def test_demo_write_goes_through_approval(agent_env: AgentEnv) -> None:
     done = await agent.resume(alice, thread, [{"type": "approve"}])
 
     assert isinstance(done, Answer)
-    assert done.actions_taken == ["ticketing_close_ticket on PAY-104"]
+    # Built from the executed call's record: what ran, with its arguments, and how it ended.
+    assert done.actions_taken == [
+        "ticketing_close_ticket (key=PAY-104, resolution=alert fixed): done"
+    ]
     tickets = {t.key: t for t in await agent_env.servers.tickets.all_tickets()}
     assert tickets["PAY-104"].status == "closed"
 

@@ -102,7 +102,15 @@ async def test_write_timeout_is_not_retried_and_outcome_is_unknown(
     fake: tuple[str, FaultPlan],
 ) -> None:
     url, plan = fake
-    model = ScriptedChatModel(steps=[call("fake_slow_change", item="X-1", seconds=0.5), echo])
+    seen: list[str] = []
+
+    def echo_and_keep(messages: list[BaseMessage]) -> Any:
+        seen.extend(str(m.content) for m in tool_results(messages))
+        return echo(messages)
+
+    model = ScriptedChatModel(
+        steps=[call("fake_slow_change", item="X-1", seconds=0.5), echo_and_keep]
+    )
     agent = make_agent(url, model, write_timeout=0.1, read_retries=3)
     thread, pending = await run(agent, "slow write")
     assert isinstance(pending, Interrupt)
@@ -111,8 +119,13 @@ async def test_write_timeout_is_not_retried_and_outcome_is_unknown(
 
     assert isinstance(result, Answer)
     assert plan.calls["slow_change"] == 1
+    # The model is told to check before retrying; people only read that the outcome is open.
+    assert any("Check with a read tool before retrying" in text for text in seen)
     assert "outcome is unknown" in result.answer
-    assert "Check with a read tool before retrying" in result.answer
+    assert "Check with a read tool" not in result.answer
+    assert result.actions_taken == [
+        "fake_slow_change (item=X-1, seconds=0.5): outcome unknown — being reconciled"
+    ]
 
 
 async def test_write_5xx_is_not_retried(fake: tuple[str, FaultPlan]) -> None:

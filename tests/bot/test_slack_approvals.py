@@ -11,6 +11,7 @@ from testing.fake_assistant import FakeAssistant
 from testing.slack import (
     APPROVALS_CHANNEL_ID,
     block_action,
+    card_decided,
     mention,
     number_value,
     select_value,
@@ -69,7 +70,7 @@ async def test_write_posts_a_card_approve_runs_it_updates_card_and_tells_request
 
     status, _ = await _click(env, BOB.user_id, "approval_approve", card)
     assert status == 200
-    await env.fake.wait_for("chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID)
+    await env.fake.wait_for("chat.update", where=card_decided)
     told = await env.fake.wait_for(
         "chat.postMessage", where=lambda p: p["channel"] == "C0PAY" and "approved" in p["text"]
     )
@@ -113,9 +114,15 @@ async def test_non_approver_and_unlinked_clicks_are_refused(
     assert connect["blocks"][1]["elements"][0]["url"].endswith("user=U0ERIN")
     await env.fake.settle()
     assert fake_assistant.executed == []
-    assert [
-        u for u in env.fake.calls_to("chat.update") if u["channel"] == APPROVALS_CHANNEL_ID
-    ] == []
+    # Each click shows "Approving… (clicker)" at once; the refusal gives the buttons back.
+    # Nothing on the card ever says the request was decided.
+    updates = [u for u in env.fake.calls_to("chat.update") if u["channel"] == APPROVALS_CHANNEL_ID]
+    assert [u["text"].split(":")[0] for u in updates] == [
+        "Approving… (<@U0DAVE>)",
+        "Approval needed",
+        "Approving… (<@U0ERIN>)",
+        "Approval needed",
+    ]
     assert _buttons(env.fake.messages[(APPROVALS_CHANNEL_ID, card["ts"])])
 
 
@@ -191,7 +198,7 @@ async def test_edit_invalid_values_come_back_as_field_errors_valid_ones_run(
         view_submission(BOB.user_id, modal, _edit_values("in_progress", "2", "by approver"))
     )
     assert (status, body) == (200, "")
-    await env.fake.wait_for("chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID)
+    await env.fake.wait_for("chat.update", where=card_decided)
     assert fake_assistant.executed == [
         (
             "ticketing_update_ticket",
@@ -285,7 +292,7 @@ async def test_slow_edit_closes_the_modal_in_time_and_reports_when_done(
             view_submission(BOB.user_id, modal, _edit_values("open", "3"))
         )
         assert (status, body) == (200, "")
-        await env.fake.wait_for("chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID)
+        await env.fake.wait_for("chat.update", where=card_decided)
     assert fake_assistant.executed == [
         (
             "ticketing_update_ticket",
@@ -312,7 +319,7 @@ async def test_approve_from_app_home_updates_the_card_and_foreign_teams_are_refu
     del home_click["channel"], home_click["message"]
     status, _ = await env.sender.post_interaction(home_click)
     assert status == 200
-    await env.fake.wait_for("chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID)
+    await env.fake.wait_for("chat.update", where=card_decided)
     updated = env.fake.messages[(APPROVALS_CHANNEL_ID, card["ts"])]
     assert _buttons(updated) == {}
     assert len(fake_assistant.executed) == 1

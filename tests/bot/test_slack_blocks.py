@@ -26,8 +26,20 @@ def test_split_text_keeps_every_chunk_within_the_limit(text: str, limit: int) ->
 
 
 def test_markdown_becomes_mrkdwn_and_control_characters_are_escaped() -> None:
-    out = to_mrkdwn("**Done**: see [PAY-1](https://t.test/PAY-1) <!channel> & <@U1>")
+    text = "**Done**: see [PAY-1](https://t.test/PAY-1) <!channel> & <@U1>"
+    out = to_mrkdwn(text, frozenset({"https://t.test/PAY-1"}))
     assert out == "*Done*: see <https://t.test/PAY-1|PAY-1> &lt;!channel&gt; &amp; &lt;@U1&gt;"
+
+
+def test_a_link_no_tool_result_carried_keeps_only_its_label() -> None:
+    text = "see [PAY-1](https://evil.test/login) and [PAY-2](https://t.test/PAY-2)"
+    assert to_mrkdwn(text, frozenset({"https://t.test/PAY-2"})) == (
+        "see PAY-1 and <https://t.test/PAY-2|PAY-2>"
+    )
+    answer = Answer(text, sources=[Source("ticketing", "PAY-2", "https://t.test/PAY-2")])
+    rendered = str(answer_messages(answer)[0].blocks)
+    assert "evil.test" not in rendered
+    assert "<https://t.test/PAY-2|ticketing PAY-2>" in rendered
 
 
 def test_huge_answer_is_paginated_within_block_and_text_limits() -> None:

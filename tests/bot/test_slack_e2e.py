@@ -31,6 +31,7 @@ from testing.slack import (
     APPROVALS_CHANNEL_ID,
     TEAM_ID,
     block_action,
+    card_decided,
     mention,
     text_value,
     view_submission,
@@ -101,7 +102,9 @@ def _final(answer: str, sources: list[dict[str, Any]]) -> AIMessage:
 
 
 @contextlib.asynccontextmanager
-async def real_assistant(env: AgentEnv, url: str) -> AsyncIterator[Assistant]:
+async def real_assistant(
+    env: AgentEnv, url: str, model: Any = ops_model, **assistant_options: Any
+) -> AsyncIterator[Assistant]:
     engine = create_engine(url)
     identities = LocalIdentityService(env.harness.broker, env.harness.linking)
     try:
@@ -110,7 +113,7 @@ async def real_assistant(env: AgentEnv, url: str) -> AsyncIterator[Assistant]:
             threads = SqlThreadStore(engine)
             agent = Agent(
                 AgentConfig(servers=env.server_configs, retry_initial_delay=0.0),
-                model=FunctionChatModel(fn=ops_model),
+                model=FunctionChatModel(fn=model),
                 broker=identities,
                 threads=threads,
                 checkpointer=saver,
@@ -120,7 +123,7 @@ async def real_assistant(env: AgentEnv, url: str) -> AsyncIterator[Assistant]:
             service = ApprovalService(
                 SqlApprovalStore(engine), log, agent, agent, identities.resolve_subject, identities
             )
-            yield Assistant(identities, threads, agent, service)
+            yield Assistant(identities, threads, agent, service, **assistant_options)
     finally:
         await engine.dispose()
 
@@ -204,9 +207,7 @@ async def test_real_core_approve_changes_the_ticket_updates_card_tells_requester
         assert "can't decide" in denied["text"]
         # The approver's click runs it, once, as alice.
         await _click(env, BOB.user_id, "approval_approve", card)
-        await env.fake.wait_for(
-            "chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID, wait=60
-        )
+        await env.fake.wait_for("chat.update", where=card_decided, wait=60)
         told = await env.fake.wait_for(
             "chat.postMessage",
             where=lambda p: p["channel"] == "C0PAY" and "approved" in p["text"],
@@ -232,9 +233,7 @@ async def test_real_core_double_click_executes_once(
             *(_click(env, BOB.user_id, "approval_approve", card) for _ in range(4))
         )
         await env.fake.wait_for("chat.postEphemeral", 3, wait=60)
-        await env.fake.wait_for(
-            "chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID, wait=60
-        )
+        await env.fake.wait_for("chat.update", where=card_decided, wait=60)
         await env.fake.settle(limit=60)
         assert [c.tool for c in await _changes(servers, "PAY-103")] == ["close_ticket"]
         notes = env.fake.calls_to("chat.postEphemeral")
@@ -265,9 +264,7 @@ async def test_real_core_edit_invalid_then_valid_runs_the_edited_call(
         good = {"arg:key": text_value("PAY-102"), "arg:resolution": text_value("Rolled back")}
         status, body = await env.sender.post_interaction(view_submission(BOB.user_id, modal, good))
         assert (status, body) == (200, "")
-        await env.fake.wait_for(
-            "chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID, wait=60
-        )
+        await env.fake.wait_for("chat.update", where=card_decided, wait=60)
         changes = await _changes(servers, "PAY-102")
         assert [(c.tool, c.subject) for c in changes] == [("close_ticket", "alice")]
         assert "Rolled back" in json.dumps(changes[0].change)
@@ -287,9 +284,7 @@ async def test_real_core_reject_writes_nothing(
             view_submission(BOB.user_id, modal, {"reason": text_value("not yet")})
         )
         assert status == 200
-        await env.fake.wait_for(
-            "chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID, wait=60
-        )
+        await env.fake.wait_for("chat.update", where=card_decided, wait=60)
         told = await env.fake.wait_for(
             "chat.postMessage",
             where=lambda p: p["channel"] == "C0PAY" and "rejected" in p["text"],

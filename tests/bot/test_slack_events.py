@@ -212,6 +212,8 @@ async def test_app_home_shows_identity_requests_and_approvals(
 ) -> None:
     await env.sender.post_event(mention(ALICE.user_id, "update PAY-1 status=closed"))
     await env.fake.wait_for("chat.postMessage", where=lambda p: p["channel"] == "ops-approvals")
+    await env.fake.settle()  # the new approval republished the Homes concerned
+    base = len(env.fake.calls_to("views.publish"))
     home = {
         "type": "app_home_opened",
         "tab": "home",
@@ -220,20 +222,20 @@ async def test_app_home_shows_identity_requests_and_approvals(
         "event_ts": "1.0",
     }
     await env.sender.post_event(home)
-    view = (await env.fake.wait_for("views.publish"))[0]
+    view = (await env.fake.wait_for("views.publish", base + 1))[base]
     assert view["user_id"] == BOB.user_id
     text = _texts(view["view"]["blocks"])
     assert "bob@example.com" in text
     assert "Waiting for your decision" in text
     assert "ticketing_update_ticket" in text
     await env.sender.post_event({**home, "user": ALICE.user_id, "channel": "D0ALICE"})
-    alice_view = (await env.fake.wait_for("views.publish", 2))[1]
+    alice_view = (await env.fake.wait_for("views.publish", base + 2))[base + 1]
     alice_text = _texts(alice_view["view"]["blocks"])
     assert "Your pending requests" in alice_text
     assert "ticketing_update_ticket" in alice_text
     assert "Waiting for your decision" not in alice_text
     await env.sender.post_event({**home, "user": ERIN.user_id, "channel": "D0ERIN"})
-    erin_view = (await env.fake.wait_for("views.publish", 3))[2]
+    erin_view = (await env.fake.wait_for("views.publish", base + 3))[base + 2]
     assert "*not connected*" in _texts(erin_view["view"]["blocks"])
     assert _texts(erin_view["view"]["blocks"]).count("Connect your account") == 1
     assert "Your pending requests" not in _texts(erin_view["view"]["blocks"])

@@ -24,6 +24,7 @@ from testing.slack import (
     FakeSlack,
     SlackSender,
     block_action,
+    card_decided,
     mention,
 )
 from tests.bot.test_slack_events import _texts
@@ -82,16 +83,29 @@ async def app_url(
         await asyncio.wait_for(server, 30)
 
 
-async def _link_from_slack(sender: SlackSender, app: str, user: str, username: str) -> None:
-    """``/ops link`` → the Connect button's URL → the IdP's login page → /oauth/callback."""
+async def _link_from_slack(
+    sender: SlackSender, app: str, user: str, username: str, fake: FakeSlack
+) -> None:
+    """``/ops link`` → a click on the Connect button (Slack tells the app, with the prompt's
+    ``response_url``, and opens its URL) → the IdP's login page → /oauth/callback. Then the
+    prompt is replaced with "Connected as …" and the user's App Home republished."""
     status, body = await sender.post_command("link", user=user)
     assert status == 200
     login_url = json.loads(body)["blocks"][1]["elements"][0]["url"]
+    prompt_url = fake.response_url
+    click = block_action(user, "connect_account", "", channel="C0GENERAL")
+    await sender.post_interaction({**click, "response_url": prompt_url})
     async with httpx.AsyncClient() as http:
         reply = await sign_in_at_login_page(http, login_url, username)
         page = await http.get(f"{app}/oauth/callback", params=reply)
     assert page.status_code == 200, page.text
     assert "Connected as" in page.text
+    replaced = await fake.wait_for(
+        "response_url", where=lambda p: "Connected as" in str(p.get("text")), wait=30
+    )
+    assert replaced[-1]["replace_original"] is True
+    homes = await fake.wait_for("views.publish", where=lambda p: p["user_id"] == user, wait=30)
+    assert "Connected as" in _texts(homes[-1]["view"]["blocks"])
 
 
 async def test_link_ask_and_approve_through_the_configured_app(
@@ -102,8 +116,8 @@ async def test_link_ask_and_approve_through_the_configured_app(
         status, body = await sender.post_command("status", user="U0ALICE")
         assert status == 200
         assert "not connected" in body
-        await _link_from_slack(sender, app_url, "U0ALICE", "alice")
-        await _link_from_slack(sender, app_url, "U0BOB", "bob")
+        await _link_from_slack(sender, app_url, "U0ALICE", "alice", fake_slack)
+        await _link_from_slack(sender, app_url, "U0BOB", "bob", fake_slack)
         status, body = await sender.post_command("status", user="U0ALICE")
         assert status == 200
         assert "Connected as *alice" in body
@@ -124,15 +138,17 @@ async def test_link_ask_and_approve_through_the_configured_app(
             "chat.postMessage", where=lambda p: p["channel"] == "ops-approvals", wait=60
         )
         await fake_slack.settle()
+        # App Home was republished for the requester and for bob, a linked eligible approver.
+        bob_homes = [p for p in fake_slack.calls_to("views.publish") if p["user_id"] == "U0BOB"]
+        assert "Waiting for your decision" in _texts(bob_homes[-1]["view"]["blocks"])
+        assert "key=PAY-102" in _texts(bob_homes[-1]["view"]["blocks"])
         (card_key,) = [k for k in fake_slack.messages if k[0] == APPROVALS_CHANNEL_ID]
         card = fake_slack.messages[card_key]
         approval_id = card["blocks"][-1]["elements"][0]["value"]
         await sender.post_interaction(
             block_action("U0BOB", "approval_approve", approval_id, message_ts=card["ts"])
         )
-        await fake_slack.wait_for(
-            "chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID, wait=60
-        )
+        await fake_slack.wait_for("chat.update", where=card_decided, wait=60)
         told = await fake_slack.wait_for(
             "chat.postMessage",
             where=lambda p: p["channel"] == "C0PAY" and "approved" in p["text"],

@@ -11,7 +11,7 @@ import yaml
 from bot.slack.listeners import EVENT_SCOPES, METHOD_SCOPES, SLASH_COMMAND, SUBSCRIBED_EVENTS
 from bot.slack.server import EVENTS_PATH
 from opsbot.cli import build_parser
-from testing.slack import APPROVALS_CHANNEL_ID, block_action, direct_message, mention
+from testing.slack import block_action, card_decided, direct_message, mention
 from tests.bot.conftest import ALICE, BOB, SlackEnv
 from tests.bot.test_slack_approvals import _buttons, _request_write
 
@@ -58,7 +58,7 @@ async def test_every_web_api_method_the_bot_calls_is_covered_by_a_scope(env: Sla
     await env.sender.post_interaction(
         block_action(BOB.user_id, "approval_approve", "ap1", message_ts=card["ts"])
     )
-    await env.fake.wait_for("chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID)
+    await env.fake.wait_for("chat.update", where=card_decided)
     home = {"type": "app_home_opened", "tab": "home", "user": BOB.user_id, "channel": "D0BOB"}
     await env.sender.post_event(home)
     await env.sender.post_event({**home, "tab": "messages"})

@@ -1,0 +1,201 @@
+"""``bench approval``, the Slack part: N cards clicked at once over HTTP (part of approval.py).
+
+The running Slack app (Bolt over HTTP, the real ``Assistant`` and agent with a zero-latency
+scripted model, approvals and audit in SQL) with the fake Slack on its own loop. The
+requester asks for N writes (each its own thread, card and approval); once every card is up,
+an approver clicks Approve on all N at once. Per card:
+
+- click → card updated: from sending the signed click to the first ``chat.update`` of that
+  card reaching Slack ("Approving… (bob)", buttons gone);
+- click → write done: to the write's success at the ticketing server (the audit observer);
+
+and ``audit_rows == executions``: write-outcome audit rows for these approvals against the
+changes in the ticketing server's own log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+
+from bench._support import OtherLoop, percentile
+
+ALICE_ID, BOB_ID = "U0ALICE", "U0BOB"
+
+
+async def cards_bench(url: str, env: Any, servers: Any, n: int = 20) -> dict[str, Any]:
+    from langchain_core.messages import BaseMessage
+
+    from agent_core import Agent, AgentConfig, ToolPolicy
+    from agent_core.binding import ToolCallEvent
+    from agent_core.checkpointer import open_checkpointer
+    from agent_core.threads import SqlThreadStore
+    from approvals import SqlApprovalStore
+    from approvals.service import ApprovalService
+    from assistant.service import Assistant
+    from audit import AuditLog, AuditObserver, AuditQuery, EventKind, SqlAuditSink
+    from bot.slack import SlackBotConfig, open_bot, serve_http
+    from broker import ChatUser, LocalIdentityService
+    from infra.serving import bind_socket
+    from infra.storage import create_engine, migrate
+    from testing.agent import FunctionChatModel, call, final, tool_results
+    from testing.slack import (
+        APPROVALS_CHANNEL_ID,
+        BOT_TOKEN,
+        SIGNING_SECRET,
+        TEAM_ID,
+        FakeSlack,
+        SlackSender,
+        block_action,
+        card_decided,
+        mention,
+        start_fake_slack,
+    )
+
+    written_at: dict[str, float] = {}
+
+    class TimedObserver(AuditObserver):
+        async def tool_call_finished(
+            self, event: ToolCallEvent, outcome: str, latency_ms: float
+        ) -> None:
+            if event.kind == "write" and event.approval_id and outcome == "success":
+                written_at.setdefault(event.approval_id, time.perf_counter())
+            await super().tool_call_finished(event, outcome, latency_ms)
+
+    def step(messages: list[BaseMessage]) -> Any:
+        if tool_results(messages):
+            return final("done", [("ticketing", "PAY-104")])
+        first = next(m for m in messages if m.type == "human")
+        return call("ticketing_add_comment", key="PAY-104", body=str(first.content))
+
+    alice, bob = ChatUser("slack", TEAM_ID, ALICE_ID), ChatUser("slack", TEAM_ID, BOB_ID)
+    await env.harness.link("alice", alice)
+    await env.harness.link("bob", bob)
+
+    @contextlib.asynccontextmanager
+    async def app() -> AsyncIterator[tuple[str, AuditLog]]:
+        engine = create_engine(url, pool_size=20, max_overflow=20)
+        await migrate(engine)
+        identities = LocalIdentityService(env.harness.broker, env.harness.linking)
+        try:
+            async with open_checkpointer(url, pool_size=20) as saver:
+                log = AuditLog(SqlAuditSink(engine))
+                threads = SqlThreadStore(engine)
+                agent = Agent(
+                    AgentConfig(servers=env.server_configs, retry_initial_delay=0.0),
+                    model=FunctionChatModel(fn=step),
+                    broker=identities,
+                    threads=threads,
+                    checkpointer=saver,
+                    policy=ToolPolicy.load(),
+                    observer=TimedObserver(log),
+                )
+                service = ApprovalService(
+                    SqlApprovalStore(engine),
+                    log,
+                    agent,
+                    agent,
+                    identities.resolve_subject,
+                    identities,
+                )
+                assistant = Assistant(identities, threads, agent, service)
+                config = SlackBotConfig(
+                    bot_token=BOT_TOKEN,
+                    signing_secret=SIGNING_SECRET,
+                    api_url=fake.url,
+                    approvals_channel="ops-approvals",
+                )
+                async with (
+                    open_bot(config, assistant, engine) as bot,
+                    serve_http(bot.app, bind_socket("127.0.0.1", 0)) as app_url,
+                ):
+                    yield app_url, log
+        finally:
+            await engine.dispose()
+
+    slack_side = OtherLoop()
+    fake = FakeSlack()
+    runner = await slack_side.call(start_fake_slack(fake))
+    tag = f"cards {time.time_ns()}"
+
+    async def ask_and_click(app_url: str) -> dict[str, float]:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200)) as http:
+            sender = SlackSender(app_url, session=http)
+            await asyncio.gather(
+                *(
+                    sender.post_event(
+                        mention(ALICE_ID, f"{tag} {i}", channel="C0BENCH", ts=f"1700002000.{i:06d}")
+                    )
+                    for i in range(n)
+                )
+            )
+            await fake.wait_for(
+                "chat.postMessage", n, where=lambda p: p["channel"] == "ops-approvals", wait=120
+            )
+            await fake.settle(quiet=0.5, limit=120)  # card refs saved, Homes published
+            cards = [m for (ch, _ts), m in fake.messages.items() if ch == APPROVALS_CHANNEL_ID]
+            clicked_at: dict[str, float] = {}
+
+            async def click(card: dict[str, Any]) -> None:
+                approval_id = card["blocks"][-1]["elements"][0]["value"]
+                clicked_at[f"{approval_id} {card['ts']}"] = time.perf_counter()
+                status, _ = await sender.post_interaction(
+                    block_action(
+                        BOB_ID,
+                        "approval_approve",
+                        approval_id,
+                        message_ts=card["ts"],
+                        message_blocks=card["blocks"],
+                    )
+                )
+                assert status == 200
+
+            await asyncio.gather(*(click(c) for c in cards))
+            await fake.wait_for("chat.update", n, where=card_decided, wait=120)
+            await fake.settle(quiet=0.5, limit=120)
+            return clicked_at
+
+    try:
+        async with app() as (app_url, log):
+            clicked_at = await slack_side.call(ask_and_click(app_url))
+            audited = await log.query(AuditQuery(kinds=(EventKind.WRITE_OUTCOME,), limit=10 * n))
+    finally:
+        await slack_side.call(runner.cleanup())
+        slack_side.close()
+
+    card_ms: list[float] = []
+    write_ms: list[float] = []
+    ids = set()
+    for key, started in clicked_at.items():
+        approval_id, card_ts = key.split(" ")
+        ids.add(approval_id)
+        updates = [
+            c.at
+            for c in fake.calls
+            if c.method == "chat.update"
+            and c.params.get("channel") == APPROVALS_CHANNEL_ID
+            and c.params.get("ts") == card_ts
+        ]
+        card_ms.append((min(updates) - started) * 1000)
+        write_ms.append((written_at[approval_id] - started) * 1000)
+    changes = [
+        c
+        for c in await servers.tickets.all_changes()
+        if c.tool == "add_comment" and tag in str(c.change)
+    ]
+    audit_rows = [e for e in audited if e.approval_id in ids and e.outcome == "success"]
+    return {
+        "cards": n,
+        "click_to_card_updated_ms_p50": round(percentile(card_ms, 0.5), 2),
+        "click_to_card_updated_ms_p99": round(percentile(card_ms, 0.99), 2),
+        "click_to_write_done_ms_p50": round(percentile(write_ms, 0.5), 2),
+        "click_to_write_done_ms_p99": round(percentile(write_ms, 0.99), 2),
+        "cards_executions": len(changes),
+        "cards_audit_rows": len(audit_rows),
+        "audit_rows_equal_executions": len(audit_rows) == len(changes) == n,
+    }

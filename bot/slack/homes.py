@@ -1,0 +1,89 @@
+"""App Home and account links: Homes republished when an approval is created or decided,
+Connect prompts replaced once the user has linked."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from slack_sdk.webhook.async_client import AsyncWebhookClient
+
+from bot.slack.core import (
+    ChatUser,
+)
+from bot.slack.home import home_view
+from bot.slack.output import SlackOutput
+from bot.slack.render import (
+    escape,
+    text_message,
+)
+
+log = logging.getLogger(__name__)
+
+CONNECT_PROMPT_TTL_SECONDS = 30 * 60
+
+
+class HomeViews(SlackOutput):
+    # -- account links ----------------------------------------------------------------
+
+    def remember_connect_prompt(self, chat_user: ChatUser, response_url: str | None) -> None:
+        """The user clicked *Connect your account* on a prompt only they see: keep where to
+        replace it from (at most a few per user, none older than Slack honours)."""
+        if not response_url:
+            return
+        now = time.monotonic()
+        kept = [
+            (at, url)
+            for at, url in self._connect_prompts.get(chat_user, [])
+            if now - at < CONNECT_PROMPT_TTL_SECONDS and url != response_url
+        ]
+        self._connect_prompts[chat_user] = [*kept[-4:], (now, response_url)]
+
+    async def linked(self, chat_user: ChatUser, who: str) -> None:
+        """An account link completed: the Connect prompts the user clicked now say so, and
+        their App Home no longer asks them to connect."""
+        prompts = self._connect_prompts.pop(chat_user, [])
+        message = text_message(
+            f":white_check_mark: Connected as *{escape(who)}*. Ask your question again."
+        )
+        for _at, url in prompts:
+            try:
+                webhook = AsyncWebhookClient(url, session=self.client.session)
+                await webhook.send(text=message.text, blocks=message.blocks, replace_original=True)
+            except Exception as exc:  # an expired prompt stays as it was
+                log.info("connect prompt not replaced: %s", type(exc).__name__)
+        try:
+            await self.publish_home(chat_user)
+        except Exception as exc:
+            log.warning("home not published after linking: %s", type(exc).__name__)
+
+    async def publish_home(self, chat_user: ChatUser) -> None:
+        """App Home for ``chat_user``: status, their pending requests, what waits for them."""
+        status = await self.assistant.status(chat_user)
+        if not status.linked and status.login_url is None:
+            status = type(status)(linked=False, login_url=await self.assistant.link_url(chat_user))
+        view = home_view(status, [], [])
+        if status.linked:
+            view = home_view(
+                status,
+                await self.assistant.pending_for(chat_user),
+                await self.assistant.awaiting_approver(chat_user),
+                await self.assistant.remembered(chat_user),
+            )
+        await self.client.views_publish(user_id=chat_user.user_id, view=view)
+
+    async def refresh_homes(self, approval_id: str) -> None:
+        """Republish App Home for the requester and every eligible approver of
+        ``approval_id`` (created or decided), so no Home shows a stale list."""
+        try:
+            audience = await self.assistant.home_audience(approval_id)
+        except Exception as exc:  # Home is a convenience: never fail the decision for it
+            log.warning("home audience of %s unknown: %s", approval_id, type(exc).__name__)
+            return
+        for chat_user in audience:
+            if chat_user.platform != "slack":
+                continue
+            try:
+                await self.publish_home(chat_user)
+            except Exception as exc:  # one user's Home does not stop the others
+                log.warning("home not published: %s", type(exc).__name__)

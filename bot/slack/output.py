@@ -1,0 +1,82 @@
+"""Posting to Slack: the adapter's base (messages in order, ephemerals with a DM fallback)."""
+
+from __future__ import annotations
+
+import logging
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.config import SlackBotConfig
+from bot.slack.core import (
+    AssistantPort,
+    ChatUser,
+)
+from bot.slack.render import (
+    Message,
+)
+from bot.slack.store import SqlApprovalMessages
+
+log = logging.getLogger(__name__)
+
+FAILURE_TEXT = (
+    ":x: Something went wrong on opsbot's side and the request was not completed. "
+    "Nothing was changed; please try again."
+)
+
+
+class SlackOutput:
+    """What every part of the Slack adapter shares: its config, the core, the Web API client
+    and where approval messages are."""
+
+    def __init__(
+        self,
+        config: SlackBotConfig,
+        assistant: AssistantPort,
+        client: AsyncWebClient,
+        approval_messages: SqlApprovalMessages,
+    ) -> None:
+        self.config = config
+        self.assistant = assistant
+        self.client = client
+        self.approval_messages = approval_messages
+        # response_urls of Connect prompts a user clicked, newest last: replaced with
+        # "Connected as …" once the link completes (Slack keeps them valid for 30 minutes).
+        self._connect_prompts: dict[ChatUser, list[tuple[float, str]]] = {}
+        # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
+        self.home_team: str | None = None
+        self._home_team_asked_at: float | None = None
+
+    async def post(
+        self,
+        channel: str,
+        thread_ts: str | None,
+        messages: list[Message],
+        replace_ts: str | None = None,
+    ) -> str | None:
+        """Post ``messages`` in order; the first may replace a placeholder. Returns first ts."""
+        first: str | None = None
+        for i, message in enumerate(messages):
+            if i == 0 and replace_ts:
+                await self.client.chat_update(
+                    channel=channel, ts=replace_ts, text=message.text, blocks=message.blocks
+                )
+                first = replace_ts
+                continue
+            response = await self.client.chat_postMessage(
+                channel=channel, thread_ts=thread_ts, text=message.text, blocks=message.blocks
+            )
+            first = first or str(response["ts"])
+        return first
+
+    async def ephemeral(self, channel: str | None, user: str, message: Message) -> None:
+        """Only ``user`` sees it; without a channel (App Home), a DM instead."""
+        if channel:
+            try:
+                await self.client.chat_postEphemeral(
+                    channel=channel, user=user, text=message.text, blocks=message.blocks
+                )
+                return
+            except SlackApiError as exc:
+                log.info("ephemeral failed (%s); sending a DM", exc.response.get("error"))
+        await self.client.chat_postMessage(channel=user, text=message.text, blocks=message.blocks)

@@ -1,0 +1,26 @@
+"""chat_approval_messages.requester_note_ts: the requester's "needs approval" note, so the
+decision can update it in place.
+
+Revision ID: 0006
+Revises: 0005
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0006"
+down_revision = "0005"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("chat_approval_messages") as batch:
+        batch.add_column(sa.Column("requester_note_ts", sa.String(64), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("chat_approval_messages") as batch:
+        batch.drop_column("requester_note_ts")
