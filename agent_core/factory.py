@@ -61,13 +61,19 @@ def agent_config(settings: Settings) -> AgentConfig:
 
 
 def check_servers(servers: Sequence[ServerConfig], *, oauth_available: bool) -> None:
-    """One line per server at start (its auth mode); refuse what cannot work."""
+    """Refuse what cannot work, before anything is built."""
     for s in servers:
         if s.auth == "oauth" and not oauth_available:
             raise ServerConfigError(
                 f"OPSBOT_MCP_SERVERS: server {s.name!r} has auth 'oauth', but per-user OAuth "
                 "is not available in this deployment; use exchange, static or none"
             )
+
+
+def log_servers(servers: Sequence[ServerConfig]) -> None:
+    """One line per server (its auth mode), once the agent was built: a configuration error
+    found while building stays the only line the operator sees."""
+    for s in servers:
         log.info(
             "mcp server %s: auth=%s url=%s timeout=%ss acting as %s",
             s.name,
@@ -98,7 +104,7 @@ def build_agent(
     """The agent as configured: model + fallbacks, tool policy, servers and limits."""
     config = agent_config(settings)
     check_servers(config.servers, oauth_available=oauth_token is not None)
-    return Agent(
+    agent = Agent(
         config,
         model=build_model(settings.model),
         fallbacks=[build_model(m) for m in settings.model_fallbacks],
@@ -111,3 +117,5 @@ def build_agent(
         extra_middleware=extra_middleware,
         oauth_token=oauth_token,
     )
+    log_servers(config.servers)
+    return agent

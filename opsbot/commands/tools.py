@@ -8,9 +8,10 @@ a credential of its own for them.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from infra.settings import Settings
+if TYPE_CHECKING:
+    from infra.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
