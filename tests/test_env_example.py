@@ -11,7 +11,7 @@ from pydantic.fields import FieldInfo
 
 from infra.settings import Settings
 from opsbot.cli import main
-from opsbot.commands.config import env_example
+from opsbot.env_example import env_example
 
 ROOT = Path(__file__).resolve().parent.parent
 
