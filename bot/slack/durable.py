@@ -78,7 +78,9 @@ class DurableSlackAdapter(SlackAdapter):
             if not await self.queue.update_payload(job, payload):
                 log.warning("job %s was taken over; its progress was not saved", job.job_id)
 
-        await self.answer(message, progress, record)
+        # A database connection error puts the job back in the queue (the runner retries it
+        # from its recorded progress); on its last attempt the user is told it failed.
+        await self.answer(message, progress, record, retry_on_connection_error=not job.last_attempt)
 
 
 @contextlib.asynccontextmanager

@@ -1,4 +1,5 @@
-"""Apply Alembic migrations programmatically (``opsbot migrate``)."""
+"""Apply Alembic migrations programmatically (``opsbot migrate``), and tell whether a
+database is at the revision this code expects (``SchemaCheck``, for ``/readyz``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -21,13 +23,30 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 
 async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
-    """Upgrade the database to ``revision``; a no-op when it is already there."""
+    """Upgrade the database to ``revision``; a no-op when it is already there. On PostgreSQL
+    under the set-up advisory lock: instances migrating at once take turns."""
 
     def _upgrade(connection: Connection) -> None:
         command.upgrade(alembic_config(connection), revision)
 
-    async with engine.begin() as connection:
-        await connection.run_sync(_upgrade)
+    async def upgrade() -> None:
+        async with engine.begin() as connection:
+            await connection.run_sync(_upgrade)
+
+    if engine.dialect.name == "postgresql":
+        from infra.storage.postgres import setup_lock
+
+        async with setup_lock(engine.url.render_as_string(hide_password=False)):
+            await upgrade()
+    else:
+        await upgrade()
+
+
+def head_revision() -> str:
+    """The revision this code's migrations end at."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
 
 
 async def current_revision(engine: AsyncEngine) -> str | None:
@@ -38,3 +57,22 @@ async def current_revision(engine: AsyncEngine) -> str | None:
 
     async with engine.connect() as connection:
         return await connection.run_sync(_current)
+
+
+class SchemaOutOfDateError(RuntimeError):
+    """The database is not at the revision this code expects (``opsbot migrate`` fixes it)."""
+
+    def __init__(self, current: str | None, expected: str) -> None:
+        super().__init__(
+            f"database schema is at revision {current or 'none'}, expected {expected}: "
+            "run `opsbot migrate`"
+        )
+        self.current = current
+        self.expected = expected
+
+
+async def check_schema(engine: AsyncEngine) -> None:
+    """Raise ``SchemaOutOfDateError`` unless the database is at this code's head revision."""
+    current, expected = await current_revision(engine), head_revision()
+    if current != expected:
+        raise SchemaOutOfDateError(current, expected)
