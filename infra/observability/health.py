@@ -1,6 +1,10 @@
 """Readiness: the database, the broker's identity provider (or the broker service) and each
 MCP server, checked concurrently with a short timeout.
 
+The database check includes its schema: a database ``opsbot migrate`` has not brought to
+this code's revision makes the instance unready, with "database schema is at revision X,
+expected Y: run `opsbot migrate`" as the check's detail, logged once (``SchemaWatch``).
+
 An MCP server that is down does not make the instance unready — every instance would fail
 the same way, and opsbot runs in degraded mode without it — but it is named in
 ``degraded``. The database or the IdP/broker being down does: nothing can be served.
@@ -14,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,8 +28,32 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.settings import Settings
+from infra.storage.migrate import SchemaOutOfDateError, check_schema
 
+log = logging.getLogger(__name__)
 Probe = Callable[[], Awaitable[None]]
+
+
+class SchemaWatch:
+    """Whether the database is at this code's schema revision; says so in the log once per
+    change (an unready instance is probed every few seconds: one line, not thousands)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._said: str | None = None
+
+    async def check(self) -> None:
+        """Raise ``SchemaOutOfDateError`` (logged the first time) while it is behind."""
+        try:
+            await check_schema(self._engine)
+        except SchemaOutOfDateError as exc:
+            if str(exc) != self._said:
+                log.error("%s", exc)
+                self._said = str(exc)
+            raise
+        if self._said is not None:
+            log.info("database schema is up to date: ready")
+            self._said = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +98,16 @@ class Readiness:
         self._timeout = timeout
 
     @classmethod
-    def from_settings(cls, settings: Settings, engine: AsyncEngine) -> Readiness:
+    def from_settings(
+        cls, settings: Settings, engine: AsyncEngine, schema: SchemaWatch | None = None
+    ) -> Readiness:
         timeout = settings.observability.readiness_timeout_seconds
+        watch = schema or SchemaWatch(engine)
 
         async def database() -> None:
             async with engine.connect() as conn:
                 await conn.execute(text("SELECT 1"))
+            await watch.check()
 
         if settings.broker.mode == "remote":
             identity_url = settings.broker.service_url.rstrip("/") + "/healthz"
@@ -102,6 +135,8 @@ class Readiness:
             await asyncio.wait_for(probe(), self._timeout)
         except TimeoutError:
             return Check(False, "timed out")
+        except SchemaOutOfDateError as exc:  # what the operator has to do, said in full
+            return Check(False, str(exc))
         except Exception as exc:  # any failure means "not ready"; the class is enough
             return Check(False, type(exc).__name__)
         return Check(True)

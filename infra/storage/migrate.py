@@ -3,6 +3,7 @@ database is at the revision this code expects (``SchemaCheck``, for ``/readyz``)
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from alembic import command
@@ -42,6 +43,7 @@ async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
         await upgrade()
 
 
+@functools.cache
 def head_revision() -> str:
     """The revision this code's migrations end at."""
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()

@@ -101,6 +101,7 @@ async def serve_slack(
     """Run the Slack app until ``stop`` is set: HTTP (``on_ready`` gets the base URL) or
     Socket Mode; plus the in-process expiry sweeper and pruning of processed event ids."""
     from bot.slack import SqlProcessedEvents, run_socket_mode, serve_http
+    from infra.observability.health import SchemaWatch
     from infra.serving import bind_socket
     from infra.storage import create_engine
     from opsbot.observability import Readiness, ops_routes, request_metrics
@@ -111,6 +112,11 @@ async def serve_slack(
         raise SystemExit("--socket-mode needs SLACK_APP_TOKEN")
     factory = assistant_factory or open_assistant
     engine = create_engine(settings.resolved_database_url)
+    schema = SchemaWatch(engine)
+    # Not migrated: say so now, once, and serve unready (/readyz 503) until `opsbot migrate`
+    # has run; this process never migrates on its own (nor crashes for it).
+    with contextlib.suppress(Exception):
+        await schema.check()
     try:
         async with (
             factory(settings) as assistant,
@@ -142,7 +148,7 @@ async def serve_slack(
                     await run_socket_mode(bot.app, config.app_token, stop)
                 else:
                     callback = _link_callback(assistant)
-                    routes = ops_routes(Readiness.from_settings(settings, engine))
+                    routes = ops_routes(Readiness.from_settings(settings, engine, schema))
                     async with serve_http(
                         bot.app,
                         bind_socket(host, port),
