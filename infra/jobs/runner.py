@@ -32,7 +32,7 @@ from tenacity import (
 
 from infra.jobs.queue import Job, SqlJobQueue
 from infra.storage.faults import is_connection_error
-from infra.storage.migrate import SchemaOutOfDateError, check_schema
+from infra.storage.migrate import SchemaOutOfDateError, check_schema, report_schema
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +107,13 @@ class JobRunner:
 
     async def __aenter__(self) -> JobRunner:
         if self._recover:
-            recovered = await self.queue.release_all_running()
-            if recovered:
-                log.info("recovered %d unfinished runs", recovered)
+            try:
+                recovered = await self.queue.release_all_running()
+            except Exception as exc:  # e.g. not migrated: the claim loop says why, once
+                log.debug("recovering unfinished runs failed: %s", type(exc).__name__)
+            else:
+                if recovered:
+                    log.info("recovered %d unfinished runs", recovered)
         self._loops = [
             asyncio.create_task(self._claim_loop()),
             asyncio.create_task(self._renew_loop()),
@@ -142,6 +146,7 @@ class JobRunner:
             else:
                 if self._claim_failures:
                     log.info("claiming jobs works again")
+                    report_schema(None)
                 self._claim_failures = 0
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
             # lands as its timeout fires, and this loop would then outlive the runner's exit.
@@ -166,7 +171,7 @@ class JobRunner:
         try:
             await check_schema(self.queue.engine)
         except SchemaOutOfDateError as schema:
-            log.error("%s", schema)
+            report_schema(schema)  # once per process, however many loops run into it
             return
         except Exception:  # noqa: S110 — the claim's own error is logged below
             pass

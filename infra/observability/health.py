@@ -18,7 +18,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,32 +27,26 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.settings import Settings
-from infra.storage.migrate import SchemaOutOfDateError, check_schema
+from infra.storage.migrate import SchemaOutOfDateError, check_schema, report_schema
 
-log = logging.getLogger(__name__)
 Probe = Callable[[], Awaitable[None]]
 
 
 class SchemaWatch:
-    """Whether the database is at this code's schema revision; says so in the log once per
-    change (an unready instance is probed every few seconds: one line, not thousands)."""
+    """Whether the database is at this code's schema revision; a problem is logged once per
+    process (an unready instance is probed every few seconds: one line, not thousands)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._said: str | None = None
 
     async def check(self) -> None:
-        """Raise ``SchemaOutOfDateError`` (logged the first time) while it is behind."""
+        """Raise ``SchemaOutOfDateError`` while the database is behind."""
         try:
             await check_schema(self._engine)
         except SchemaOutOfDateError as exc:
-            if str(exc) != self._said:
-                log.error("%s", exc)
-                self._said = str(exc)
+            report_schema(exc)
             raise
-        if self._said is not None:
-            log.info("database schema is up to date: ready")
-            self._said = None
+        report_schema(None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ database is at the revision this code expects (``SchemaCheck``, for ``/readyz``)
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 
 from alembic import command
@@ -14,6 +15,10 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+log = logging.getLogger(__name__)
+# What this process has said about its schema: each problem is logged once (the readiness
+# probe and the job loop both run into it every few seconds), again only after it changed.
+_said: set[str] = set()
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -23,24 +28,26 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
-async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
-    """Upgrade the database to ``revision``; a no-op when it is already there. On PostgreSQL
-    under the set-up advisory lock: instances migrating at once take turns."""
+async def migrate(engine: AsyncEngine, revision: str = "head") -> str | None:
+    """Upgrade the database to ``revision``; a no-op when it is already there. Returns the
+    revision it found (``None``: empty). On PostgreSQL under the set-up advisory lock:
+    instances migrating at once take turns, and only the first finds work to do."""
 
-    def _upgrade(connection: Connection) -> None:
+    def _upgrade(connection: Connection) -> str | None:
+        before = MigrationContext.configure(connection).get_current_revision()
         command.upgrade(alembic_config(connection), revision)
+        return before
 
-    async def upgrade() -> None:
+    async def upgrade() -> str | None:
         async with engine.begin() as connection:
-            await connection.run_sync(_upgrade)
+            return await connection.run_sync(_upgrade)
 
     if engine.dialect.name == "postgresql":
         from infra.storage.postgres import setup_lock
 
         async with setup_lock(engine.url.render_as_string(hide_password=False)):
-            await upgrade()
-    else:
-        await upgrade()
+            return await upgrade()
+    return await upgrade()
 
 
 @functools.cache
@@ -78,3 +85,17 @@ async def check_schema(engine: AsyncEngine) -> None:
     current, expected = await current_revision(engine), head_revision()
     if current != expected:
         raise SchemaOutOfDateError(current, expected)
+
+
+def report_schema(problem: SchemaOutOfDateError | None) -> None:
+    """Log ``problem`` once per process (``None``: the schema is fine now, which is said
+    once if a problem was)."""
+    if problem is None:
+        if _said:
+            _said.clear()
+            log.info("database schema is at revision %s: up to date", head_revision())
+        return
+    if str(problem) not in _said:
+        _said.clear()
+        _said.add(str(problem))
+        log.error("%s", problem)

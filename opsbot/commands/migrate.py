@@ -26,8 +26,7 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
     url = settings.resolved_database_url
     engine = create_engine(url)
     try:
-        before = await current_revision(engine)
-        await migrate(engine)
+        before = await migrate(engine)
         after = await current_revision(engine)
     finally:
         await engine.dispose()

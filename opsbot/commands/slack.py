@@ -189,6 +189,13 @@ async def _prune_forever(store: Any, keep: timedelta) -> None:
         try:
             removed = await store.prune(keep)
             log.info("pruned %d processed Slack event ids", removed)
-        except Exception:
-            log.warning("pruning processed event ids failed", exc_info=True)
+        except Exception as exc:
+            # A database error (down, or not migrated: /readyz says which) is one line; a
+            # bug keeps its traceback.
+            from sqlalchemy.exc import DBAPIError
+
+            database = isinstance(exc, DBAPIError)
+            log.warning(
+                "pruning processed event ids failed: %s", type(exc).__name__, exc_info=not database
+            )
         await asyncio.sleep(PRUNE_EVERY_SECONDS)
