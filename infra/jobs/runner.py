@@ -50,6 +50,24 @@ def retry_delay(attempts: int, *, first: float = 1.0, cap: float = 30.0) -> floa
 JobHandler = Callable[[Job], Awaitable[None]]
 
 
+async def through_outage(
+    write: Callable[..., Awaitable[bool]], *args: object, within: float = 30.0
+) -> bool:
+    """``write(*args)``, retried on database connection errors for up to ``within`` seconds
+    (a job's outcome or progress, which must not be lost to a short outage: the renew loop
+    keeps the lease meanwhile; past it, another worker may take the job)."""
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(is_connection_error),
+        wait=wait_exponential(multiplier=0.2, max=5.0),
+        stop=stop_after_delay(within),
+        reraise=True,
+    )
+    async for attempt in retrying:
+        with attempt:
+            return await write(*args)
+    raise AssertionError("unreachable: tenacity re-raises the last error")
+
+
 @dataclass(frozen=True, slots=True)
 class RunLimits:
     """At most ``global_runs`` runs in this process, ``per_user_runs`` per user overall."""
@@ -225,18 +243,7 @@ class JobRunner:
             log.warning("job %s was taken over by another worker", job.job_id)
 
     async def _persist(self, write: Callable[..., Awaitable[bool]], *args: object) -> bool:
-        """A job's outcome, written through a database outage up to the lease's length (the
-        renew loop keeps the lease meanwhile; past it, another worker may take the job)."""
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(is_connection_error),
-            wait=wait_exponential(multiplier=0.2, max=5.0),
-            stop=stop_after_delay(self._lease.total_seconds()),
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
-                return await write(*args)
-        raise AssertionError("unreachable: tenacity re-raises the last error")
+        return await through_outage(write, *args, within=self._lease.total_seconds())
 
     async def _renew_loop(self) -> None:
         interval = max(self._lease.total_seconds() / 3, 0.05)
