@@ -80,7 +80,7 @@ async def open_pool(
     check = _SweepingCheck()
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         conninfo=sync_url(url),
-        min_size=1,
+        min_size=min(4, max_size),  # psycopg_pool's default, as these pools had before
         max_size=max_size,
         kwargs=kwargs,
         check=check,
