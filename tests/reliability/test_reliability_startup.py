@@ -150,3 +150,28 @@ async def test_job_loop_on_an_unmigrated_database_backs_off_and_says_why_once(
         assert await queue.status("Ev1") == (JobStatus.DONE, 1)
     finally:
         await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_store_setup_of_instances_starting_together_takes_turns(
+    fresh_postgres_database: str, postgres_server_url: str
+) -> None:
+    """The checkpointer's and user-memory store's set-up, and the migrations, of several
+    instances overlapping on a fresh database: none fails (without the advisory lock, two
+    ``CREATE TABLE IF NOT EXISTS`` or migration-version inserts collide)."""
+    from agent_core.checkpointer import open_checkpointer
+    from memory.store import open_memory_store
+
+    url = _url(fresh_postgres_database, postgres_server_url)
+
+    async def instance() -> None:
+        engine = create_engine(url)
+        try:
+            await migrate(engine)
+        finally:
+            await engine.dispose()
+        async with open_checkpointer(url, pool_size=2), open_memory_store(url):
+            pass
+
+    for _ in range(2):  # a fresh database, then one already set up
+        await asyncio.wait_for(asyncio.gather(*(instance() for _ in range(4))), BOUND)
