@@ -1,6 +1,8 @@
 """The LangGraph checkpointer for a database URL.
 
-``AsyncPostgresSaver`` for PostgreSQL (on its own psycopg pool: it cannot share SQLAlchemy's),
+``AsyncPostgresSaver`` for PostgreSQL (on its own pool from ``infra.storage.postgres``: it
+cannot share SQLAlchemy's; its ``setup()`` runs under the set-up advisory lock, so instances
+started at once do not race; ``opsbot migrate`` runs it too),
 ``AsyncSqliteSaver`` for SQLite (the embedded default), ``InMemorySaver`` for ``memory://``.
 
 Example::
@@ -11,7 +13,6 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,33 +21,11 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from psycopg import AsyncConnection
-from psycopg.rows import DictRow, dict_row
-from psycopg_pool import AsyncConnectionPool
 
-from infra.storage.engine import sqlite_path, sync_url
+from infra.storage.engine import sqlite_path
+from infra.storage.postgres import open_pool, setup_lock
 
 MEMORY_URL = "memory://"
-
-
-class _SweepingCheck:
-    """Pool ``check``: a dead connection on checkout makes the whole pool be swept at once
-    (psycopg_pool otherwise finds them one by one with exponential back-off: ~15 s after a
-    database restart for a default pool)."""
-
-    def __init__(self) -> None:
-        self.pool: AsyncConnectionPool[AsyncConnection[DictRow]] | None = None
-        self._sweeps: set[asyncio.Task[None]] = set()
-
-    async def __call__(self, conn: AsyncConnection[DictRow]) -> None:
-        try:
-            await AsyncConnectionPool.check_connection(conn)
-        except Exception:
-            if self.pool is not None and not self._sweeps:
-                task = asyncio.create_task(self.pool.check())
-                self._sweeps.add(task)
-                task.add_done_callback(self._sweeps.discard)
-            raise
 
 
 @asynccontextmanager
@@ -58,23 +37,13 @@ async def open_checkpointer(
         yield InMemorySaver()
         return
     if url.startswith("postgresql"):
-        check = _SweepingCheck()
-        pool: AsyncConnectionPool[AsyncConnection[DictRow]] = AsyncConnectionPool(
-            conninfo=sync_url(url),
-            max_size=pool_size,
-            kwargs={"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0},
-            # A database restart leaves every pooled connection dead: check on checkout.
-            check=check,
-            open=False,
-        )
-        check.pool = pool
-        await pool.open()
-        try:
+        async with open_pool(
+            url, max_size=pool_size, dict_rows=True, prepare_threshold=0, name="checkpointer"
+        ) as pool:
             saver = AsyncPostgresSaver(pool)
-            await saver.setup()
+            async with setup_lock(url):
+                await saver.setup()
             yield saver
-        finally:
-            await pool.close()
         return
     path = sqlite_path(url)
     if path is None:

@@ -5,6 +5,11 @@ are not bound, the system prompt says it is unavailable and the answer carries a
 Only transport failures count against a server (connection errors, 5xx, 429, timeouts);
 a refused token or a tool error means the server is up.
 
+Degraded mode ends at the first successful probe: while a server is down (its breaker open
+or its last probe failed) it is probed again at most ``degraded_interval`` (2 s) after the
+previous probe, and a probe that gets an answer closes its breaker. A server that is up is
+probed every ``check_interval``.
+
 Example::
 
     health = ServerHealth({"ticketing": "http://127.0.0.1:8101/mcp"})
@@ -21,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import httpx
 from purgatory import AsyncCircuitBreakerFactory
-from purgatory.domain.model import OpenedState
+from purgatory.domain.model import HalfOpenedState, OpenedState
 
 from agent_core.errors import (
     ServerUnavailableError,
@@ -47,6 +52,7 @@ class ServerHealth:
         failure_threshold: int = 3,
         open_seconds: float = 30.0,
         check_interval: float = 10.0,
+        degraded_interval: float = 2.0,
         probe_timeout: float = 2.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -55,6 +61,7 @@ class ServerHealth:
             default_threshold=failure_threshold, default_ttl=open_seconds
         )
         self._interval = check_interval
+        self._degraded_interval = min(degraded_interval, check_interval)
         self._probe_timeout = probe_timeout
         self._now = monotonic
         self._checked: dict[str, tuple[float, bool]] = {}
@@ -87,7 +94,8 @@ class ServerHealth:
             self._checked.pop(server, None)
 
     async def probe(self, server: str) -> bool:
-        """One unauthenticated request: any answer below 500 means the server is up."""
+        """One unauthenticated request: any answer below 500 means the server is up (and
+        closes its breaker: degraded mode ends here)."""
         url = self._urls.get(server)
         if url is None:
             return False
@@ -100,28 +108,37 @@ class ServerHealth:
         except httpx.HTTPError:
             ok = False
         if ok:
-            # A server can answer a GET and still hang every call: a good probe only ends
-            # degraded mode, it does not wipe the failures that calls have counted.
-            breaker = await self._breakers.get_breaker(server)
-            if breaker.context.state != "closed":
-                await self.record(server, None)
+            await self._close(server)
         else:
             await self.record(server, ToolTransientError(server, f"{server} health check failed"))
         return ok
 
+    async def _close(self, server: str) -> None:
+        breaker = await self._breakers.get_breaker(server)
+        if breaker.context.state == "closed":
+            # A server can answer a GET and still hang every call: a good probe only ends
+            # degraded mode, it does not wipe the failures that calls have counted.
+            return
+        # Open (or half-open): the server answered, so close it now rather than after the
+        # breaker's time-out. Half-open lets one request through; its success closes it.
+        breaker.context.set_state(HalfOpenedState())
+        async with breaker:
+            pass
+
     async def available(self, servers: Iterable[str]) -> dict[str, bool]:
-        """Which servers to use for a run (probes at most once per ``check_interval``)."""
+        """Which servers to use for a run. A server that is up is probed at most once per
+        ``check_interval``; one that is down (breaker open, or its last probe failed) is
+        probed again once ``degraded_interval`` has passed since its last probe."""
         names = list(servers)
         result: dict[str, bool] = {}
         stale: list[str] = []
         now = self._now()
         for name in names:
-            if await self.is_open(name):
-                result[name] = False
-                continue
             seen = self._checked.get(name)
-            if seen is not None and now - seen[0] < self._interval:
-                result[name] = seen[1]
+            down = await self.is_open(name) or (seen is not None and not seen[1])
+            interval = self._degraded_interval if down else self._interval
+            if seen is not None and now - seen[0] < interval:
+                result[name] = seen[1] and not down
             else:
                 stale.append(name)
         if stale:

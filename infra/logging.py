@@ -29,6 +29,9 @@ def configure_logging(settings: Settings, *, terminal: bool = False) -> None:
     logging.basicConfig(level=level, format="%(message)s")
     # Alembic narrates every step at INFO; operators only need its warnings.
     logging.getLogger("alembic").setLevel(max(level, logging.WARNING))
+    # httpx logs every request at INFO: readiness probes (a few a second on an unready
+    # instance) and MCP health checks would fill the log.
+    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -34,14 +34,12 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.postgres.aio import AsyncPostgresStore
 from langgraph.store.sqlite.aio import AsyncSqliteStore
-from psycopg import AsyncConnection
-from psycopg.rows import DictRow, dict_row
-from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent_core.pii import detect_secret
 from broker.types import Identity
-from infra.storage.engine import sqlite_path, sync_url
+from infra.storage.engine import sqlite_path
+from infra.storage.postgres import open_pool, setup_lock
 
 MEMORY_URL = "memory://"
 KEY = "preferences"
@@ -181,19 +179,15 @@ async def open_memory_store(url: str) -> AsyncIterator[BaseStore]:
         yield InMemoryStore()
         return
     if url.startswith("postgresql"):
-        pool: AsyncConnectionPool[AsyncConnection[DictRow]] = AsyncConnectionPool(
-            conninfo=sync_url(url),
-            max_size=4,
-            kwargs={"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0},
-            open=False,
-        )
-        await pool.open()
-        try:
+        # The shared pool helper: checked connections, so a database restart does not leave
+        # dead ones behind; set-up one instance at a time (``opsbot migrate`` runs it too).
+        async with open_pool(
+            url, max_size=4, dict_rows=True, prepare_threshold=0, name="user-memory"
+        ) as pool:
             store = AsyncPostgresStore(pool)
-            await store.setup()
+            async with setup_lock(url):
+                await store.setup()
             yield store
-        finally:
-            await pool.close()
         return
     path = sqlite_path(url)
     if path is None:

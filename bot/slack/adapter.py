@@ -36,6 +36,7 @@ from bot.slack.render import (
     slack_date,
     text_message,
 )
+from infra.storage.faults import is_connection_error
 
 log = logging.getLogger(__name__)
 
@@ -150,11 +151,20 @@ class SlackAdapter(DecisionViews):
         """Called after the acknowledgement: answer ``message`` in this process."""
         await self.answer(message, Progress(), _keep_nothing)
 
-    async def answer(self, message: UserMessage, progress: Progress, record: Recorder) -> None:
+    async def answer(
+        self,
+        message: UserMessage,
+        progress: Progress,
+        record: Recorder,
+        *,
+        retry_on_connection_error: bool = False,
+    ) -> None:
         """Open the thread (``/ops ask``), show the working indicator, ask the core, deliver.
 
         Steps already in ``progress`` (an earlier attempt's) are not repeated; each new one is
-        ``record``ed before the next, so a retry after a crash reuses the same placeholder."""
+        ``record``ed before the next, so a retry after a crash reuses the same placeholder.
+        ``retry_on_connection_error``: a database connection error is raised (the job goes
+        back in the queue) instead of being answered as a failure."""
         channel, thread_ts = message.channel, message.thread_ts
         if thread_ts is None:
             if progress.thread_ts is None:
@@ -173,7 +183,9 @@ class SlackAdapter(DecisionViews):
         ref = PlatformRef("slack", message.team_id, channel, thread_ts)
         try:
             reply = await self.assistant.handle_message(message.chat_user, ref, message.text)
-        except Exception:
+        except Exception as exc:
+            if retry_on_connection_error and is_connection_error(exc):
+                raise
             log.exception("assistant failed on a message")
             await self.post(
                 channel, thread_ts, [text_message(FAILURE_TEXT)], indicator.placeholder_ts

@@ -36,7 +36,7 @@ from bot.slack.core import AssistantPort
 from bot.slack.incoming import Progress, UserMessage
 from bot.slack.store import SqlApprovalMessages
 from infra.clock import Clock, utc_now
-from infra.jobs import Job, JobRunner, RunLimits, SqlJobQueue
+from infra.jobs import Job, JobRunner, RunLimits, SqlJobQueue, through_outage
 
 log = logging.getLogger(__name__)
 JOB_KIND = "slack_message"
@@ -75,10 +75,14 @@ class DurableSlackAdapter(SlackAdapter):
 
         async def record(step: Progress) -> None:
             payload = {**job.payload, "progress": step.to_payload()}
-            if not await self.queue.update_payload(job, payload):
+            # Through a database outage: a placeholder posted but not recorded would be
+            # posted again by the retry, leaving the first one behind.
+            if not await through_outage(self.queue.update_payload, job, payload):
                 log.warning("job %s was taken over; its progress was not saved", job.job_id)
 
-        await self.answer(message, progress, record)
+        # A database connection error puts the job back in the queue (the runner retries it
+        # from its recorded progress); on its last attempt the user is told it failed.
+        await self.answer(message, progress, record, retry_on_connection_error=not job.last_attempt)
 
 
 @contextlib.asynccontextmanager

@@ -18,7 +18,7 @@ Example::
 """
 
 from infra.jobs.queue import DuplicateJobError, Job, JobError, JobStatus, SqlJobQueue
-from infra.jobs.runner import JobHandler, JobRunner, RunLimits
+from infra.jobs.runner import JobHandler, JobRunner, RunLimits, through_outage
 
 __all__ = [
     "DuplicateJobError",
@@ -29,4 +29,5 @@ __all__ = [
     "JobStatus",
     "RunLimits",
     "SqlJobQueue",
+    "through_outage",
 ]

@@ -2,6 +2,10 @@
 
 Claims are compare-and-set ``UPDATE``s on the row read (status, owner, lease), so two
 workers on two instances can never both claim a job, on SQLite or PostgreSQL alike.
+
+A job put back by ``retry`` is queued with ``lease_until`` as the time it may run again
+(a queued job's lease column is its "not before"); ``attempts`` counts the claims, and
+``Job.last_attempt`` says when a retry is no longer allowed.
 """
 
 from __future__ import annotations
@@ -43,12 +47,29 @@ class Job:
     payload: Mapping[str, Any]
     attempts: int
     created_at: datetime
+    max_attempts: int = 1
+
+    @property
+    def last_attempt(self) -> bool:
+        """No retry after this one (the handler should answer, whatever happens)."""
+        return self.attempts >= self.max_attempts
+
+
+# Enough attempts, with the runner's back-off, to outlast a database restart of a minute.
+MAX_ATTEMPTS = 8
 
 
 class SqlJobQueue:
-    def __init__(self, engine: AsyncEngine, clock: Clock = utc_now) -> None:
+    def __init__(
+        self, engine: AsyncEngine, clock: Clock = utc_now, *, max_attempts: int = MAX_ATTEMPTS
+    ) -> None:
         self._engine = engine
         self._clock = clock
+        self.max_attempts = max_attempts
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
 
     async def enqueue(
         self, job_id: str, kind: str, user_key: str, payload: Mapping[str, Any]
@@ -87,7 +108,10 @@ class SqlJobQueue:
         now = self._clock()
         c = run_jobs.c
         runnable = or_(
-            c.status == JobStatus.QUEUED.value,
+            and_(
+                c.status == JobStatus.QUEUED.value,
+                or_(c.lease_until.is_(None), c.lease_until <= now),
+            ),
             and_(c.status == JobStatus.RUNNING.value, c.lease_until < now),
         )
         async with self._engine.connect() as conn:
@@ -120,6 +144,7 @@ class SqlJobQueue:
                         m["payload"],
                         m["attempts"] + 1,
                         m["created_at"],
+                        self.max_attempts,
                     )
                 )
         return claimed
@@ -182,6 +207,23 @@ class SqlJobQueue:
                     finished_at=self._clock(),
                     lease_until=None,
                     error=(error or None) and error[:500],
+                )
+            )
+        return result.rowcount == 1
+
+    async def retry(self, worker: str, job: Job, after: timedelta) -> bool:
+        """Put a job this attempt holds back in the queue, to be claimed again no sooner
+        than ``after`` from now; ``False`` if another worker took it over meanwhile."""
+        c = run_jobs.c
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                update(run_jobs)
+                .where(c.job_id == job.job_id, c.owner == worker, c.attempts == job.attempts)
+                .where(c.status == JobStatus.RUNNING.value)
+                .values(
+                    status=JobStatus.QUEUED.value,
+                    owner=None,
+                    lease_until=self._clock() + after,
                 )
             )
         return result.rowcount == 1

@@ -2,6 +2,13 @@
 
 Per-user and global limits hold across instances for claims (the table counts every live
 lease), and within this process for what is already running here.
+
+Faults: a job whose handler fails with a database connection error (``is_connection_error``)
+goes back in the queue with exponential back-off, up to the queue's ``max_attempts``; its
+outcome (``finish``/``retry``) is written through a short outage. A claim loop that cannot
+reach its table backs off (to ``max_backoff``) and says why once per streak of failures, not
+once per poll: "database schema is at revision X, expected Y: run `opsbot migrate`" when the
+database has not been migrated.
 """
 
 from __future__ import annotations
@@ -16,11 +23,49 @@ from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
 
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_delay,
+    wait_exponential,
+)
+
 from infra.jobs.queue import Job, SqlJobQueue
+from infra.storage.faults import is_connection_error
+from infra.storage.migrate import SchemaOutOfDateError, check_schema, report_schema
 
 log = logging.getLogger(__name__)
 
+
+def retry_delay(attempts: int, *, first: float = 1.0, cap: float = 30.0) -> float:
+    """How long a job that failed its ``attempts``-th attempt on a connection error waits:
+    1, 2, 4, ... seconds, at most ``cap``.
+
+    >>> [retry_delay(n) for n in (1, 2, 3, 7)]
+    [1.0, 2.0, 4.0, 30.0]
+    """
+    return float(min(first * 2.0 ** max(attempts - 1, 0), cap))
+
+
 JobHandler = Callable[[Job], Awaitable[None]]
+
+
+async def through_outage(
+    write: Callable[..., Awaitable[bool]], *args: object, within: float = 30.0
+) -> bool:
+    """``write(*args)``, retried on database connection errors for up to ``within`` seconds
+    (a job's outcome or progress, which must not be lost to a short outage: the renew loop
+    keeps the lease meanwhile; past it, another worker may take the job)."""
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(is_connection_error),
+        wait=wait_exponential(multiplier=0.2, max=5.0),
+        stop=stop_after_delay(within),
+        reraise=True,
+    )
+    async for attempt in retrying:
+        with attempt:
+            return await write(*args)
+    raise AssertionError("unreachable: tenacity re-raises the last error")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +94,7 @@ class JobRunner:
         poll_seconds: float = 1.0,
         recover_on_start: bool = False,
         worker_id: str | None = None,
+        max_backoff: float = 10.0,
     ) -> None:
         self.queue = queue
         self.worker_id = worker_id or f"w-{secrets.token_hex(6)}"
@@ -57,6 +103,9 @@ class JobRunner:
         self._lease = lease
         self._poll = poll_seconds
         self._recover = recover_on_start
+        self._max_backoff = max(max_backoff, poll_seconds)
+        self.claim_attempts = 0  # claim-loop iterations (a test checks it does not spin)
+        self._claim_failures = 0
         self._wake = asyncio.Event()
         self._running: dict[str, tuple[Job, asyncio.Task[None]]] = {}
         self._loops: list[asyncio.Task[None]] = []
@@ -76,9 +125,13 @@ class JobRunner:
 
     async def __aenter__(self) -> JobRunner:
         if self._recover:
-            recovered = await self.queue.release_all_running()
-            if recovered:
-                log.info("recovered %d unfinished runs", recovered)
+            try:
+                recovered = await self.queue.release_all_running()
+            except Exception as exc:  # e.g. not migrated: the claim loop says why, once
+                log.debug("recovering unfinished runs failed: %s", type(exc).__name__)
+            else:
+                if recovered:
+                    log.info("recovered %d unfinished runs", recovered)
         self._loops = [
             asyncio.create_task(self._claim_loop()),
             asyncio.create_task(self._renew_loop()),
@@ -101,15 +154,46 @@ class JobRunner:
     async def _claim_loop(self) -> None:
         while True:
             self._wake.clear()
+            self.claim_attempts += 1
             try:
                 await self._claim()
-            except Exception:
-                log.exception("claiming jobs failed; retrying")
+            except Exception as exc:
+                self._claim_failures += 1
+                if self._claim_failures == 1:
+                    await self._explain(exc)
+            else:
+                if self._claim_failures:
+                    log.info("claiming jobs works again")
+                    report_schema(None)
+                self._claim_failures = 0
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
             # lands as its timeout fires, and this loop would then outlive the runner's exit.
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._poll):
+                async with asyncio.timeout(self._pause()):
                     await self._wake.wait()
+
+    def _pause(self) -> float:
+        """The poll interval; doubled per failed claim in a row, up to ``max_backoff``."""
+        if not self._claim_failures:
+            return self._poll
+        return min(self._poll * 2.0 ** min(self._claim_failures, 16), self._max_backoff)
+
+    async def _explain(self, exc: Exception) -> None:
+        """One log line for a streak of failed claims: the cause an operator can act on."""
+        if is_connection_error(exc):
+            log.warning(
+                "claiming jobs failed: database unreachable (%s); retrying with back-off",
+                type(exc).__name__,
+            )
+            return
+        try:
+            await check_schema(self.queue.engine)
+        except SchemaOutOfDateError as schema:
+            report_schema(schema)  # once per process, however many loops run into it
+            return
+        except Exception:  # noqa: S110 — the claim's own error is logged below
+            pass
+        log.error("claiming jobs failed; retrying with back-off", exc_info=exc)
 
     async def _claim(self) -> None:
         free = self._limits.global_runs - len(self._running)
@@ -127,22 +211,50 @@ class JobRunner:
     async def _run(self, job: Job) -> None:
         error: str | None = None
         try:
-            await self._handler(job)
-        except Exception as exc:
-            log.exception("job %s (%s) failed", job.job_id, job.kind)
-            error = type(exc).__name__
-        try:
-            if not await self.queue.finish(self.worker_id, job.job_id, error):
+            try:
+                await self._handler(job)
+            except Exception as exc:
+                if is_connection_error(exc) and not job.last_attempt:
+                    await self._retry_later(job, exc)
+                    return
+                log.exception("job %s (%s) failed", job.job_id, job.kind)
+                error = type(exc).__name__
+            if not await self._persist(self.queue.finish, self.worker_id, job.job_id, error):
                 log.warning("job %s was taken over by another worker", job.job_id)
+        except Exception as exc:  # the database stayed away: the lease brings the job back
+            log.warning("job %s: recording its outcome failed (%s)", job.job_id, type(exc).__name__)
         finally:
             self._running.pop(job.job_id, None)
             self._wake.set()
 
+    async def _retry_later(self, job: Job, exc: Exception) -> None:
+        delay = retry_delay(job.attempts)
+        log.warning(
+            "job %s (%s): database connection error (%s) on attempt %d of %d; retrying in %.0f s",
+            job.job_id,
+            job.kind,
+            type(exc).__name__,
+            job.attempts,
+            job.max_attempts,
+            delay,
+        )
+        after = timedelta(seconds=delay)
+        if not await self._persist(self.queue.retry, self.worker_id, job, after):
+            log.warning("job %s was taken over by another worker", job.job_id)
+
+    async def _persist(self, write: Callable[..., Awaitable[bool]], *args: object) -> bool:
+        return await through_outage(write, *args, within=self._lease.total_seconds())
+
     async def _renew_loop(self) -> None:
         interval = max(self._lease.total_seconds() / 3, 0.05)
+        failing = False
         while True:
             await asyncio.sleep(interval)
             try:
                 await self.queue.renew(self.worker_id, list(self._running), self._lease)
-            except Exception:
-                log.exception("renewing leases failed; retrying")
+            except Exception as exc:
+                if not failing:  # once per outage, not once per tick
+                    log.warning("renewing leases failed (%s); retrying", type(exc).__name__)
+                failing = True
+            else:
+                failing = False

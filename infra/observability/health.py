@@ -1,6 +1,10 @@
 """Readiness: the database, the broker's identity provider (or the broker service) and each
 MCP server, checked concurrently with a short timeout.
 
+The database check includes its schema: a database ``opsbot migrate`` has not brought to
+this code's revision makes the instance unready, with "database schema is at revision X,
+expected Y: run `opsbot migrate`" as the check's detail, logged once (``SchemaWatch``).
+
 An MCP server that is down does not make the instance unready — every instance would fail
 the same way, and opsbot runs in degraded mode without it — but it is named in
 ``degraded``. The database or the IdP/broker being down does: nothing can be served.
@@ -23,8 +27,26 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.settings import Settings
+from infra.storage.migrate import SchemaOutOfDateError, check_schema, report_schema
 
 Probe = Callable[[], Awaitable[None]]
+
+
+class SchemaWatch:
+    """Whether the database is at this code's schema revision; a problem is logged once per
+    process (an unready instance is probed every few seconds: one line, not thousands)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def check(self) -> None:
+        """Raise ``SchemaOutOfDateError`` while the database is behind."""
+        try:
+            await check_schema(self._engine)
+        except SchemaOutOfDateError as exc:
+            report_schema(exc)
+            raise
+        report_schema(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +91,16 @@ class Readiness:
         self._timeout = timeout
 
     @classmethod
-    def from_settings(cls, settings: Settings, engine: AsyncEngine) -> Readiness:
+    def from_settings(
+        cls, settings: Settings, engine: AsyncEngine, schema: SchemaWatch | None = None
+    ) -> Readiness:
         timeout = settings.observability.readiness_timeout_seconds
+        watch = schema or SchemaWatch(engine)
 
         async def database() -> None:
             async with engine.connect() as conn:
                 await conn.execute(text("SELECT 1"))
+            await watch.check()
 
         if settings.broker.mode == "remote":
             identity_url = settings.broker.service_url.rstrip("/") + "/healthz"
@@ -102,6 +128,8 @@ class Readiness:
             await asyncio.wait_for(probe(), self._timeout)
         except TimeoutError:
             return Check(False, "timed out")
+        except SchemaOutOfDateError as exc:  # what the operator has to do, said in full
+            return Check(False, str(exc))
         except Exception as exc:  # any failure means "not ready"; the class is enough
             return Check(False, type(exc).__name__)
         return Check(True)

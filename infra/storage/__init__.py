@@ -9,13 +9,24 @@ Public API::
 """
 
 from infra.storage.engine import async_url, create_engine, is_postgres, sync_url
-from infra.storage.migrate import current_revision, migrate
+from infra.storage.faults import is_connection_error
+from infra.storage.migrate import (
+    SchemaOutOfDateError,
+    check_schema,
+    current_revision,
+    head_revision,
+    migrate,
+)
 from infra.storage.schema import metadata
 
 __all__ = [
+    "SchemaOutOfDateError",
     "async_url",
+    "check_schema",
     "create_engine",
     "current_revision",
+    "head_revision",
+    "is_connection_error",
     "is_postgres",
     "metadata",
     "migrate",

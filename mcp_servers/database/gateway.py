@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg_pool import AsyncConnectionPool
 
+from infra.storage.postgres import open_pool
 from mcp_servers.auth import Caller, Clock, utc_now
 from mcp_servers.database.models import DatabaseConfig, QueryResult
 from mcp_servers.database.seed import TABLES, seed_rows
@@ -203,18 +204,12 @@ async def open_gateway(
     """
     if config.backend == "postgres":
         assert config.postgres_url is not None  # checked by DatabaseConfig
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            config.postgres_url,
-            min_size=1,
-            max_size=5,
-            open=False,
-            kwargs={"autocommit": True},
-        )
-        await pool.open(wait=True, timeout=10)
-        try:
+        # The app's one pool helper: connections checked on checkout, reconnected after a
+        # database restart.
+        async with open_pool(
+            config.postgres_url, max_size=5, name="database-mcp", wait=True
+        ) as pool:
             yield PostgresGateway(pool, config)
-        finally:
-            await pool.close()
         return
     with contextlib.ExitStack() as stack:
         path = config.sqlite_path

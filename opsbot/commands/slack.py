@@ -116,6 +116,7 @@ async def serve_slack(
     HTTP mode listens on ``sock`` when given (bound by the caller, e.g. the sandbox, which
     binds every port first), else on ``host:port``."""
     from bot.slack import SqlProcessedEvents, run_socket_mode, serve_http
+    from infra.observability.health import SchemaWatch
     from infra.serving import bind_socket
     from infra.storage import create_engine
     from opsbot.observability import (
@@ -131,6 +132,11 @@ async def serve_slack(
         raise SystemExit("--socket-mode needs SLACK_APP_TOKEN")
     factory = assistant_factory or open_assistant
     engine = create_engine(settings.resolved_database_url)
+    schema = SchemaWatch(engine)
+    # Not migrated: say so now, once, and serve unready (/readyz 503) until `opsbot migrate`
+    # has run; this process never migrates on its own (nor crashes for it).
+    with contextlib.suppress(Exception):
+        await schema.check()
     try:
         async with (
             factory(settings) as assistant,
@@ -167,7 +173,7 @@ async def serve_slack(
                         else None
                     )
                     routes = ops_routes(
-                        Readiness.from_settings(settings, engine), refresh_runtime_gauges
+                        Readiness.from_settings(settings, engine, schema), refresh_runtime_gauges
                     )
                     async with serve_http(
                         bot.app,
@@ -213,6 +219,13 @@ async def _prune_forever(store: Any, keep: timedelta) -> None:
         try:
             removed = await store.prune(keep)
             log.info("pruned %d processed Slack event ids", removed)
-        except Exception:
-            log.warning("pruning processed event ids failed", exc_info=True)
+        except Exception as exc:
+            # A database error (down, or not migrated: /readyz says which) is one line; a
+            # bug keeps its traceback.
+            from sqlalchemy.exc import DBAPIError
+
+            database = isinstance(exc, DBAPIError)
+            log.warning(
+                "pruning processed event ids failed: %s", type(exc).__name__, exc_info=not database
+            )
         await asyncio.sleep(PRUNE_EVERY_SECONDS)

@@ -1,7 +1,7 @@
 """A throwaway PostgreSQL cluster of the test's own, so it can be restarted without touching
 the machine's shared server (other people's tests run on it).
 
-``initdb``/``pg_ctl`` come from ``OPSBOT_PG_BIN`` or ``/usr/lib/postgresql/15/bin`` (or PATH).
+``initdb``/``pg_ctl`` come from ``OPSBOT_PG_BIN``, ``/usr/lib/postgresql/<major>/bin`` or PATH.
 As root (CI), they run as the ``postgres`` user via ``runuser``; the data directory is a temp
 dir owned by that user. The cluster listens on 127.0.0.1 on a free port, trust auth.
 """
@@ -24,7 +24,17 @@ _DEFAULT_BIN = Path("/usr/lib/postgresql/15/bin")
 
 
 def _bin(name: str) -> str:
-    for candidate in (os.environ.get("OPSBOT_PG_BIN"), str(_DEFAULT_BIN)):
+    # Any installed server version (Debian: /usr/lib/postgresql/<major>/bin), newest first.
+    installed = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+        reverse=True,
+    )
+    for candidate in (
+        os.environ.get("OPSBOT_PG_BIN"),
+        str(_DEFAULT_BIN),
+        *(str(p) for p in installed),
+    ):
         if candidate and (Path(candidate) / name).exists():
             return str(Path(candidate) / name)
     found = shutil.which(name)

@@ -166,3 +166,85 @@ async def test_a_runner_always_stops_when_its_block_exits(database_url: str) -> 
                     await finished.wait()
     finally:
         await engine.dispose()
+
+
+async def test_a_job_failing_on_a_connection_error_goes_back_in_the_queue(
+    database_url: str,
+) -> None:
+    """A connection error is not the job's fault: the job is queued again (not done, not
+    failed) with back-off, and runs again; a real error fails it at once; so does a
+    connection error on its last attempt."""
+    import psycopg
+    import sqlalchemy.exc
+
+    engine = create_engine(database_url)
+    attempts: Counter[str] = Counter()
+    settled = asyncio.Event()
+    dead = sqlalchemy.exc.OperationalError(
+        "SELECT 1", {}, psycopg.OperationalError("server closed the connection unexpectedly")
+    )
+
+    async def handler(job: Job) -> None:
+        attempts[job.job_id] += 1
+        try:
+            if job.job_id == "flaky" and job.attempts == 1:
+                raise dead  # the database restarted under this run
+            if job.job_id == "broken":
+                raise ValueError("a bug, not the connection")
+            if job.job_id == "down":
+                raise psycopg.OperationalError("connection refused")
+        finally:
+            if sum(attempts.values()) >= 5:
+                settled.set()
+
+    try:
+        clock_offset = timedelta()
+        queue = SqlJobQueue(engine, clock=lambda: utc_now() + clock_offset, max_attempts=2)
+        for job_id in ("flaky", "broken", "down"):
+            await queue.enqueue(job_id, "test", job_id, {})
+        async with JobRunner(queue, handler, poll_seconds=0.02) as runner:
+            async with asyncio.timeout(BOUND):
+                while await queue.status("flaky") != (JobStatus.QUEUED, 1):  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+            # Queued with a "not before": not claimed again at once.
+            await asyncio.sleep(0.2)
+            assert await queue.status("flaky") == (JobStatus.QUEUED, 1)
+            assert attempts["flaky"] == 1
+            clock_offset = timedelta(minutes=5)  # its back-off has passed
+            runner.notify()
+            await asyncio.wait_for(settled.wait(), BOUND)
+            await asyncio.wait_for(runner.idle(), BOUND)
+        assert await queue.status("flaky") == (JobStatus.DONE, 2)
+        assert await queue.status("broken") == (JobStatus.FAILED, 1)
+        assert await queue.status("down") == (JobStatus.FAILED, 2)  # out of attempts
+        assert attempts == Counter({"flaky": 2, "broken": 1, "down": 2})
+    finally:
+        await engine.dispose()
+
+
+def test_connection_errors_are_told_apart_from_real_failures() -> None:
+    import sqlite3
+
+    import psycopg
+    import psycopg_pool
+    import sqlalchemy.exc
+
+    from infra.storage import is_connection_error
+
+    def wrapped(orig: BaseException) -> sqlalchemy.exc.DBAPIError:
+        return sqlalchemy.exc.DBAPIError.instance("SELECT 1", {}, orig, Exception)
+
+    assert is_connection_error(psycopg.OperationalError("connection refused"))
+    assert is_connection_error(psycopg.errors.AdminShutdown("terminating connection"))
+    assert is_connection_error(psycopg_pool.PoolTimeout("couldn't get a connection"))
+    assert is_connection_error(wrapped(psycopg.OperationalError("gone")))
+    assert is_connection_error(sqlite3.OperationalError("database is locked"))
+    outer = RuntimeError("the store failed")
+    outer.__cause__ = psycopg.InterfaceError("the connection is closed")
+    assert is_connection_error(outer)
+    assert is_connection_error(ExceptionGroup("run", [ValueError(), psycopg.OperationalError()]))
+
+    assert not is_connection_error(ValueError("a bug"))
+    assert not is_connection_error(psycopg.errors.UndefinedTable("relation does not exist"))
+    assert not is_connection_error(wrapped(psycopg.errors.UniqueViolation("duplicate key")))
+    assert not is_connection_error(sqlite3.OperationalError("no such table: run_jobs"))
