@@ -7,6 +7,7 @@ from the graph's runtime context. Credentials stay in the run's sessions, never 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Iterator, Mapping
@@ -15,7 +16,22 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from agent_core.errors import ToolCallError, ToolResultError
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from agent_core.errors import (
+    CredentialError,
+    ServerUnavailableError,
+    ToolAuthError,
+    ToolCallError,
+    ToolResultError,
+    ToolTimeoutError,
+    ToolTransientError,
+)
 from agent_core.policy import ToolPolicy
 from agent_core.sessions import RunSessions
 from agent_core.tools import IDEMPOTENCY_ARG, ToolDefinition, prefixed, result_text
@@ -42,6 +58,8 @@ class ToolCallEvent:
     idempotency_key: str | None
     approval_id: str | None
     model: str = ""  # the model whose step proposed this call (empty on a resume's first call)
+    # When finished with an error: a short text for people on why (never the model's text).
+    reason: str | None = None
 
 
 class ToolObserver(Protocol):
@@ -70,6 +88,31 @@ class RunContext:
     observer: ToolObserver | None = None
     models_used: list[str] = field(default_factory=list)
     calls: list[ToolCallEvent] = field(default_factory=list)
+    # A keyed write whose server is unreachable is tried this often in all, with backoff.
+    write_attempts: int = 3
+    write_retry_initial_delay: float = 0.5
+    write_retry_max_delay: float = 4.0
+
+
+# The server could not be reached (or failed transiently); a write is retried only when
+# the idempotency key makes a second attempt safe.
+_UNREACHABLE = (ServerUnavailableError, ToolTransientError)
+
+
+def failure_reason(server: str, exc: ToolCallError) -> str:
+    """What a person is told about a failed call: the server's refusal, or why it is unknown."""
+    if isinstance(exc, ToolResultError):
+        text = " ".join(str(exc).split())[:200]
+        return f"the {server} server refused — {text}" if text else f"the {server} server refused"
+    if isinstance(exc, ToolAuthError):
+        if exc.status == 403:
+            return f"the {server} server refused — the requester is not allowed to do this"
+        return f"the {server} server did not accept the requester's sign-in"
+    if isinstance(exc, CredentialError):
+        return f"opsbot could not get access to {server} for the requester"
+    if isinstance(exc, ToolTimeoutError):
+        return f"the {server} server did not answer in time — outcome unknown"
+    return f"the {server} server could not be reached — outcome unknown"
 
 
 _CURRENT: ContextVar[tuple[RunContext, str]] = ContextVar("opsbot_current_tool_call")
@@ -115,18 +158,32 @@ async def call_current_run(server: str, tool: str, args: dict[str, Any]) -> tupl
         await ctx.observer.tool_call_started(event)
     started = time.perf_counter()
     outcome = "error:interrupted"
+    reason: str | None = "the call was interrupted — outcome unknown"
     try:
         timeout = ctx.write_timeout if cls.is_write else ctx.read_timeout
-        result = await ctx.sessions.call_tool(server, tool, call_args, timeout=timeout)
+        # Only a keyed write may be sent twice: the server applies one key once.
+        attempts = ctx.write_attempts if key is not None else 1
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(max(1, attempts)),
+            wait=wait_exponential(
+                multiplier=ctx.write_retry_initial_delay, max=ctx.write_retry_max_delay
+            ),
+            retry=retry_if_exception_type(_UNREACHABLE),
+            reraise=True,
+        ):
+            with attempt:
+                result = await ctx.sessions.call_tool(server, tool, call_args, timeout=timeout)
         text = result_text(result.content)
         if result.isError:
             raise ToolResultError(server, text or f"{name} failed")
-        outcome = "success"
+        outcome, reason = "success", None
         return text, result.structuredContent
     except ToolCallError as exc:
         outcome = f"error:{type(exc).__name__}"
+        reason = failure_reason(server, exc)
         raise
     finally:
         if ctx.observer is not None:
             latency = (time.perf_counter() - started) * 1000
-            await ctx.observer.tool_call_finished(event, outcome, latency)
+            finished = dataclasses.replace(event, reason=reason)
+            await ctx.observer.tool_call_finished(finished, outcome, latency)

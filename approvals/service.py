@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from agent_core.answer import Interrupt
+from agent_core.binding import idempotency_key
 from agent_core.errors import NoPendingApprovalError
 from agent_core.policy import ToolPolicy
 from approvals.errors import (
@@ -46,6 +47,16 @@ from broker.types import Broker, Identity
 from infra.clock import Clock, IdFactory, random_id, utc_now
 
 log = logging.getLogger(__name__)
+
+# Write outcomes after which the server certainly did not apply the write.
+REFUSED_OUTCOMES = frozenset(
+    {
+        "error:ToolResultError",
+        "error:ToolAuthError",
+        "error:CredentialError",
+        "error:CredentialUnavailableError",
+    }
+)
 
 DEFAULT_MAX_AGE = timedelta(hours=1)
 
@@ -215,7 +226,8 @@ class ApprovalService:
         now = self._clock()
         stale_before = now - grace
         reports = []
-        for stuck in await self.store.find(statuses=[ApprovalStatus.DECIDING], limit=limit):
+        in_flight = [s for s in ApprovalStatus if s.is_in_flight]
+        for stuck in await self.store.find(statuses=in_flight, limit=limit):
             if stuck.decided_at is None or stuck.decided_at >= stale_before:
                 continue  # may still be running on another instance
             taken = await self.store.reclaim(stuck.approval_id, stale_before, now)
@@ -272,8 +284,11 @@ class ApprovalService:
             decisions = [
                 ActionDecision("reject", message=f"Not executed: {failure}") for _ in decisions
             ]
+        elif writes:
+            approval = await self._advance_to_executing(approval)
         hitl = [d.to_hitl(a, None) for a, d in zip(approval.actions, decisions, strict=True)]
         result: Any = None
+        resume_failure: str | None = None
         try:
             result = await self._resumer.resume(
                 requester, approval.thread_id, hitl, approval_id=approval.approval_id
@@ -281,31 +296,141 @@ class ApprovalService:
         except NoPendingApprovalError:
             # A retry after a crash: the thread already moved past the interrupt. The audit
             # log (completed by the reconciler if need be) says whether the write happened.
-            if not await self._writes_succeeded(approval):
-                failure = failure or "the thread was resumed before, and no write is recorded"
-        except Exception as exc:  # recorded; the approval ends failed
+            resume_failure = "the thread was resumed before, and no write is recorded"
+        except Exception as exc:  # recorded; the outcome comes from the audit log
             log.warning("resume of approval %s failed: %s", approval.approval_id, type(exc))
-            failure = failure or f"resuming the thread failed ({error_outcome(exc)})"
-        status = self._final_status(approval, failure)
-        outcome: dict[str, Any] = {"reason": failure} if failure else {"result": "resumed"}
-        done = await self.store.finish(approval.approval_id, status, outcome)
-        await self.audit.record(
-            EventKind.APPROVAL_FINISHED,
-            requester=approval.requester_subject,
-            thread_id=approval.thread_id,
-            tool=approval.actions[0].tool,
-            approval_id=approval.approval_id,
-            approver=approval.decided_by,
-            outcome=status.value,
-            detail=outcome,
-        )
+            resume_failure = f"resuming the thread failed ({error_outcome(exc)})"
+        if failure is not None or not writes:
+            status = self._final_status(approval, failure)
+            reason = failure
+        else:
+            status, reason = await self._write_outcome(approval, decisions, resume_failure)
+        outcome: dict[str, Any] = {"reason": reason} if reason else {"result": status.value}
+        done = await self.store.finish(approval.approval_id, status, outcome, reason=reason)
+        await self._record_finished(done)
         return DecisionReport(done, result)
 
-    async def _writes_succeeded(self, approval: Approval) -> bool:
-        events = await self.audit.query(
-            AuditQuery(approval_id=approval.approval_id, kinds=(EventKind.WRITE_OUTCOME,))
+    async def _record_finished(self, done: Approval) -> None:
+        await self.audit.record(
+            EventKind.APPROVAL_FINISHED,
+            requester=done.requester_subject,
+            thread_id=done.thread_id,
+            tool=done.actions[0].tool,
+            approval_id=done.approval_id,
+            approver=done.decided_by,
+            outcome=done.status.value,
+            detail={"reason": done.outcome_reason} if done.outcome_reason else None,
         )
-        return any(e.outcome == "success" for e in events)
+
+    async def _advance_to_executing(self, approval: Approval) -> Approval:
+        """``deciding → approved → executing``; a taken-over approval may be further on."""
+        steps = (
+            (ApprovalStatus.DECIDING, ApprovalStatus.APPROVED),
+            (ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING),
+        )
+        for expected, status in steps:
+            if approval.status is expected:
+                approval = await self.store.advance(approval.approval_id, expected, status)
+        return approval
+
+    async def _write_outcome(
+        self,
+        approval: Approval,
+        decisions: list[ActionDecision],
+        resume_failure: str | None = None,
+    ) -> tuple[ApprovalStatus, str | None]:
+        """What really happened to the approved writes, from the audit log's own records.
+
+        ``succeeded`` when every approved call succeeded; ``failed`` (with the server's
+        reason) when one was refused; ``unknown`` when one may or may not have happened — or
+        never left opsbot (its server unreachable at resume): then a ``write_pending`` record
+        is added so ``opsbot reconcile`` settles it against the server's change log.
+        """
+        events = await self.audit.query(
+            AuditQuery(
+                approval_id=approval.approval_id,
+                kinds=(EventKind.WRITE_PENDING, EventKind.WRITE_OUTCOME),
+                limit=1000,
+            )
+        )
+        failed: list[str] = []
+        unknown: list[str] = []
+        for index, (action, decision) in enumerate(zip(approval.actions, decisions, strict=True)):
+            if decision.type == "reject":
+                continue
+            keys = {
+                idempotency_key(approval.approval_id, action.tool_call_id),
+                f"nokey:{action.tool_call_id}",
+            }
+            mine = [e for e in events if e.idempotency_key in keys]
+            outcomes = [e for e in mine if e.kind is EventKind.WRITE_OUTCOME]
+            if any(e.outcome == "success" for e in outcomes):
+                continue
+            if outcomes and outcomes[-1].outcome in REFUSED_OUTCOMES:
+                last = outcomes[-1]
+                failed.append(
+                    str(last.detail.get("reason") or f"the {action.server} server refused")
+                )
+            elif outcomes and outcomes[-1].outcome == "not_applied":
+                failed.append(f"the {action.server} server has no record of the write")
+            elif mine:
+                unknown.append(
+                    str(
+                        (outcomes[-1].detail.get("reason") if outcomes else None)
+                        or f"the {action.server} server did not confirm the write"
+                    )
+                )
+            elif resume_failure is not None:
+                # The resume broke before this call left opsbot (its pending record is
+                # written first): nothing was sent.
+                failed.append(resume_failure)
+            else:
+                await self._record_unsent(approval, index, action, decision)
+                unknown.append(f"the {action.server} server could not be reached")
+        if failed:
+            return ApprovalStatus.FAILED, "; ".join(dict.fromkeys(failed))
+        if unknown:
+            return ApprovalStatus.UNKNOWN, (
+                "; ".join(dict.fromkeys(unknown)) + " — outcome unknown, being reconciled"
+            )
+        return ApprovalStatus.SUCCEEDED, None
+
+    async def _record_unsent(
+        self, approval: Approval, index: int, action: ActionRequest, decision: ActionDecision
+    ) -> None:
+        """A ``write_pending`` record for an approved call that never left opsbot, so the
+        reconciler checks the server (by the key the call would have carried)."""
+        await self.audit.write_pending(
+            requester=approval.requester_subject,
+            thread_id=approval.thread_id,
+            tool=action.tool,
+            args=decision.args if decision.type == "edit" and decision.args else action.args,
+            idempotency_key=idempotency_key(approval.approval_id, action.tool_call_id),
+            approval_id=approval.approval_id,
+            approver=approval.decided_by,
+            decision=decision.type,
+        )
+
+    async def settle_unknown(self, limit: int = 100) -> list[DecisionReport]:
+        """Move ``unknown`` approvals to ``succeeded``/``failed`` once the audit log knows
+        (after ``opsbot reconcile`` found each write in, or missing from, the server's log)."""
+        reports = []
+        for approval in await self.store.find(statuses=[ApprovalStatus.UNKNOWN], limit=limit):
+            status, reason = await self._write_outcome(approval, list(approval.decisions))
+            if status is ApprovalStatus.UNKNOWN:
+                continue
+            try:
+                done = await self.store.finish(
+                    approval.approval_id,
+                    status,
+                    {"reason": reason} if reason else {"result": status.value},
+                    reason=reason,
+                )
+            except ApprovalError:
+                continue  # settled meanwhile by another instance
+            await self._record_finished(done)
+            reports.append(DecisionReport(done))
+        return reports
 
     async def _requester_can_act(self, requester: Identity, approval: Approval) -> str | None:
         """Mint fresh tokens for the requester (never the approver) on each write's server."""
@@ -323,10 +448,7 @@ class ApprovalService:
             return ApprovalStatus.EXPIRED
         if failure is not None:
             return ApprovalStatus.FAILED
-        types = {d.type for d in approval.decisions}
-        if types == {"reject"}:
-            return ApprovalStatus.REJECTED
-        return ApprovalStatus.EDITED if "edit" in types else ApprovalStatus.APPROVED
+        return ApprovalStatus.REJECTED
 
 
 __all__ = [

@@ -9,7 +9,7 @@ Example::
     store = SqlApprovalStore(engine)
     await store.create(approval)
     claimed = await store.claim(approval.approval_id, "bob", decisions, now)  # or raises
-    await store.finish(approval.approval_id, ApprovalStatus.APPROVED, {"result": "ok"})
+    await store.finish(approval.approval_id, ApprovalStatus.SUCCEEDED, {"result": "ok"})
 """
 
 from __future__ import annotations
@@ -67,11 +67,24 @@ class ApprovalStore(Protocol):
         as does an approval that is not, or no longer, stale."""
         ...
 
-    async def finish(
-        self, approval_id: str, status: ApprovalStatus, outcome: dict[str, Any]
+    async def advance(
+        self, approval_id: str, expected: ApprovalStatus, status: ApprovalStatus
     ) -> Approval:
-        """Move a claimed approval ``deciding → status`` (final); raises ``AlreadyDecidedError``
-        if it is not in ``deciding``."""
+        """Move ``expected → status`` as one conditional write (``deciding → approved``,
+        ``approved → executing``); ``AlreadyDecidedError`` if it is not in ``expected``."""
+        ...
+
+    async def finish(
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        outcome: dict[str, Any],
+        *,
+        reason: str | None = None,
+    ) -> Approval:
+        """Move a decided approval (``deciding``, ``approved``, ``executing``, or ``unknown``
+        for the reconciler) to the final ``status`` with a reason for people; raises
+        ``AlreadyDecidedError`` if it is in none of these."""
         ...
 
     async def find(
@@ -98,9 +111,18 @@ def _claim_refusal(current: Approval | None, approval_id: str, now: datetime) ->
     return AlreadyDecidedError(current.decided_by, current.status.value)
 
 
+# Where a decided approval may be finished from.
+FINISHABLE = (
+    ApprovalStatus.DECIDING,
+    ApprovalStatus.APPROVED,
+    ApprovalStatus.EXECUTING,
+    ApprovalStatus.UNKNOWN,
+)
+
+
 def _stale(approval: Approval, stale_before: datetime) -> bool:
     return (
-        approval.status is ApprovalStatus.DECIDING
+        approval.status.is_in_flight
         and approval.decided_at is not None
         and approval.decided_at < stale_before
     )
@@ -162,8 +184,26 @@ class MemoryApprovalStore:
             self._by_id[approval_id] = taken
             return taken
 
+    async def advance(
+        self, approval_id: str, expected: ApprovalStatus, status: ApprovalStatus
+    ) -> Approval:
+        async with self._lock:
+            current = self._by_id.get(approval_id)
+            if current is None:
+                raise ApprovalNotFoundError(f"no approval {approval_id!r}")
+            if current.status is not expected:
+                raise AlreadyDecidedError(current.decided_by, current.status.value)
+            moved = dataclasses.replace(current, status=status)
+            self._by_id[approval_id] = moved
+            return moved
+
     async def finish(
-        self, approval_id: str, status: ApprovalStatus, outcome: dict[str, Any]
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        outcome: dict[str, Any],
+        *,
+        reason: str | None = None,
     ) -> Approval:
         if not status.is_final:
             raise ValueError(f"{status} is not a final status")
@@ -171,9 +211,11 @@ class MemoryApprovalStore:
             current = self._by_id.get(approval_id)
             if current is None:
                 raise ApprovalNotFoundError(f"no approval {approval_id!r}")
-            if current.status is not ApprovalStatus.DECIDING:
+            if current.status not in FINISHABLE:
                 raise AlreadyDecidedError(current.decided_by, current.status.value)
-            done = dataclasses.replace(current, status=status, outcome=dict(outcome))
+            done = dataclasses.replace(
+                current, status=status, outcome=dict(outcome), outcome_reason=reason
+            )
             self._by_id[approval_id] = done
             return done
 
@@ -247,7 +289,8 @@ class SqlApprovalStore:
         c = approvals_table.c
         statement = (
             update(approvals_table)
-            .where(c.approval_id == approval_id, c.status == ApprovalStatus.DECIDING.value)
+            .where(c.approval_id == approval_id)
+            .where(c.status.in_([s.value for s in ApprovalStatus if s.is_in_flight]))
             .where(c.decided_at < stale_before)
             .values(decided_at=now)
         )
@@ -255,16 +298,40 @@ class SqlApprovalStore:
             taken = (await conn.execute(statement)).rowcount == 1
         return await self.get(approval_id) if taken else None
 
+    async def advance(
+        self, approval_id: str, expected: ApprovalStatus, status: ApprovalStatus
+    ) -> Approval:
+        c = approvals_table.c
+        statement = (
+            update(approvals_table)
+            .where(c.approval_id == approval_id, c.status == expected.value)
+            .values(status=status.value)
+        )
+        async with self._engine.begin() as conn:
+            moved = (await conn.execute(statement)).rowcount == 1
+        current = await self.get(approval_id)
+        if current is None:
+            raise ApprovalNotFoundError(f"no approval {approval_id!r}")
+        if not moved:
+            raise AlreadyDecidedError(current.decided_by, current.status.value)
+        return current
+
     async def finish(
-        self, approval_id: str, status: ApprovalStatus, outcome: dict[str, Any]
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        outcome: dict[str, Any],
+        *,
+        reason: str | None = None,
     ) -> Approval:
         if not status.is_final:
             raise ValueError(f"{status} is not a final status")
         c = approvals_table.c
         statement = (
             update(approvals_table)
-            .where(c.approval_id == approval_id, c.status == ApprovalStatus.DECIDING.value)
-            .values(status=status.value, outcome=dict(outcome))
+            .where(c.approval_id == approval_id)
+            .where(c.status.in_([s.value for s in FINISHABLE]))
+            .values(status=status.value, outcome=dict(outcome), outcome_reason=reason)
         )
         async with self._engine.begin() as conn:
             done = (await conn.execute(statement)).rowcount == 1
@@ -319,6 +386,7 @@ def _to_row(a: Approval) -> dict[str, Any]:
         "decided_at": a.decided_at,
         "decisions": [_decision_to_json(d) for d in a.decisions],
         "outcome": dict(a.outcome),
+        "outcome_reason": a.outcome_reason,
     }
 
 
@@ -338,4 +406,5 @@ def _from_row(m: RowMapping) -> Approval:
         decided_at=m["decided_at"],
         decisions=tuple(ActionDecision(**d) for d in m["decisions"] or ()),
         outcome=dict(m["outcome"] or {}),
+        outcome_reason=m["outcome_reason"],
     )

@@ -150,6 +150,15 @@ class AgentSettings(BaseModel):
     health_check_interval_seconds: float = Field(default=10.0, gt=0)
     breaker_threshold: int = Field(default=3, ge=1)
     breaker_open_seconds: float = Field(default=30.0, gt=0)
+    # Tool calls one model turn may make; the rest are refused back to the model, never run.
+    tool_calls_per_turn: int = Field(default=8, ge=1)
+    # Writes one model turn may put up for approval; the rest are refused, with no card.
+    pending_approvals_per_run: int = Field(default=5, ge=1)
+    # An approved write whose server is unreachable is retried only when it carries an
+    # idempotency key (the server then applies it once); attempts in all, with backoff.
+    write_attempts: int = Field(default=3, ge=1)
+    write_retry_initial_delay_seconds: float = Field(default=0.5, ge=0)
+    write_retry_max_delay_seconds: float = Field(default=4.0, ge=0)
 
 
 class ApprovalSettings(BaseModel):
@@ -158,6 +167,8 @@ class ApprovalSettings(BaseModel):
     sweep_interval_seconds: float = Field(default=60.0, gt=0)
     reconcile_grace_seconds: float = Field(default=120.0, ge=0)
     audit_max_payload_bytes: int = Field(default=2048, ge=256)
+    # An approver's link and groups are re-read from the IdP when older than this at a click.
+    approver_groups_max_age_seconds: float = Field(default=60.0, gt=0, le=60)
 
 
 class SandboxSettings(BaseModel):

@@ -20,6 +20,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    Text,
 )
 from sqlalchemy.types import TypeDecorator
 
@@ -116,6 +117,7 @@ approvals = Table(
     Column("decided_at", UtcDateTime(), nullable=True),
     Column("decisions", JSON(), nullable=False),
     Column("outcome", JSON(), nullable=False),
+    Column("outcome_reason", Text(), nullable=True),
     Index("ix_approvals_status_expires_at", "status", "expires_at"),
     Index("ix_approvals_requester_subject", "requester_subject"),
     Index("ix_approvals_thread_id", "thread_id"),

@@ -47,7 +47,7 @@ async def test_an_approval_records_the_actions_policy_and_read_chain(harness: Ha
 async def test_approve_runs_the_write_once_as_the_requester(harness: Harness) -> None:
     approval_id = await harness.open("alice")
     report = await harness.service.decide(identity("bob"), approval_id, APPROVE)
-    assert report.approval.status is ApprovalStatus.APPROVED
+    assert report.approval.status is ApprovalStatus.SUCCEEDED
     assert report.approval.decided_by == "bob"
     assert harness.executor.executions == 1
     [(subject, tool, args, _key)] = harness.executor.calls
@@ -98,7 +98,7 @@ async def test_self_approval_of_a_non_sensitive_tool_is_allowed(harness: Harness
         "bob", tool="ticketing_add_comment", args={"key": "PAY-7", "body": "on it"}
     )
     report = await harness.service.decide(identity("bob"), approval_id, APPROVE)
-    assert report.approval.status is ApprovalStatus.APPROVED
+    assert report.approval.status is ApprovalStatus.SUCCEEDED
 
 
 async def test_an_approver_outside_the_group_is_refused(harness: Harness) -> None:
@@ -153,7 +153,7 @@ async def test_a_valid_edit_runs_the_edited_arguments(harness: Harness) -> None:
     approval_id = await harness.open("alice")
     edit = ActionDecision("edit", args={"key": "PAY-7", "resolution": "duplicate"})
     report = await harness.service.decide(identity("bob"), approval_id, edit)
-    assert report.approval.status is ApprovalStatus.EDITED
+    assert report.approval.status is ApprovalStatus.SUCCEEDED
     assert harness.executor.calls[0][2] == {"key": "PAY-7", "resolution": "duplicate"}
     [decision] = await harness.sink.query(AuditQuery(kinds=(EventKind.DECISION,)))
     assert decision.args_summary == {"key": "PAY-7", "resolution": "fixed"}
@@ -222,7 +222,7 @@ async def test_finishing_a_stuck_claim_has_no_second_effect(harness: Harness) ->
     assert interrupt is harness.resumer.interrupts["thr-1"]
     harness.clock.advance(minutes=3)
     [report] = await harness.service.finish_interrupted(timedelta(minutes=2))
-    assert report.approval.status is ApprovalStatus.APPROVED
+    assert report.approval.status is ApprovalStatus.SUCCEEDED
     assert len(harness.executor.calls) == 2  # the write was replayed with the same key ...
     assert harness.executor.executions == 1  # ... and the server dropped it
     assert await harness.service.finish_interrupted(timedelta(0)) == []
@@ -241,7 +241,7 @@ async def test_interrupted_approvals_are_finished_once_after_the_grace(harness: 
     reports = await asyncio.gather(*(harness.service.finish_interrupted(grace) for _ in range(4)))
     [report] = [r for batch in reports for r in batch]
     assert report.approval.approval_id == stuck
-    assert report.approval.status is ApprovalStatus.APPROVED
+    assert report.approval.status is ApprovalStatus.SUCCEEDED
     assert report.approval.decided_by == "bob"
     assert harness.executor.executions == 1
     assert [r[1] for r in harness.resumer.resumes] == ["thr-1"]
@@ -271,7 +271,7 @@ async def test_every_action_of_a_batch_gets_its_own_decision(harness: Harness) -
     edit = ActionDecision("edit", args={"key": "PAY-7", "body": "edited"})
     report = await harness.service.decide(identity("bob"), approval_id, edit)
     assert [d.type for d in report.approval.decisions] == ["edit", "approve"]
-    assert report.approval.status is ApprovalStatus.EDITED
+    assert report.approval.status is ApprovalStatus.SUCCEEDED
     assert [args for _s, _t, args, _k in harness.executor.calls] == [
         {"key": "PAY-7", "body": "edited"},
         {"key": "PAY-7", "body": "hi"},
