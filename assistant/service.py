@@ -57,7 +57,7 @@ from assistant.types import (
     UserStatus,
 )
 from audit.reconcile import Reconciler, ReconcileReport
-from broker.errors import BrokerError
+from broker.errors import AccessRevokedError, BrokerError
 from broker.types import ChatUser, Identity, IdentityService
 from infra.clock import Clock, utc_now
 from memory.chat import MemoryCommands
@@ -156,7 +156,8 @@ class Assistant:
     async def decide(
         self, approver: ChatUser, approval_id: str, decision: Decision
     ) -> DecisionOutcome:
-        identity = await self._identity(approver)
+        # Checked against the IdP now: a revoked sign-in or a lost group refuses this click.
+        identity = await self._identity(approver, fresh=True)
         if isinstance(identity, Refused):
             return NotAuthorised(identity.reason)
         if isinstance(identity, LinkRequired):
@@ -198,7 +199,9 @@ class Assistant:
         if self._recovery is None:
             return Recovered(ReconcileReport(), [])
         reconciled = await self._recovery.reconciler.run()
-        reports = await self._approvals.finish_interrupted(self._recovery.grace)
+        # Approvals whose outcome was unknown, now that the reconciler found their writes.
+        reports = await self._approvals.settle_unknown()
+        reports += await self._approvals.finish_interrupted(self._recovery.grace)
         return Recovered(reconciled, [await self._decided(r) for r in reports])
 
     async def sweep_forever(
@@ -268,11 +271,20 @@ class Assistant:
 
     # --- helpers --------------------------------------------------------------------
 
-    async def _identity(self, chat_user: ChatUser) -> Identity | LinkRequired | Refused:
+    async def _identity(
+        self, chat_user: ChatUser, *, fresh: bool = False
+    ) -> Identity | LinkRequired | Refused:
         try:
-            identity = await self._identities.resolve(chat_user)
+            identity = await self._identities.resolve(chat_user, fresh=fresh)
             if identity is None:
                 return LinkRequired(await self._identities.link_url(chat_user))
+        except AccessRevokedError:
+            # The IdP no longer honours this sign-in: nothing is decided; reconnect.
+            log.info("sign-in refused by the IdP for a %s user", chat_user.platform)
+            try:
+                return LinkRequired(await self._identities.link_url(chat_user))
+            except BrokerError:
+                return Refused("Your company sign-in is no longer valid: connect again.")
         except BrokerError as exc:
             return Refused(f"Your company account could not be checked: {exc}")
         return identity
@@ -299,8 +311,7 @@ class Assistant:
                 report.result, await self._requester(approval)
             )
         else:
-            reason = approval.outcome.get("reason", "the request could not be completed")
-            requester_result = Refused(f"Your request was not carried out: {reason}")
+            requester_result = _outcome_reply(approval)
         label = {"approve": "approved", "edit": "edited", "reject": "rejected"}
         types = {d.type for d in approval.decisions}
         decision = (
@@ -309,8 +320,8 @@ class Assistant:
             else label["edit" if "edit" in types else "approve" if "approve" in types else "reject"]
         )
         outcome = approval.status.value
-        if approval.outcome.get("reason"):
-            outcome += f": {approval.outcome['reason']}"
+        if approval.outcome_reason:
+            outcome += f": {approval.outcome_reason}"
         return Decided(
             approval_id=approval.approval_id,
             decision=decision,
@@ -318,6 +329,8 @@ class Assistant:
             outcome=outcome,
             requester_ref=None if thread is None else thread.ref,
             requester_result=requester_result,
+            state=approval.state.value,
+            outcome_reason=approval.outcome_reason,
         )
 
     async def _requester(self, approval: Approval) -> Identity:
@@ -344,6 +357,8 @@ class Assistant:
             description=first.description,
             decided_by=approval.decided_by,
             approver_group=first.approver_group or None,
+            state=approval.state.value,
+            outcome_reason=approval.outcome_reason,
         )
 
 
@@ -359,6 +374,17 @@ async def notify_each(
             await notify(one)
         except Exception as exc:  # logged; the decision itself stands
             log.warning("decision notice not delivered: %s", type(exc).__name__)
+
+
+def _outcome_reply(approval: Approval) -> Reply:
+    """The requester's notice when there is no resumed run to show (settled later, refused)."""
+    reason = approval.outcome_reason or "the request could not be completed"
+    tool = approval.actions[0].tool
+    if approval.state is ApprovalStatus.SUCCEEDED:
+        return Answered(Answer(f"Your approved request ({tool}) was carried out."))
+    if approval.state is ApprovalStatus.UNKNOWN:
+        return Refused(f"The outcome of your approved request ({tool}) is not known yet: {reason}")
+    return Refused(f"Your request was not carried out: {reason}")
 
 
 def _who(subject: str | None) -> str:

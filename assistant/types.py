@@ -127,6 +127,10 @@ class ApprovalView:
     description: str = ""
     decided_by: str | None = None
     approver_group: str | None = None
+    # pending | approved | executing | succeeded | failed | unknown | rejected | expired
+    state: str = "pending"
+    # Why it failed or is unknown, for people ("the ticketing server refused — ...").
+    outcome_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +157,9 @@ Decision = Approve | Edit | Reject
 class Decided:
     """A decision that was taken: who, what, and the requester's result.
 
-    ``decision`` is ``"approved" | "edited" | "rejected"``; ``outcome`` is the approval's
-    final status (``approved``/``edited``/``rejected``/``failed``) plus a reason on failure.
+    ``decision`` is ``"approved" | "edited" | "rejected" | "expired"``; ``state`` is what
+    really happened (``succeeded``/``failed``/``unknown``/``rejected``/``expired``) and
+    ``outcome_reason`` says why for people; ``outcome`` is ``state`` plus that reason.
     Post ``requester_result`` in the requester's thread at ``requester_ref``.
     """
 
@@ -164,6 +169,8 @@ class Decided:
     outcome: str
     requester_ref: PlatformRef | None
     requester_result: Reply | None
+    state: str = ""
+    outcome_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

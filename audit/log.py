@@ -90,8 +90,21 @@ class AuditSink(Protocol):
         ...
 
     async def unresolved_writes(self, limit: int = 200) -> list[AuditEvent]:
-        """``write_pending`` events with no ``write_outcome`` for their idempotency key."""
+        """``write_pending`` events with no ``write_outcome`` for their idempotency key, or
+        only ambiguous ones (``AMBIGUOUS_OUTCOMES``: timed out, server unreachable...)."""
         ...
+
+
+# Outcomes after which a write may or may not have happened: the write stays unresolved
+# until the reconciler finds it in (or missing from) the server's change log.
+AMBIGUOUS_OUTCOMES = frozenset(
+    {
+        "error:interrupted",
+        "error:ToolTimeoutError",
+        "error:ToolTransientError",
+        "error:ServerUnavailableError",
+    }
+)
 
 
 def error_outcome(exc: BaseException) -> str:
@@ -253,7 +266,11 @@ class MemoryAuditSink:
         return [e for e in self._events if _matches(e, q)][: q.limit]
 
     async def unresolved_writes(self, limit: int = 200) -> list[AuditEvent]:
-        done = {e.idempotency_key for e in self._events if e.kind is EventKind.WRITE_OUTCOME}
+        done = {
+            e.idempotency_key
+            for e in self._events
+            if e.kind is EventKind.WRITE_OUTCOME and e.outcome not in AMBIGUOUS_OUTCOMES
+        }
         return [
             e
             for e in self._events
@@ -318,6 +335,7 @@ class SqlAuditSink:
             and_(
                 outcome.c.kind == EventKind.WRITE_OUTCOME.value,
                 outcome.c.idempotency_key == c.idempotency_key,
+                outcome.c.outcome.not_in(sorted(AMBIGUOUS_OUTCOMES)),
             )
         )
         stmt = (

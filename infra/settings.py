@@ -69,6 +69,9 @@ class BrokerSettings(BaseModel):
     service_secret: SecretStr = SecretStr("opsbot-dev-broker-secret")
     token_ttl_seconds: int = 300
     cache_margin_seconds: int = 30
+    # A user's sign-in and groups are re-read from the IdP (a refresh) when older than this,
+    # so an approver removed from a group or disabled is refused within it (at most 60 s).
+    groups_max_age_seconds: float = Field(default=60.0, gt=0, le=60)
     # Fernet key (urlsafe base64, 32 bytes) encrypting stored refresh tokens.
     link_encryption_key: SecretStr | None = None
     # Where the IdP sends users back after linking (the app's /oauth/callback).
@@ -167,8 +170,6 @@ class ApprovalSettings(BaseModel):
     sweep_interval_seconds: float = Field(default=60.0, gt=0)
     reconcile_grace_seconds: float = Field(default=120.0, ge=0)
     audit_max_payload_bytes: int = Field(default=2048, ge=256)
-    # An approver's link and groups are re-read from the IdP when older than this at a click.
-    approver_groups_max_age_seconds: float = Field(default=60.0, gt=0, le=60)
 
 
 class SandboxSettings(BaseModel):

@@ -308,7 +308,7 @@ async def test_crash_between_write_and_outcome_is_reconciled_and_a_retry_adds_no
         [pending] = await one.log.unresolved_writes()
         stuck = await one.service.store.get(approval_id)
         assert stuck is not None
-        assert stuck.status is ApprovalStatus.DECIDING
+        assert stuck.status is ApprovalStatus.EXECUTING  # the crash hit it mid-write
 
         async def token_for(subject: str, server: str) -> str:
             return (await agent_env.harness.broker.get_token(users[subject], server)).value
