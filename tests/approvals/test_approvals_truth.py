@@ -21,7 +21,7 @@ from test_approvals_end_to_end import close_model
 from agent_core import Agent, AgentConfig, ServerConfig, ToolPolicy
 from agent_core.checkpointer import open_checkpointer
 from agent_core.threads import SqlThreadStore
-from approvals import ApprovalStatus, SqlApprovalStore
+from approvals import SqlApprovalStore
 from approvals.service import ApprovalService
 from assistant.service import Assistant, Recovery
 from assistant.types import (
@@ -336,51 +336,55 @@ async def test_killed_server_then_approve_is_unknown_then_reconciled_never_shown
     servers = (ServerConfig("ticketing", url, url),)
     clock = Clock()
     async with broker_for(dev_idp, {"ticketing": url}, clock) as harness:
-        async with ticketing_process(port, store, dev_idp) as proc:
-            async with app(harness, servers, sqlite_url, clock, close_model()) as (bot, log):
-                reply = await bot.handle_message(chat("alice"), REF, CLOSE)
-                assert isinstance(reply, ApprovalRequested)
-                approval_id = reply.approval.approval_id
-                proc.kill()
-                await proc.wait()
+        async with (
+            ticketing_process(port, store, dev_idp) as proc,
+            app(harness, servers, sqlite_url, clock, close_model()) as (bot, log),
+        ):
+            reply = await bot.handle_message(chat("alice"), REF, CLOSE)
+            assert isinstance(reply, ApprovalRequested)
+            approval_id = reply.approval.approval_id
+            proc.kill()
+            await proc.wait()
 
-                done = await bot.decide(chat("bob"), approval_id, Approve())
-                assert isinstance(done, Decided)
-                # Not done, not dropped: unknown, with a pending write for the reconciler.
-                assert done.state == "unknown"
-                assert done.outcome_reason is not None
-                assert "being reconciled" in done.outcome_reason
-                view = await bot.approval_view(approval_id)
-                assert view is not None
-                assert view.state == "unknown"
-                [pending] = await log.unresolved_writes()
-                assert pending.approval_id == approval_id
-                assert pending.tool == "ticketing_close_ticket"
+            done = await bot.decide(chat("bob"), approval_id, Approve())
+            assert isinstance(done, Decided)
+            # Not done, not dropped: unknown, with a pending write for the reconciler.
+            assert done.state == "unknown"
+            assert done.outcome_reason is not None
+            assert "being reconciled" in done.outcome_reason
+            view = await bot.approval_view(approval_id)
+            assert view is not None
+            assert view.state == "unknown"
+            [pending] = await log.unresolved_writes()
+            assert pending.approval_id == approval_id
+            assert pending.tool == "ticketing_close_ticket"
 
-                # While the server is still down, reconciling settles nothing.
-                still = await bot.recover()
-                assert len(still.reconciled.ambiguous) == 1
-                assert still.finished == []
+            # While the server is still down, reconciling settles nothing.
+            still = await bot.recover()
+            assert len(still.reconciled.ambiguous) == 1
+            assert still.finished == []
 
-        async with ticketing_process(port, store, dev_idp):
-            async with app(harness, servers, sqlite_url, clock, close_model()) as (bot, log):
-                recovered = await bot.recover()
-                assert recovered.reconciled.ambiguous == []
-                [(event, outcome)] = recovered.reconciled.resolved
-                assert event.approval_id == approval_id
-                [settled] = recovered.finished
-                assert settled.approval_id == approval_id
-                applied = await server_closes(store)
-                if outcome == "success":  # the write happened once
-                    assert settled.state == "succeeded"
-                    assert len(applied) == 1
-                else:  # it never reached the server: failed, and said so
-                    assert outcome == "not_applied"
-                    assert settled.state == "failed"
-                    assert applied == []
-                view = await bot.approval_view(approval_id)
-                assert view is not None
-                assert view.state == settled.state
-                assert await log.unresolved_writes() == []
-                # Settled once: a second pass changes nothing.
-                assert (await bot.recover()).finished == []
+        async with (
+            ticketing_process(port, store, dev_idp),
+            app(harness, servers, sqlite_url, clock, close_model()) as (bot, log),
+        ):
+            recovered = await bot.recover()
+            assert recovered.reconciled.ambiguous == []
+            [(event, outcome)] = recovered.reconciled.resolved
+            assert event.approval_id == approval_id
+            [settled] = recovered.finished
+            assert settled.approval_id == approval_id
+            applied = await server_closes(store)
+            if outcome == "success":  # the write happened once
+                assert settled.state == "succeeded"
+                assert len(applied) == 1
+            else:  # it never reached the server: failed, and said so
+                assert outcome == "not_applied"
+                assert settled.state == "failed"
+                assert applied == []
+            view = await bot.approval_view(approval_id)
+            assert view is not None
+            assert view.state == settled.state
+            assert await log.unresolved_writes() == []
+            # Settled once: a second pass changes nothing.
+            assert (await bot.recover()).finished == []
