@@ -24,7 +24,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from infra.storage.engine import sqlite_path, sync_url
+from infra.storage.engine import SQLITE_BUSY_TIMEOUT_MS, sqlite_path, sync_url
 
 MEMORY_URL = "memory://"
 
@@ -81,6 +81,10 @@ async def open_checkpointer(
         raise ValueError(f"cannot open a checkpointer for {url!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     async with aiosqlite.connect(str(path)) as conn:
+        # The same file as opsbot's tables: WAL so readers never block, and a busy timeout
+        # so a write waits for the other writer (audit, approvals) instead of failing.
+        await conn.execute("PRAGMA journal_mode=WAL")
+        await conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         saver_sqlite = AsyncSqliteSaver(conn)
         await saver_sqlite.setup()
         yield saver_sqlite

@@ -61,7 +61,16 @@ def _turn_id(messages: list[AnyMessage]) -> str:
 
 
 def has_answer(messages: list[AnyMessage], tool_call_id: str | None) -> bool:
-    return any(isinstance(m, ToolMessage) and m.tool_call_id == tool_call_id for m in messages)
+    """Whether the latest model step's call ``tool_call_id`` already has an answer.
+
+    Only answers after the last AI message count: a model that reuses the id of an earlier,
+    answered call (or a summary that dropped it) must not skip review with it.
+    """
+    last = max((i for i, m in enumerate(messages) if isinstance(m, AIMessage)), default=-1)
+    return any(
+        isinstance(m, ToolMessage) and m.tool_call_id == tool_call_id
+        for m in messages[last + 1 :]
+    )
 
 
 def not_already_answered(request: ToolCallRequest) -> bool:

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from audit.errors import AuditQueryError
 from audit.redaction import DEFAULT_MAX_BYTES, redact, redact_text, summarise
 from infra.clock import Clock, IdFactory, random_id, utc_now
+from infra.storage.engine import single_writer
 from infra.storage.schema import audit_events
 
 
@@ -306,7 +307,7 @@ class SqlAuditSink:
     async def append(self, event: AuditEvent) -> None:
         row = {name: getattr(event, name) for name in _COLUMNS}
         row["kind"] = event.kind.value
-        async with self._engine.begin() as conn:
+        async with single_writer(self._engine), self._engine.begin() as conn:
             await conn.execute(audit_events.insert().values(**row))
 
     async def query(self, q: AuditQuery) -> list[AuditEvent]:
