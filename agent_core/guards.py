@@ -68,8 +68,7 @@ def has_answer(messages: list[AnyMessage], tool_call_id: str | None) -> bool:
     """
     last = max((i for i, m in enumerate(messages) if isinstance(m, AIMessage)), default=-1)
     return any(
-        isinstance(m, ToolMessage) and m.tool_call_id == tool_call_id
-        for m in messages[last + 1 :]
+        isinstance(m, ToolMessage) and m.tool_call_id == tool_call_id for m in messages[last + 1 :]
     )
 
 

@@ -225,8 +225,6 @@ def build_app(idp: DevIdentityProvider) -> Starlette:
             Route("/revoke", revoke, methods=["POST"]),
             Route("/userinfo", userinfo),
             Route("/admin/users/{subject}/{action}", admin, methods=["POST"]),
-            Route(
-                "/admin/users/{subject}/groups/{group}/{action}", admin_group, methods=["POST"]
-            ),
+            Route("/admin/users/{subject}/groups/{group}/{action}", admin_group, methods=["POST"]),
         ]
     )

@@ -291,8 +291,10 @@ async def test_resume_on_another_instance_with_a_cold_cache(agent_env: AgentEnv)
     thread = await new_thread(first, alice)
     assert isinstance(await first.run(alice, thread, "comment"), Interrupt)
 
+    # The model carries on where the conversation is (a script restarted at step 0 would
+    # re-issue the same call id, which is now reviewed again rather than run).
     second = agent_env.agent(
-        ScriptedChatModel(steps=steps),
+        ScriptedChatModel(steps=steps[1:]),
         threads=first.threads,
         checkpointer=first._checkpointer,
     )
