@@ -125,6 +125,16 @@ class Approval:
     outcome: dict[str, Any] = field(default_factory=dict)
     # A short text for people on why it failed or is unknown; never the model's text.
     outcome_reason: str | None = None
+    # The write calls of one model step each get an approval; they share ``batch_id`` (the
+    # first one's id) and resume the run together once every one is decided.
+    batch_id: str = ""
+    batch_index: int = 0
+    batch_size: int = 1
+
+    @property
+    def batch(self) -> str:
+        """The batch key; also the scope of the writes' idempotency keys."""
+        return self.batch_id or self.approval_id
 
     @property
     def state(self) -> ApprovalStatus:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import RowMapping, select, update
+from sqlalchemy import RowMapping, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from approvals.errors import AlreadyDecidedError, ApprovalExpiredError, ApprovalNotFoundError
@@ -93,9 +93,16 @@ class ApprovalStore(Protocol):
         statuses: Sequence[ApprovalStatus] = (),
         requester_subject: str | None = None,
         expired_at: datetime | None = None,
+        batch: str | None = None,
         limit: int = 100,
     ) -> list[Approval]:
-        """Approvals oldest first, by status, requester, and ``expires_at <= expired_at``."""
+        """Approvals oldest first, by status, requester, ``expires_at <= expired_at`` and
+        batch (in batch order)."""
+        ...
+
+    async def start_batch(self, batch: str) -> bool:
+        """Move every ``approved`` approval of ``batch`` to ``executing`` in one conditional
+        write; ``True`` for the one caller that moved them (it runs the batch)."""
         ...
 
 
@@ -225,6 +232,7 @@ class MemoryApprovalStore:
         statuses: Sequence[ApprovalStatus] = (),
         requester_subject: str | None = None,
         expired_at: datetime | None = None,
+        batch: str | None = None,
         limit: int = 100,
     ) -> list[Approval]:
         found = [
@@ -233,9 +241,19 @@ class MemoryApprovalStore:
             if (not statuses or a.status in statuses)
             and (requester_subject is None or a.requester_subject == requester_subject)
             and (expired_at is None or a.expires_at <= expired_at)
+            and (batch is None or a.batch == batch)
         ]
-        found.sort(key=lambda a: (a.created_at, a.approval_id))
+        found.sort(key=lambda a: (a.created_at, a.batch_index, a.approval_id))
         return found[:limit]
+
+    async def start_batch(self, batch: str) -> bool:
+        async with self._lock:
+            moved = False
+            for key, a in list(self._by_id.items()):
+                if a.batch == batch and a.status is ApprovalStatus.APPROVED:
+                    self._by_id[key] = dataclasses.replace(a, status=ApprovalStatus.EXECUTING)
+                    moved = True
+            return moved
 
 
 class SqlApprovalStore:
@@ -348,20 +366,35 @@ class SqlApprovalStore:
         statuses: Sequence[ApprovalStatus] = (),
         requester_subject: str | None = None,
         expired_at: datetime | None = None,
+        batch: str | None = None,
         limit: int = 100,
     ) -> list[Approval]:
         c = approvals_table.c
         query = select(approvals_table)
+        if batch is not None:
+            query = query.where(or_(c.batch_id == batch, c.approval_id == batch))
         if statuses:
             query = query.where(c.status.in_([s.value for s in statuses]))
         if requester_subject is not None:
             query = query.where(c.requester_subject == requester_subject)
         if expired_at is not None:
             query = query.where(c.expires_at <= expired_at)
-        query = query.order_by(c.created_at, c.approval_id).limit(limit)
+        query = query.order_by(c.created_at, c.batch_index, c.approval_id).limit(limit)
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        return [_from_row(r._mapping) for r in rows]
+        found = [_from_row(r._mapping) for r in rows]
+        return [a for a in found if batch is None or a.batch == batch]
+
+    async def start_batch(self, batch: str) -> bool:
+        c = approvals_table.c
+        statement = (
+            update(approvals_table)
+            .where(or_(c.batch_id == batch, c.approval_id == batch))
+            .where(c.status == ApprovalStatus.APPROVED.value)
+            .values(status=ApprovalStatus.EXECUTING.value)
+        )
+        async with self._engine.begin() as conn:
+            return bool((await conn.execute(statement)).rowcount)
 
 
 def _decision_to_json(d: ActionDecision) -> dict[str, Any]:
@@ -387,6 +420,9 @@ def _to_row(a: Approval) -> dict[str, Any]:
         "decisions": [_decision_to_json(d) for d in a.decisions],
         "outcome": dict(a.outcome),
         "outcome_reason": a.outcome_reason,
+        "batch_id": a.batch_id or None,
+        "batch_index": a.batch_index,
+        "batch_size": a.batch_size,
     }
 
 
@@ -407,4 +443,7 @@ def _from_row(m: RowMapping) -> Approval:
         decisions=tuple(ActionDecision(**d) for d in m["decisions"] or ()),
         outcome=dict(m["outcome"] or {}),
         outcome_reason=m["outcome_reason"],
+        batch_id=m["batch_id"] or "",
+        batch_index=m["batch_index"] or 0,
+        batch_size=m["batch_size"] or 1,
     )

@@ -291,25 +291,30 @@ class Assistant:
 
     async def _reply(self, result: Any, requester: Identity) -> Reply:
         if isinstance(result, core.Interrupt):
-            approval = await self._approvals.open(result, requester)
-            first = approval.actions[0]
+            opened = await self._approvals.open_all(result, requester)
+            summaries = tuple(
+                ApprovalSummary(a.approval_id, a.actions[0].tool, a.actions[0].server, a.expires_at)
+                for a in opened
+            )
             return ApprovalRequested(
                 Answer(result.answer_so_far) if result.answer_so_far else None,
-                ApprovalSummary(
-                    approval.approval_id, first.tool, first.server, approval.expires_at
-                ),
+                summaries[0],
+                summaries,
             )
         if isinstance(result, core.Answer):
             return Answered(_answer(result))
         return Refused("The assistant returned nothing usable.")
 
     async def _decided(self, report: DecisionReport) -> Decided:
+        siblings = tuple([await self._decided(DecisionReport(a)) for a in report.siblings])
         approval = report.approval
         thread = await self._threads.get(approval.thread_id)
         if report.result is not None:
             requester_result: Reply | None = await self._reply(
                 report.result, await self._requester(approval)
             )
+        elif approval.state is ApprovalStatus.APPROVED:
+            requester_result = None  # decided; the step's other calls are still waiting
         else:
             requester_result = _outcome_reply(approval)
         label = {"approve": "approved", "edit": "edited", "reject": "rejected"}
@@ -331,6 +336,7 @@ class Assistant:
             requester_result=requester_result,
             state=approval.state.value,
             outcome_reason=approval.outcome_reason,
+            siblings=siblings,
         )
 
     async def _requester(self, approval: Approval) -> Identity:
@@ -369,7 +375,7 @@ async def notify_each(
     ``announce``); one undeliverable notice does not stop the rest."""
     if notify is None:
         return
-    for one in decided:
+    for one in [d for top in decided for d in (top, *top.siblings)]:
         try:
             await notify(one)
         except Exception as exc:  # logged; the decision itself stands

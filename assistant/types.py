@@ -96,10 +96,16 @@ class Answered:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalRequested:
-    """A write is waiting for an approver: post a card for ``approval``."""
+    """Writes are waiting for approvers: post one card per entry of ``approvals`` (one per
+    write call; ``approval`` is the first). The run resumes once every one is decided."""
 
     answer_so_far: Answer | None
     approval: ApprovalSummary
+    approvals: tuple[ApprovalSummary, ...] = ()
+
+    @property
+    def all(self) -> tuple[ApprovalSummary, ...]:
+        return self.approvals or (self.approval,)
 
 
 Reply = LinkRequired | Refused | Answered | ApprovalRequested
@@ -171,6 +177,9 @@ class Decided:
     requester_result: Reply | None
     state: str = ""
     outcome_reason: str | None = None
+    # Other approvals of the same model step that this decision finished (update their
+    # cards and tell their requester too).
+    siblings: tuple[Decided, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

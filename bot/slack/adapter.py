@@ -259,7 +259,8 @@ class SlackAdapter:
         if indicator and indicator.status_set:
             await self._clear_status(indicator)
         if isinstance(reply, ApprovalRequested):
-            await self.post_card(reply.approval.approval_id, team_id, channel, thread_ts)
+            for summary in reply.all:  # one card per write call
+                await self.post_card(summary.approval_id, team_id, channel, thread_ts)
 
     def _waiting_messages(self, reply: ApprovalRequested) -> list[Message]:
         approval = reply.approval
@@ -327,6 +328,8 @@ class SlackAdapter:
         self, outcome: Decided, clicker: ChatUser, channel: str | None, card_ts: str | None
     ) -> None:
         await self.announce(outcome, channel, card_ts, by=f"<@{clicker.user_id}>")
+        for sibling in outcome.siblings:  # the step's other calls, run by this decision
+            await self.announce(sibling)
 
     async def announce(
         self,

@@ -67,9 +67,16 @@ async def test_fifty_parallel_writes_in_one_turn_reach_at_most_the_caps(
         assert len(requested) == 5  # pending_approvals_per_run: the other 45 got no card
 
         assert await comments(reference_servers, "PAY-101") == []
-        done = await bot.decide(chat("bob"), reply.approval.approval_id, Approve())
+        assert len(reply.all) == 5  # one card per write call
+        for waiting in reply.all[:-1]:
+            decided = await bot.decide(chat("bob"), waiting.approval_id, Approve())
+            assert isinstance(decided, Decided)
+            assert decided.state == "approved"  # waits for the step's other calls
+            assert await comments(reference_servers, "PAY-101") == []
+        done = await bot.decide(chat("bob"), reply.all[-1].approval_id, Approve())
         assert isinstance(done, Decided)
         assert done.state == "succeeded"
+        assert [s.state for s in done.siblings] == ["succeeded"] * 4
         executed = await comments(reference_servers, "PAY-101")
         assert len(executed) == 5
         outcomes = await log.query(AuditQuery(kinds=(EventKind.WRITE_OUTCOME,), limit=1000))

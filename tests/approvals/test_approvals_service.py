@@ -6,7 +6,7 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-from approval_fakes import Harness, identity
+from approval_fakes import Harness, identity, make_interrupt
 
 from approvals import (
     ActionDecision,
@@ -264,16 +264,62 @@ async def test_a_stuck_claim_on_a_thread_resumed_before_fails_unless_the_write_i
     assert "no write is recorded" in report.approval.outcome["reason"]
 
 
-async def test_every_action_of_a_batch_gets_its_own_decision(harness: Harness) -> None:
-    approval_id = await harness.open(
-        "alice", tool="ticketing_add_comment", args={"key": "PAY-7", "body": "hi"}, n_actions=2
+async def test_each_write_call_gets_its_own_approval_and_only_approved_ones_run(
+    harness: Harness,
+) -> None:
+    interrupt = make_interrupt(
+        tool="ticketing_add_comment", args={"key": "PAY-7", "body": "hi"}, n_actions=3
     )
+    harness.resumer.interrupts[interrupt.thread_id] = interrupt
+    first, second, third = await harness.service.open_all(interrupt, identity("alice"))
+    assert [len(a.actions) for a in (first, second, third)] == [1, 1, 1]
+    assert [a.actions[0].tool_call_id for a in (first, second, third)] == [
+        "call-0",
+        "call-1",
+        "call-2",
+    ]
+    assert {a.batch for a in (first, second, third)} == {first.approval_id}
+
     edit = ActionDecision("edit", args={"key": "PAY-7", "body": "edited"})
-    report = await harness.service.decide(identity("bob"), approval_id, edit)
-    assert [d.type for d in report.approval.decisions] == ["edit", "approve"]
-    assert report.approval.status is ApprovalStatus.SUCCEEDED
+    edited = await harness.service.decide(identity("bob"), first.approval_id, edit)
+    rejected = await harness.service.decide(
+        identity("carol"), second.approval_id, ActionDecision("reject", message="no")
+    )
+    # Decided, but the third call waits: nothing has run yet.
+    assert edited.approval.status is ApprovalStatus.APPROVED
+    assert rejected.approval.status is ApprovalStatus.REJECTED
+    assert harness.executor.calls == []
+    assert harness.resumer.resumes == []
+
+    last = await harness.service.decide(identity("bob"), third.approval_id, APPROVE)
+    assert last.approval.status is ApprovalStatus.SUCCEEDED
+    assert [a.approval_id for a in last.siblings] == [first.approval_id]
+    assert last.siblings[0].status is ApprovalStatus.SUCCEEDED
+    # One resume with one decision per call, in order; the rejected call never ran.
+    [(_who, _thread, decisions)] = harness.resumer.resumes
+    assert [d["type"] for d in decisions] == ["edit", "reject", "approve"]
     assert [args for _s, _t, args, _k in harness.executor.calls] == [
         {"key": "PAY-7", "body": "edited"},
         {"key": "PAY-7", "body": "hi"},
     ]
     assert len({key for *_x, key in harness.executor.calls}) == 2  # one key per write
+    stored = await harness.store.get(second.approval_id)
+    assert stored is not None
+    assert stored.status is ApprovalStatus.REJECTED
+
+
+async def test_an_undecided_call_of_the_step_keeps_the_others_from_running(
+    harness: Harness,
+) -> None:
+    interrupt = make_interrupt(n_actions=2)
+    harness.resumer.interrupts[interrupt.thread_id] = interrupt
+    first, second = await harness.service.open_all(interrupt, identity("alice"))
+    await harness.service.decide(identity("bob"), first.approval_id, APPROVE)
+    assert harness.executor.calls == []
+    # The undecided one expires: the sweeper rejects it, and the approved one runs alone.
+    harness.clock.advance(hours=2)
+    [expired] = await harness.service.sweep()
+    assert expired.approval.approval_id == second.approval_id
+    assert expired.approval.status is ApprovalStatus.EXPIRED
+    assert [a.status for a in expired.siblings] == [ApprovalStatus.SUCCEEDED]
+    assert len(harness.executor.calls) == 1

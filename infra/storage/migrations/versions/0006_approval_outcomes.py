@@ -1,4 +1,6 @@
-"""approvals.outcome_reason and truthful states (executing, succeeded, unknown)
+"""approvals: outcome_reason, truthful states (executing, succeeded, unknown), batches
+
+One approval per write call: the calls of one model step share ``batch_id``.
 
 Rows decided before this revision said ``approved``/``edited`` whether or not the write
 worked; their outcome was never recorded on the approval, so they become ``unknown`` with
@@ -25,6 +27,12 @@ LEGACY_REASON = "decided before opsbot recorded write outcomes; see the audit lo
 def upgrade() -> None:
     with op.batch_alter_table("approvals") as batch:
         batch.add_column(sa.Column("outcome_reason", sa.Text(), nullable=True))
+        batch.add_column(sa.Column("batch_id", sa.String(64), nullable=True))
+        batch.add_column(
+            sa.Column("batch_index", sa.Integer(), nullable=False, server_default="0")
+        )
+        batch.add_column(sa.Column("batch_size", sa.Integer(), nullable=False, server_default="1"))
+        batch.create_index("ix_approvals_batch_id", ["batch_id"])
     approvals = sa.table(
         "approvals", sa.column("status", sa.String), sa.column("outcome_reason", sa.Text)
     )
@@ -43,4 +51,8 @@ def downgrade() -> None:
         .values(status="approved")
     )
     with op.batch_alter_table("approvals") as batch:
+        batch.drop_index("ix_approvals_batch_id")
+        batch.drop_column("batch_size")
+        batch.drop_column("batch_index")
+        batch.drop_column("batch_id")
         batch.drop_column("outcome_reason")
