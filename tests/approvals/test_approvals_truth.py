@@ -30,6 +30,7 @@ from assistant.types import (
     Decided,
     LinkRequired,
     NotAuthorised,
+    Reject,
 )
 from audit import AuditLog, AuditObserver, AuditQuery, EventKind, SqlAuditSink
 from audit.reconcile import McpChangeLog, Reconciler
@@ -37,7 +38,7 @@ from broker import LocalIdentityService
 from infra.serving import bind_socket
 from infra.storage import create_engine
 from mcp_servers import ReferenceServers
-from testing.agent import ScriptedChatModel, call, final, tool_results
+from testing.agent import ScriptedChatModel, call, calls, final, tool_results
 from testing.identity import BrokerHarness, RunningIdp, open_broker
 
 CLOSE = "Close PAY-104, the alert is fixed"
@@ -388,3 +389,77 @@ async def test_killed_server_then_approve_is_unknown_then_reconciled_never_shown
             assert await log.unresolved_writes() == []
             # Settled once: a second pass changes nothing.
             assert (await bot.recover()).finished == []
+
+
+# --- one approval per write call ----------------------------------------------------------
+
+
+def three_writes_model() -> ScriptedChatModel:
+    def answer(messages: list[Any]) -> Any:
+        return final(f"{len(tool_results(messages))} answers")
+
+    return ScriptedChatModel(
+        steps=[
+            calls(
+                ("ticketing_add_comment", {"key": "PAY-101", "body": "one"}),
+                ("ticketing_add_comment", {"key": "PAY-102", "body": "two"}),
+                ("ticketing_add_comment", {"key": "PAY-103", "body": "three"}),
+            ),
+            answer,
+        ]
+    )
+
+
+async def comment_changes(servers: ReferenceServers) -> list[Any]:
+    return [c for c in await servers.tickets.all_changes() if c.tool == "add_comment"]
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_three_writes_three_approvals_exactly_the_approved_one_runs(
+    db: str,
+    dev_idp: RunningIdp,
+    reference_servers: ReferenceServers,
+    request: pytest.FixtureRequest,
+) -> None:
+    url = request.getfixturevalue(f"{db}_url")
+    clock = Clock()
+    audiences = {s.name: s.audience for s in reference_servers}
+    async with (
+        broker_for(dev_idp, audiences, clock) as harness,
+        app(harness, configs(reference_servers), url, clock, three_writes_model()) as (bot, log),
+    ):
+        reply = await bot.handle_message(chat("alice"), REF, "comment on three tickets")
+        assert isinstance(reply, ApprovalRequested)
+        one, two, three = reply.all  # three approvals, three cards
+        views = [await bot.approval_view(a.approval_id) for a in (one, two, three)]
+        assert [v.args["key"] for v in views if v is not None] == ["PAY-101", "PAY-102", "PAY-103"]
+        assert [v.approval_id for v in await bot.awaiting_approver(chat("bob"))] == [
+            one.approval_id,
+            two.approval_id,
+            three.approval_id,
+        ]
+
+        approved = await bot.decide(chat("bob"), one.approval_id, Approve())
+        rejected = await bot.decide(chat("carol"), two.approval_id, Reject("not that one"))
+        assert isinstance(approved, Decided)
+        assert isinstance(rejected, Decided)
+        assert (approved.state, rejected.state) == ("approved", "rejected")
+        # The third waits, and so does the approved one: nothing has run.
+        assert await comment_changes(reference_servers) == []
+        waiting = await bot.approval_view(three.approval_id)
+        assert waiting is not None
+        assert waiting.state == "pending"
+
+        last = await bot.decide(chat("bob"), three.approval_id, Reject("no"))
+        assert isinstance(last, Decided)
+        assert last.state == "rejected"
+        assert [(s.approval_id, s.state) for s in last.siblings] == [(one.approval_id, "succeeded")]
+        [ran] = await comment_changes(reference_servers)  # ground truth: exactly one write
+        assert (ran.ticket_key, ran.change) == ("PAY-101", {"comment": "one"})
+        outcomes = await log.query(AuditQuery(kinds=(EventKind.WRITE_OUTCOME,)))
+        assert [(e.outcome, e.idempotency_key) for e in outcomes] == [
+            ("success", ran.idempotency_key)
+        ]
+        final_view = await bot.approval_view(one.approval_id)
+        assert final_view is not None
+        assert final_view.state == "succeeded"

@@ -28,9 +28,7 @@ def upgrade() -> None:
     with op.batch_alter_table("approvals") as batch:
         batch.add_column(sa.Column("outcome_reason", sa.Text(), nullable=True))
         batch.add_column(sa.Column("batch_id", sa.String(64), nullable=True))
-        batch.add_column(
-            sa.Column("batch_index", sa.Integer(), nullable=False, server_default="0")
-        )
+        batch.add_column(sa.Column("batch_index", sa.Integer(), nullable=False, server_default="0"))
         batch.add_column(sa.Column("batch_size", sa.Integer(), nullable=False, server_default="1"))
         batch.create_index("ix_approvals_batch_id", ["batch_id"])
     approvals = sa.table(
