@@ -60,6 +60,7 @@ from agent_core.errors import (
 )
 from agent_core.guards import (
     BulkWriteFlag,
+    CallCap,
     EditGuard,
     RepeatGuard,
     not_already_answered,
@@ -115,6 +116,11 @@ class AgentConfig:
     health_check_interval: float = 10.0
     breaker_threshold: int = 3
     breaker_open_seconds: float = 30.0
+    tool_calls_per_turn: int = 8
+    pending_approvals_per_run: int = 5
+    write_attempts: int = 3
+    write_retry_initial_delay: float = 0.5
+    write_retry_max_delay: float = 4.0
 
 
 def interrupt_on_for(
@@ -305,6 +311,9 @@ class Agent:
                 read_timeout=self.config.read_timeout,
                 write_timeout=self.config.write_timeout,
                 observer=self._observer,
+                write_attempts=self.config.write_attempts,
+                write_retry_initial_delay=self.config.write_retry_initial_delay,
+                write_retry_max_delay=self.config.write_retry_max_delay,
             )
             names = tuple(sorted(d.prefixed_name for d in toolset.definitions))
             for d in toolset.definitions:
@@ -501,6 +510,8 @@ class Agent:
         stack.append(HumanInTheLoopMiddleware(interrupt_on=interrupt_on_for(names, self.policy)))
         stack.append(BulkWriteFlag(self.policy, c.bulk_write_threshold))
         stack.append(RepeatGuard())
+        # Runs first of the after_model hooks: refused calls never reach review or a tool.
+        stack.append(CallCap(self.policy, c.tool_calls_per_turn, c.pending_approvals_per_run))
         stack.append(EditGuard())
         stack.append(ToolErrorMapper())
         retryable = [n for n in names if self.policy.classify(n).kind == "read"]

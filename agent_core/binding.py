@@ -9,6 +9,7 @@ state.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -18,8 +19,22 @@ from typing import Any, Literal, Protocol
 from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.interceptors import MCPToolCallRequest, MCPToolCallResult
 from mcp.types import AudioContent, CallToolResult, TextContent
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 
-from agent_core.errors import ToolCallError, ToolResultError
+from agent_core.errors import (
+    CredentialError,
+    ServerUnavailableError,
+    ToolAuthError,
+    ToolCallError,
+    ToolResultError,
+    ToolTimeoutError,
+    ToolTransientError,
+)
 from agent_core.policy import ToolPolicy
 from agent_core.tools import IDEMPOTENCY_ARG, ToolDefinition, prefixed, result_text
 from broker import Identity
@@ -50,6 +65,8 @@ class ToolCallEvent:
     # Whose credential the server saw: the requester's own token, opsbot's service secret
     # (``auth: static``) or nothing (``auth: none``).
     acting_as: ActingAs = "user"
+    # When finished with an error: a short text for people on why (never the model's text).
+    reason: str | None = None
 
 
 class ToolObserver(Protocol):
@@ -92,6 +109,31 @@ class RunContext:
     observer: ToolObserver | None = None
     models_used: list[str] = field(default_factory=list)
     calls: list[ToolCallEvent] = field(default_factory=list)
+    # A keyed write whose server is unreachable is tried this often in all, with backoff.
+    write_attempts: int = 3
+    write_retry_initial_delay: float = 0.5
+    write_retry_max_delay: float = 4.0
+
+
+# The server could not be reached (or failed transiently); a write is retried only when
+# the idempotency key makes a second attempt safe.
+_UNREACHABLE = (ServerUnavailableError, ToolTransientError)
+
+
+def failure_reason(server: str, exc: ToolCallError) -> str:
+    """What a person is told about a failed call: the server's refusal, or why it is unknown."""
+    if isinstance(exc, ToolResultError):
+        text = " ".join(str(exc).split())[:200]
+        return f"the {server} server refused — {text}" if text else f"the {server} server refused"
+    if isinstance(exc, ToolAuthError):
+        if exc.status == 403:
+            return f"the {server} server refused — the requester is not allowed to do this"
+        return f"the {server} server did not accept the requester's sign-in"
+    if isinstance(exc, CredentialError):
+        return f"opsbot could not get access to {server} for the requester"
+    if isinstance(exc, ToolTimeoutError):
+        return f"the {server} server did not answer in time — outcome unknown"
+    return f"the {server} server could not be reached — outcome unknown"
 
 
 def run_of(request: MCPToolCallRequest) -> tuple[RunContext, str]:
@@ -110,7 +152,9 @@ class AuditInterceptor:
     """Outermost MCP interceptor: idempotency key, audit events, tool errors as exceptions.
 
     Writes that take an ``idempotency_key`` get one derived from the approval (or thread) and
-    the tool call id, so a replayed resume sends the same key; the model never sets it.
+    the tool call id, so a replayed resume sends the same key; the model never sets it. Only
+    such a keyed write is sent again when its server was unreachable (the server applies one
+    key once); the finished event carries a short reason for people when the call failed.
     """
 
     async def __call__(self, request: MCPToolCallRequest, handler: MCPHandler) -> MCPToolCallResult:
@@ -142,21 +186,34 @@ class AuditInterceptor:
             await ctx.observer.tool_call_started(event)
         started = time.perf_counter()
         outcome = "error:interrupted"
+        reason: str | None = "the call was interrupted — outcome unknown"
+        attempts = ctx.write_attempts if key is not None else 1
         try:
-            result = await handler(request.override(args=call_args))
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(max(1, attempts)),
+                wait=wait_exponential(
+                    multiplier=ctx.write_retry_initial_delay, max=ctx.write_retry_max_delay
+                ),
+                retry=retry_if_exception_type(_UNREACHABLE),
+                reraise=True,
+            ):
+                with attempt:
+                    result = await handler(request.override(args=call_args))
             if isinstance(result, CallToolResult):
                 if result.isError:
                     raise ToolResultError(server, result_text(result.content) or f"{name} failed")
                 result = _convertible(result)
-            outcome = "success"
+            outcome, reason = "success", None
             return result
         except ToolCallError as exc:
             outcome = f"error:{type(exc).__name__}"
+            reason = failure_reason(server, exc)
             raise
         finally:
             if ctx.observer is not None:
                 latency = (time.perf_counter() - started) * 1000
-                await ctx.observer.tool_call_finished(event, outcome, latency)
+                finished = dataclasses.replace(event, reason=reason)
+                await ctx.observer.tool_call_finished(finished, outcome, latency)
 
 
 def _convertible(result: CallToolResult) -> CallToolResult:

@@ -22,7 +22,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from infra.storage.engine import sqlite_path
+from infra.storage.engine import SQLITE_BUSY_TIMEOUT_MS, sqlite_path
 from infra.storage.postgres import open_pool, setup_lock
 
 MEMORY_URL = "memory://"
@@ -50,6 +50,10 @@ async def open_checkpointer(
         raise ValueError(f"cannot open a checkpointer for {url!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     async with aiosqlite.connect(str(path)) as conn:
+        # The same file as opsbot's tables: WAL so readers never block, and a busy timeout
+        # so a write waits for the other writer (audit, approvals) instead of failing.
+        await conn.execute("PRAGMA journal_mode=WAL")
+        await conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         saver_sqlite = AsyncSqliteSaver(conn)
         await saver_sqlite.setup()
         yield saver_sqlite

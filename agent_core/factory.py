@@ -57,6 +57,11 @@ def agent_config(settings: Settings) -> AgentConfig:
         health_check_interval=a.health_check_interval_seconds,
         breaker_threshold=a.breaker_threshold,
         breaker_open_seconds=a.breaker_open_seconds,
+        tool_calls_per_turn=a.tool_calls_per_turn,
+        pending_approvals_per_run=a.pending_approvals_per_run,
+        write_attempts=a.write_attempts,
+        write_retry_initial_delay=a.write_retry_initial_delay_seconds,
+        write_retry_max_delay=a.write_retry_max_delay_seconds,
     )
 
 

@@ -8,6 +8,8 @@
   the original call after an edit, langchain#33787). It answers the repeat itself; the
   review middleware skips calls that already have an answer.
 - ``BulkWriteFlag``: flags a model turn proposing many writes, for the approver.
+- ``CallCap``: at most ``max_calls`` tool calls per model turn and ``max_writes`` writes put
+  up for approval; the rest are answered as refused and never run (nor reach a card).
 """
 
 from __future__ import annotations
@@ -60,7 +62,15 @@ def _turn_id(messages: list[AnyMessage]) -> str:
 
 
 def has_answer(messages: list[AnyMessage], tool_call_id: str | None) -> bool:
-    return any(isinstance(m, ToolMessage) and m.tool_call_id == tool_call_id for m in messages)
+    """Whether the latest model step's call ``tool_call_id`` already has an answer.
+
+    Only answers after the last AI message count: a model that reuses the id of an earlier,
+    answered call (or a summary that dropped it) must not skip review with it.
+    """
+    last = max((i for i, m in enumerate(messages) if isinstance(m, AIMessage)), default=-1)
+    return any(
+        isinstance(m, ToolMessage) and m.tool_call_id == tool_call_id for m in messages[last + 1 :]
+    )
 
 
 def not_already_answered(request: ToolCallRequest) -> bool:
@@ -188,3 +198,51 @@ class BulkWriteFlag(AgentMiddleware[Any, Any, Any]):
         if flag is None and not dict(state).get(BULK_KEY):
             return None
         return {BULK_KEY: flag}
+
+
+class CallCap(AgentMiddleware[Any, Any, Any]):
+    """Refuses the tool calls of one model turn beyond the caps, before review and execution.
+
+    Calls are kept in the model's order: the first ``max_calls`` may run (reads at once,
+    writes after approval), and of those only the first ``max_writes`` writes go to review.
+    Every other call gets an error answer, so neither the review nor the tool node sees it.
+    """
+
+    def __init__(self, policy: ToolPolicy, max_calls: int = 8, max_writes: int = 5) -> None:
+        super().__init__()
+        self.policy = policy
+        self.max_calls = max_calls
+        self.max_writes = max_writes
+
+    async def aafter_model(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        messages = list(state["messages"])
+        last = _last_ai(messages)
+        if last is None:
+            return None
+        answers: list[ToolMessage] = []
+        writes = 0
+        for index, call in enumerate(last.tool_calls):
+            if has_answer(messages, call.get("id")):
+                continue
+            is_write = self.policy.classify(call["name"]).is_write
+            if index >= self.max_calls:
+                text = (
+                    f"Refused: at most {self.max_calls} tool calls may run in one step; "
+                    f"{call['name']} was not run. Ask for fewer at once."
+                )
+            elif is_write and writes >= self.max_writes:
+                text = (
+                    f"Refused: at most {self.max_writes} writes may wait for approval at once; "
+                    f"{call['name']} was not run and not sent for approval."
+                )
+            else:
+                writes += is_write
+                continue
+            answers.append(
+                ToolMessage(
+                    content=text, name=call["name"], tool_call_id=call["id"], status="error"
+                )
+            )
+        return {"messages": answers} if answers else None

@@ -1,4 +1,4 @@
-"""Approval records: one per interrupt, holding the proposed write calls and their fate."""
+"""Approval records: the proposed write calls, their decision and what really happened."""
 
 from __future__ import annotations
 
@@ -11,20 +11,46 @@ from broker.types import ChatUser
 
 
 class ApprovalStatus(StrEnum):
-    """``pending → deciding → approved | edited | rejected | expired | failed``."""
+    """The approval's state (``Approval.state``)::
+
+        pending → deciding → rejected | expired
+                           → approved → executing → succeeded | failed | unknown
+        unknown → succeeded | failed   (the reconciler, from the server's change log)
+
+    ``deciding`` is the internal claim (one decision wins); ``approved`` means decided and
+    not yet running; ``unknown`` means the write may or may not have happened.
+    """
 
     PENDING = "pending"
     DECIDING = "deciding"
     APPROVED = "approved"
-    EDITED = "edited"
+    EXECUTING = "executing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
     REJECTED = "rejected"
     EXPIRED = "expired"
-    FAILED = "failed"
 
     @property
     def is_final(self) -> bool:
-        return self not in (ApprovalStatus.PENDING, ApprovalStatus.DECIDING)
+        """Decided and done running (``unknown`` only waits for the reconciler)."""
+        return self not in OPEN_STATUSES
 
+    @property
+    def is_in_flight(self) -> bool:
+        """Decided (or being decided) but not finished: a crash here is finished later."""
+        return self in (ApprovalStatus.DECIDING, ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING)
+
+
+OPEN_STATUSES = frozenset(
+    {
+        ApprovalStatus.PENDING,
+        ApprovalStatus.DECIDING,
+        ApprovalStatus.APPROVED,
+        ApprovalStatus.EXECUTING,
+    }
+)
+FINAL_STATUSES = frozenset(s for s in ApprovalStatus if s.is_final)
 
 DecisionType = Literal["approve", "edit", "reject"]
 
@@ -96,6 +122,23 @@ class Approval:
     decided_at: datetime | None = None
     decisions: tuple[ActionDecision, ...] = ()
     outcome: dict[str, Any] = field(default_factory=dict)
+    # A short text for people on why it failed or is unknown; never the model's text.
+    outcome_reason: str | None = None
+    # The write calls of one model step each get an approval; they share ``batch_id`` (the
+    # first one's id) and resume the run together once every one is decided.
+    batch_id: str = ""
+    batch_index: int = 0
+    batch_size: int = 1
+
+    @property
+    def batch(self) -> str:
+        """The batch key; also the scope of the writes' idempotency keys."""
+        return self.batch_id or self.approval_id
+
+    @property
+    def state(self) -> ApprovalStatus:
+        """The name renderers use (``status`` is the stored column)."""
+        return self.status
 
     @property
     def sensitive(self) -> bool:

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from agent_core.answer import Interrupt
+from agent_core.binding import idempotency_key
 from agent_core.errors import NoPendingApprovalError
 from agent_core.policy import ToolPolicy
 from approvals.errors import (
@@ -46,6 +47,16 @@ from broker.types import Broker, Identity
 from infra.clock import Clock, IdFactory, random_id, utc_now
 
 log = logging.getLogger(__name__)
+
+# Write outcomes after which the server certainly did not apply the write.
+REFUSED_OUTCOMES = frozenset(
+    {
+        "error:ToolResultError",
+        "error:ToolAuthError",
+        "error:CredentialError",
+        "error:CredentialUnavailableError",
+    }
+)
 
 DEFAULT_MAX_AGE = timedelta(hours=1)
 
@@ -86,6 +97,8 @@ class DecisionReport:
 
     approval: Approval
     result: Any = None  # agent_core RunResult, or None when the resume itself failed
+    # The other approvals of the batch this decision finished (their cards change too).
+    siblings: tuple[Approval, ...] = ()
 
 
 class ApprovalService:
@@ -113,38 +126,43 @@ class ApprovalService:
         self._new_id = new_id
 
     async def open(self, interrupt: Interrupt, requester: Identity) -> Approval:
-        """Record a pending approval for ``interrupt`` (one per interrupt)."""
+        """Record the approvals for ``interrupt``; the first one (see ``open_all``)."""
+        return (await self.open_all(interrupt, requester))[0]
+
+    async def open_all(self, interrupt: Interrupt, requester: Identity) -> list[Approval]:
+        """One pending approval per proposed write call, in the model's order, sharing a
+        batch: each is decided on its own, and the run resumes once all are decided."""
         now = self._clock()
-        actions = []
-        ages = []
-        for request in interrupt.action_requests:
-            cls = self.tools.policy.classify(request.name)
-            ages.append(cls.max_approval_age or DEFAULT_MAX_AGE)
-            actions.append(
-                ActionRequest(
-                    tool=request.name,
-                    server=request.server or request.name.split("_", 1)[0],
-                    args=dict(request.args),
-                    description=request.description,
-                    tool_call_id=request.tool_call_id,
-                    approver_group=cls.approver_group or "",
-                    sensitive=cls.sensitive,
-                    input_schema=self.tools.tool_schema(request.name) or {},
-                )
-            )
         reads = tuple(ReadRef(step.tool, ref) for step in interrupt.reads for ref in step.ids)
-        approval = Approval(
-            approval_id=self._new_id(),
-            thread_id=interrupt.thread_id,
-            requester_subject=requester.subject,
-            requester_chat_user=requester.chat_user,
-            actions=tuple(actions),
-            reads=reads,
-            created_at=now,
-            expires_at=now + min(ages, default=DEFAULT_MAX_AGE),
-        )
-        await self.store.create(approval)
-        for action in approval.actions:
+        size = len(interrupt.action_requests)
+        approvals: list[Approval] = []
+        for index, request in enumerate(interrupt.action_requests):
+            cls = self.tools.policy.classify(request.name)
+            action = ActionRequest(
+                tool=request.name,
+                server=request.server or request.name.split("_", 1)[0],
+                args=dict(request.args),
+                description=request.description,
+                tool_call_id=request.tool_call_id,
+                approver_group=cls.approver_group or "",
+                sensitive=cls.sensitive,
+                input_schema=self.tools.tool_schema(request.name) or {},
+            )
+            approval_id = self._new_id()
+            approval = Approval(
+                approval_id=approval_id,
+                thread_id=interrupt.thread_id,
+                requester_subject=requester.subject,
+                requester_chat_user=requester.chat_user,
+                actions=(action,),
+                reads=reads,
+                created_at=now,
+                expires_at=now + (cls.max_approval_age or DEFAULT_MAX_AGE),
+                batch_id=approvals[0].approval_id if approvals else approval_id,
+                batch_index=index,
+                batch_size=size,
+            )
+            await self.store.create(approval)
             await self.audit.record(
                 EventKind.APPROVAL_REQUESTED,
                 requester=requester.subject,
@@ -155,7 +173,8 @@ class ApprovalService:
                 model_used=interrupt.model_used or None,
                 detail={"reads": [f"{r.tool} {r.ref_id}" for r in reads]},
             )
-        return approval
+            approvals.append(approval)
+        return approvals
 
     async def decide(
         self,
@@ -178,7 +197,7 @@ class ApprovalService:
         decisions = self._decisions(approval, decision, edited_tool)
         claimed = await self.store.claim(approval_id, approver.subject, decisions, now)
         await self._record_decisions(claimed)
-        return await self._execute(claimed)
+        return await self._settle(claimed)
 
     async def sweep(self, now: datetime | None = None, limit: int = 100) -> list[DecisionReport]:
         """Reject every pending approval past its maximum age and answer its requester."""
@@ -202,7 +221,7 @@ class ApprovalService:
             except ApprovalError:
                 continue  # decided meanwhile by a person: not the sweeper's any more
             await self._record_decisions(claimed)
-            reports.append(await self._execute(claimed))
+            reports.append(await self._settle(claimed))
         return reports
 
     async def finish_interrupted(self, grace: timedelta, limit: int = 100) -> list[DecisionReport]:
@@ -215,13 +234,64 @@ class ApprovalService:
         now = self._clock()
         stale_before = now - grace
         reports = []
-        for stuck in await self.store.find(statuses=[ApprovalStatus.DECIDING], limit=limit):
+        in_flight = [s for s in ApprovalStatus if s.is_in_flight]
+        for stuck in await self.store.find(statuses=in_flight, limit=limit):
             if stuck.decided_at is None or stuck.decided_at >= stale_before:
                 continue  # may still be running on another instance
             taken = await self.store.reclaim(stuck.approval_id, stale_before, now)
-            if taken is not None:
-                reports.append(await self._execute(taken))
+            if taken is None:
+                continue
+            if taken.status is ApprovalStatus.EXECUTING:
+                # Crashed while its batch ran: run the batch's in-flight writes again (the
+                # idempotency keys stop a second effect; the audit log tells what happened).
+                report = await self._run_batch(taken, rerun=True)
+            else:
+                report = await self._settle(taken)
+            reports.append(report)
         return reports
+
+    async def _settle(self, claimed: Approval) -> DecisionReport:
+        """Record this approval's own decision (``rejected``/``expired`` are final, an
+        approve or edit is ``approved``), then run the batch if it was the last one open."""
+        approval = claimed
+        if approval.status is ApprovalStatus.DECIDING:
+            if all(d.type == "reject" for d in approval.decisions):
+                status = (
+                    ApprovalStatus.EXPIRED
+                    if approval.decided_by == EXPIRY_DECIDER
+                    else ApprovalStatus.REJECTED
+                )
+                approval = await self.store.finish(
+                    approval.approval_id, status, {"result": status.value}
+                )
+                await self._record_finished(approval)
+            else:
+                approval = await self.store.advance(
+                    approval.approval_id, ApprovalStatus.DECIDING, ApprovalStatus.APPROVED
+                )
+        return await self._run_batch(approval)
+
+    async def _run_batch(self, approval: Approval, *, rerun: bool = False) -> DecisionReport:
+        """Resume the run once every approval of the batch is decided (exactly one caller
+        does, by moving the approved ones to ``executing``); otherwise this one waits."""
+        batch = await self.store.find(batch=approval.batch, limit=1000)
+        if any(a.status in (ApprovalStatus.PENDING, ApprovalStatus.DECIDING) for a in batch):
+            return DecisionReport(approval)  # the others are still waiting for a decision
+        approved = any(a.status is ApprovalStatus.APPROVED for a in batch)
+        if approved and not await self.store.start_batch(approval.batch):
+            return DecisionReport(await self._current(approval))  # another caller runs it
+        running_elsewhere = any(a.status is ApprovalStatus.EXECUTING for a in batch)
+        if not approved and not rerun and running_elsewhere:
+            return DecisionReport(await self._current(approval))
+        batch = await self.store.find(batch=approval.batch, limit=1000)
+        result, finished = await self._execute(batch)
+        mine = next((a for a in finished if a.approval_id == approval.approval_id), None)
+        me = mine or await self._current(approval)
+        others = tuple(a for a in finished if a.approval_id != approval.approval_id)
+        return DecisionReport(me, result, others)
+
+    async def _current(self, approval: Approval) -> Approval:
+        return await self.store.get(approval.approval_id) or approval
 
     def _decisions(
         self, approval: Approval, decision: ActionDecision, edited_tool: str | None
@@ -251,76 +321,182 @@ class ApprovalService:
                 detail={"message": decision.message} if decision.message else None,
             )
 
-    async def _execute(self, approval: Approval) -> DecisionReport:
-        decisions = list(approval.decisions)
-        writes = any(d.type != "reject" for d in decisions)
+    async def _execute(self, batch: list[Approval]) -> tuple[Any, list[Approval]]:
+        """Resume the thread with every call's decision, in order; finish the approvals
+        that ran (``executing``) from what the audit log says each write did."""
+        first = batch[0]
+        running = [a for a in batch if a.status is ApprovalStatus.EXECUTING]
         failure: str | None = None
         try:
-            requester = await self._identities(approval.requester_subject)
+            requester = await self._identities(first.requester_subject)
         except BrokerError as exc:
-            requester = Identity(approval.requester_subject, approval.requester_chat_user)
+            requester = Identity(first.requester_subject, first.requester_chat_user)
             failure = f"the requester's access could not be confirmed: {exc}"
-        if writes and failure is None:
-            failure = await self._requester_can_act(requester, approval)
-        if failure is not None:
-            decisions = [
-                ActionDecision("reject", message=f"Not executed: {failure}") for _ in decisions
-            ]
-        hitl = [d.to_hitl(a, None) for a, d in zip(approval.actions, decisions, strict=True)]
+        if running and failure is None:
+            failure = await self._requester_can_act(requester, running)
+        # One decision per call of the model step, in order (older rows: all in one record).
+        pairs = [(a, x, d) for a in batch for x, d in zip(a.actions, a.decisions, strict=False)]
+        decisions: list[dict[str, Any]] = []
+        for approval, action, decision in pairs:
+            if approval.status is not ApprovalStatus.EXECUTING:
+                message = decision.message if decision.type == "reject" else ""
+                decision = ActionDecision("reject", message=message or "Not approved.")
+            elif failure is not None:
+                decision = ActionDecision("reject", message=f"Not executed: {failure}")
+            decisions.append(decision.to_hitl(action, None))
         result: Any = None
+        resume_failure: str | None = None
         try:
             result = await self._resumer.resume(
-                requester, approval.thread_id, hitl, approval_id=approval.approval_id
+                requester, first.thread_id, decisions, approval_id=first.batch
             )
         except NoPendingApprovalError:
             # A retry after a crash: the thread already moved past the interrupt. The audit
             # log (completed by the reconciler if need be) says whether the write happened.
-            if not await self._writes_succeeded(approval):
-                failure = failure or "the thread was resumed before, and no write is recorded"
-        except Exception as exc:  # recorded; the approval ends failed
-            log.warning("resume of approval %s failed: %s", approval.approval_id, type(exc))
-            failure = failure or f"resuming the thread failed ({error_outcome(exc)})"
-        status = self._final_status(approval, failure)
-        outcome: dict[str, Any] = {"reason": failure} if failure else {"result": "resumed"}
-        done = await self.store.finish(approval.approval_id, status, outcome)
+            resume_failure = "the thread was resumed before, and no write is recorded"
+        except Exception as exc:  # recorded; the outcome comes from the audit log
+            log.warning("resume of approval %s failed: %s", first.batch, type(exc))
+            resume_failure = f"resuming the thread failed ({error_outcome(exc)})"
+        finished: list[Approval] = []
+        for approval in running:
+            reason: str | None
+            if failure is not None:
+                status, reason = ApprovalStatus.FAILED, failure
+            else:
+                status, reason = await self._write_outcome(
+                    approval, list(approval.decisions), resume_failure
+                )
+            outcome: dict[str, Any] = {"reason": reason} if reason else {"result": status.value}
+            try:
+                done = await self.store.finish(approval.approval_id, status, outcome, reason=reason)
+            except ApprovalError:
+                continue  # finished meanwhile (a recovering instance)
+            await self._record_finished(done)
+            finished.append(done)
+        return result, finished
+
+    async def _record_finished(self, done: Approval) -> None:
         await self.audit.record(
             EventKind.APPROVAL_FINISHED,
+            requester=done.requester_subject,
+            thread_id=done.thread_id,
+            tool=done.actions[0].tool,
+            approval_id=done.approval_id,
+            approver=done.decided_by,
+            outcome=done.status.value,
+            detail={"reason": done.outcome_reason} if done.outcome_reason else None,
+        )
+
+    async def _write_outcome(
+        self,
+        approval: Approval,
+        decisions: list[ActionDecision],
+        resume_failure: str | None = None,
+    ) -> tuple[ApprovalStatus, str | None]:
+        """What really happened to the approved writes, from the audit log's own records.
+
+        ``succeeded`` when every approved call succeeded; ``failed`` (with the server's
+        reason) when one was refused; ``unknown`` when one may or may not have happened — or
+        never left opsbot (its server unreachable at resume): then a ``write_pending`` record
+        is added so ``opsbot reconcile`` settles it against the server's change log.
+        """
+        events = await self.audit.query(
+            AuditQuery(
+                approval_id=approval.batch,
+                kinds=(EventKind.WRITE_PENDING, EventKind.WRITE_OUTCOME),
+                limit=1000,
+            )
+        )
+        failed: list[str] = []
+        unknown: list[str] = []
+        for index, (action, decision) in enumerate(zip(approval.actions, decisions, strict=True)):
+            if decision.type == "reject":
+                continue
+            keys = {
+                idempotency_key(approval.batch, action.tool_call_id),
+                f"nokey:{action.tool_call_id}",
+            }
+            mine = [e for e in events if e.idempotency_key in keys]
+            outcomes = [e for e in mine if e.kind is EventKind.WRITE_OUTCOME]
+            if any(e.outcome == "success" for e in outcomes):
+                continue
+            if outcomes and outcomes[-1].outcome in REFUSED_OUTCOMES:
+                last = outcomes[-1]
+                failed.append(
+                    str(last.detail.get("reason") or f"the {action.server} server refused")
+                )
+            elif outcomes and outcomes[-1].outcome == "not_applied":
+                failed.append(f"the {action.server} server has no record of the write")
+            elif mine:
+                unknown.append(
+                    str(
+                        (outcomes[-1].detail.get("reason") if outcomes else None)
+                        or f"the {action.server} server did not confirm the write"
+                    )
+                )
+            elif resume_failure is not None:
+                # The resume broke before this call left opsbot (its pending record is
+                # written first): nothing was sent.
+                failed.append(resume_failure)
+            else:
+                await self._record_unsent(approval, index, action, decision)
+                unknown.append(f"the {action.server} server could not be reached")
+        if failed:
+            return ApprovalStatus.FAILED, "; ".join(dict.fromkeys(failed))
+        if unknown:
+            return ApprovalStatus.UNKNOWN, (
+                "; ".join(dict.fromkeys(unknown)) + " — outcome unknown, being reconciled"
+            )
+        return ApprovalStatus.SUCCEEDED, None
+
+    async def _record_unsent(
+        self, approval: Approval, index: int, action: ActionRequest, decision: ActionDecision
+    ) -> None:
+        """A ``write_pending`` record for an approved call that never left opsbot, so the
+        reconciler checks the server (by the key the call would have carried)."""
+        await self.audit.write_pending(
             requester=approval.requester_subject,
             thread_id=approval.thread_id,
-            tool=approval.actions[0].tool,
-            approval_id=approval.approval_id,
+            tool=action.tool,
+            args=decision.args if decision.type == "edit" and decision.args else action.args,
+            idempotency_key=idempotency_key(approval.batch, action.tool_call_id),
+            approval_id=approval.batch,
             approver=approval.decided_by,
-            outcome=status.value,
-            detail=outcome,
+            decision=decision.type,
         )
-        return DecisionReport(done, result)
 
-    async def _writes_succeeded(self, approval: Approval) -> bool:
-        events = await self.audit.query(
-            AuditQuery(approval_id=approval.approval_id, kinds=(EventKind.WRITE_OUTCOME,))
-        )
-        return any(e.outcome == "success" for e in events)
+    async def settle_unknown(self, limit: int = 100) -> list[DecisionReport]:
+        """Move ``unknown`` approvals to ``succeeded``/``failed`` once the audit log knows
+        (after ``opsbot reconcile`` found each write in, or missing from, the server's log)."""
+        reports = []
+        for approval in await self.store.find(statuses=[ApprovalStatus.UNKNOWN], limit=limit):
+            status, reason = await self._write_outcome(approval, list(approval.decisions))
+            if status is ApprovalStatus.UNKNOWN:
+                continue
+            try:
+                done = await self.store.finish(
+                    approval.approval_id,
+                    status,
+                    {"reason": reason} if reason else {"result": status.value},
+                    reason=reason,
+                )
+            except ApprovalError:
+                continue  # settled meanwhile by another instance
+            await self._record_finished(done)
+            reports.append(DecisionReport(done))
+        return reports
 
-    async def _requester_can_act(self, requester: Identity, approval: Approval) -> str | None:
+    async def _requester_can_act(
+        self, requester: Identity, approvals: list[Approval]
+    ) -> str | None:
         """Mint fresh tokens for the requester (never the approver) on each write's server."""
-        for server in sorted({a.server for a in approval.actions}):
+        for server in sorted({x.server for a in approvals for x in a.actions}):
             try:
                 await self._broker.invalidate(requester, server)
                 await self._broker.get_token(requester, server)
             except BrokerError as exc:
                 return f"the requester's access to {server} was refused ({type(exc).__name__})"
         return None
-
-    @staticmethod
-    def _final_status(approval: Approval, failure: str | None) -> ApprovalStatus:
-        if approval.decided_by == EXPIRY_DECIDER:
-            return ApprovalStatus.EXPIRED
-        if failure is not None:
-            return ApprovalStatus.FAILED
-        types = {d.type for d in approval.decisions}
-        if types == {"reject"}:
-            return ApprovalStatus.REJECTED
-        return ApprovalStatus.EDITED if "edit" in types else ApprovalStatus.APPROVED
 
 
 __all__ = [

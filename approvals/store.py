@@ -9,7 +9,7 @@ Example::
     store = SqlApprovalStore(engine)
     await store.create(approval)
     claimed = await store.claim(approval.approval_id, "bob", decisions, now)  # or raises
-    await store.finish(approval.approval_id, ApprovalStatus.APPROVED, {"result": "ok"})
+    await store.finish(approval.approval_id, ApprovalStatus.SUCCEEDED, {"result": "ok"})
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import RowMapping, select, update
+from sqlalchemy import RowMapping, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from approvals.errors import AlreadyDecidedError, ApprovalExpiredError, ApprovalNotFoundError
@@ -67,11 +67,24 @@ class ApprovalStore(Protocol):
         as does an approval that is not, or no longer, stale."""
         ...
 
-    async def finish(
-        self, approval_id: str, status: ApprovalStatus, outcome: dict[str, Any]
+    async def advance(
+        self, approval_id: str, expected: ApprovalStatus, status: ApprovalStatus
     ) -> Approval:
-        """Move a claimed approval ``deciding → status`` (final); raises ``AlreadyDecidedError``
-        if it is not in ``deciding``."""
+        """Move ``expected → status`` as one conditional write (``deciding → approved``,
+        ``approved → executing``); ``AlreadyDecidedError`` if it is not in ``expected``."""
+        ...
+
+    async def finish(
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        outcome: dict[str, Any],
+        *,
+        reason: str | None = None,
+    ) -> Approval:
+        """Move a decided approval (``deciding``, ``approved``, ``executing``, or ``unknown``
+        for the reconciler) to the final ``status`` with a reason for people; raises
+        ``AlreadyDecidedError`` if it is in none of these."""
         ...
 
     async def find(
@@ -80,9 +93,16 @@ class ApprovalStore(Protocol):
         statuses: Sequence[ApprovalStatus] = (),
         requester_subject: str | None = None,
         expired_at: datetime | None = None,
+        batch: str | None = None,
         limit: int = 100,
     ) -> list[Approval]:
-        """Approvals oldest first, by status, requester, and ``expires_at <= expired_at``."""
+        """Approvals oldest first, by status, requester, ``expires_at <= expired_at`` and
+        batch (in batch order)."""
+        ...
+
+    async def start_batch(self, batch: str) -> bool:
+        """Move every ``approved`` approval of ``batch`` to ``executing`` in one conditional
+        write; ``True`` for the one caller that moved them (it runs the batch)."""
         ...
 
 
@@ -98,9 +118,18 @@ def _claim_refusal(current: Approval | None, approval_id: str, now: datetime) ->
     return AlreadyDecidedError(current.decided_by, current.status.value)
 
 
+# Where a decided approval may be finished from.
+FINISHABLE = (
+    ApprovalStatus.DECIDING,
+    ApprovalStatus.APPROVED,
+    ApprovalStatus.EXECUTING,
+    ApprovalStatus.UNKNOWN,
+)
+
+
 def _stale(approval: Approval, stale_before: datetime) -> bool:
     return (
-        approval.status is ApprovalStatus.DECIDING
+        approval.status.is_in_flight
         and approval.decided_at is not None
         and approval.decided_at < stale_before
     )
@@ -162,8 +191,26 @@ class MemoryApprovalStore:
             self._by_id[approval_id] = taken
             return taken
 
+    async def advance(
+        self, approval_id: str, expected: ApprovalStatus, status: ApprovalStatus
+    ) -> Approval:
+        async with self._lock:
+            current = self._by_id.get(approval_id)
+            if current is None:
+                raise ApprovalNotFoundError(f"no approval {approval_id!r}")
+            if current.status is not expected:
+                raise AlreadyDecidedError(current.decided_by, current.status.value)
+            moved = dataclasses.replace(current, status=status)
+            self._by_id[approval_id] = moved
+            return moved
+
     async def finish(
-        self, approval_id: str, status: ApprovalStatus, outcome: dict[str, Any]
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        outcome: dict[str, Any],
+        *,
+        reason: str | None = None,
     ) -> Approval:
         if not status.is_final:
             raise ValueError(f"{status} is not a final status")
@@ -171,9 +218,11 @@ class MemoryApprovalStore:
             current = self._by_id.get(approval_id)
             if current is None:
                 raise ApprovalNotFoundError(f"no approval {approval_id!r}")
-            if current.status is not ApprovalStatus.DECIDING:
+            if current.status not in FINISHABLE:
                 raise AlreadyDecidedError(current.decided_by, current.status.value)
-            done = dataclasses.replace(current, status=status, outcome=dict(outcome))
+            done = dataclasses.replace(
+                current, status=status, outcome=dict(outcome), outcome_reason=reason
+            )
             self._by_id[approval_id] = done
             return done
 
@@ -183,6 +232,7 @@ class MemoryApprovalStore:
         statuses: Sequence[ApprovalStatus] = (),
         requester_subject: str | None = None,
         expired_at: datetime | None = None,
+        batch: str | None = None,
         limit: int = 100,
     ) -> list[Approval]:
         found = [
@@ -191,9 +241,19 @@ class MemoryApprovalStore:
             if (not statuses or a.status in statuses)
             and (requester_subject is None or a.requester_subject == requester_subject)
             and (expired_at is None or a.expires_at <= expired_at)
+            and (batch is None or a.batch == batch)
         ]
-        found.sort(key=lambda a: (a.created_at, a.approval_id))
+        found.sort(key=lambda a: (a.created_at, a.batch_index, a.approval_id))
         return found[:limit]
+
+    async def start_batch(self, batch: str) -> bool:
+        async with self._lock:
+            moved = False
+            for key, a in list(self._by_id.items()):
+                if a.batch == batch and a.status is ApprovalStatus.APPROVED:
+                    self._by_id[key] = dataclasses.replace(a, status=ApprovalStatus.EXECUTING)
+                    moved = True
+            return moved
 
 
 class SqlApprovalStore:
@@ -247,7 +307,8 @@ class SqlApprovalStore:
         c = approvals_table.c
         statement = (
             update(approvals_table)
-            .where(c.approval_id == approval_id, c.status == ApprovalStatus.DECIDING.value)
+            .where(c.approval_id == approval_id)
+            .where(c.status.in_([s.value for s in ApprovalStatus if s.is_in_flight]))
             .where(c.decided_at < stale_before)
             .values(decided_at=now)
         )
@@ -255,16 +316,40 @@ class SqlApprovalStore:
             taken = (await conn.execute(statement)).rowcount == 1
         return await self.get(approval_id) if taken else None
 
+    async def advance(
+        self, approval_id: str, expected: ApprovalStatus, status: ApprovalStatus
+    ) -> Approval:
+        c = approvals_table.c
+        statement = (
+            update(approvals_table)
+            .where(c.approval_id == approval_id, c.status == expected.value)
+            .values(status=status.value)
+        )
+        async with self._engine.begin() as conn:
+            moved = (await conn.execute(statement)).rowcount == 1
+        current = await self.get(approval_id)
+        if current is None:
+            raise ApprovalNotFoundError(f"no approval {approval_id!r}")
+        if not moved:
+            raise AlreadyDecidedError(current.decided_by, current.status.value)
+        return current
+
     async def finish(
-        self, approval_id: str, status: ApprovalStatus, outcome: dict[str, Any]
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        outcome: dict[str, Any],
+        *,
+        reason: str | None = None,
     ) -> Approval:
         if not status.is_final:
             raise ValueError(f"{status} is not a final status")
         c = approvals_table.c
         statement = (
             update(approvals_table)
-            .where(c.approval_id == approval_id, c.status == ApprovalStatus.DECIDING.value)
-            .values(status=status.value, outcome=dict(outcome))
+            .where(c.approval_id == approval_id)
+            .where(c.status.in_([s.value for s in FINISHABLE]))
+            .values(status=status.value, outcome=dict(outcome), outcome_reason=reason)
         )
         async with self._engine.begin() as conn:
             done = (await conn.execute(statement)).rowcount == 1
@@ -281,20 +366,35 @@ class SqlApprovalStore:
         statuses: Sequence[ApprovalStatus] = (),
         requester_subject: str | None = None,
         expired_at: datetime | None = None,
+        batch: str | None = None,
         limit: int = 100,
     ) -> list[Approval]:
         c = approvals_table.c
         query = select(approvals_table)
+        if batch is not None:
+            query = query.where(or_(c.batch_id == batch, c.approval_id == batch))
         if statuses:
             query = query.where(c.status.in_([s.value for s in statuses]))
         if requester_subject is not None:
             query = query.where(c.requester_subject == requester_subject)
         if expired_at is not None:
             query = query.where(c.expires_at <= expired_at)
-        query = query.order_by(c.created_at, c.approval_id).limit(limit)
+        query = query.order_by(c.created_at, c.batch_index, c.approval_id).limit(limit)
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        return [_from_row(r._mapping) for r in rows]
+        found = [_from_row(r._mapping) for r in rows]
+        return [a for a in found if batch is None or a.batch == batch]
+
+    async def start_batch(self, batch: str) -> bool:
+        c = approvals_table.c
+        statement = (
+            update(approvals_table)
+            .where(or_(c.batch_id == batch, c.approval_id == batch))
+            .where(c.status == ApprovalStatus.APPROVED.value)
+            .values(status=ApprovalStatus.EXECUTING.value)
+        )
+        async with self._engine.begin() as conn:
+            return bool((await conn.execute(statement)).rowcount)
 
 
 def _decision_to_json(d: ActionDecision) -> dict[str, Any]:
@@ -319,6 +419,10 @@ def _to_row(a: Approval) -> dict[str, Any]:
         "decided_at": a.decided_at,
         "decisions": [_decision_to_json(d) for d in a.decisions],
         "outcome": dict(a.outcome),
+        "outcome_reason": a.outcome_reason,
+        "batch_id": a.batch_id or None,
+        "batch_index": a.batch_index,
+        "batch_size": a.batch_size,
     }
 
 
@@ -338,4 +442,8 @@ def _from_row(m: RowMapping) -> Approval:
         decided_at=m["decided_at"],
         decisions=tuple(ActionDecision(**d) for d in m["decisions"] or ()),
         outcome=dict(m["outcome"] or {}),
+        outcome_reason=m["outcome_reason"],
+        batch_id=m["batch_id"] or "",
+        batch_index=m["batch_index"] or 0,
+        batch_size=m["batch_size"] or 1,
     )

@@ -74,14 +74,12 @@ def args_summary(args: dict[str, Any], limit: int = SUMMARY_LIMIT) -> str:
 
 
 def state_of(approval: Approval) -> str:
-    """The approval's state name; a record that carries the newer ``state`` field wins over
-    the older ``status``."""
-    state = getattr(approval, "state", None)
-    return str(getattr(state, "value", state) or approval.status.value)
+    """The approval's state name (``deciding`` reads as the state it is claimed for)."""
+    return approval.state.value
 
 
 def reason_of(approval: Approval) -> str | None:
     """The reason for people: the record's ``outcome_reason`` when it has one, else the
     older ``outcome["reason"]``."""
-    reason = getattr(approval, "outcome_reason", None) or approval.outcome.get("reason")
+    reason = approval.outcome_reason or approval.outcome.get("reason")
     return str(reason) if reason else None

@@ -171,7 +171,8 @@ class Assistant:
     async def decide(
         self, approver: ChatUser, approval_id: str, decision: Decision
     ) -> DecisionOutcome:
-        identity = await self._identity(approver)
+        # Checked against the IdP now: a revoked sign-in or a lost group refuses this click.
+        identity = await self._identity(approver, fresh=True)
         if isinstance(identity, Refused):
             return NotAuthorised(identity.reason)
         if isinstance(identity, LinkRequired):
@@ -213,7 +214,9 @@ class Assistant:
         if self._recovery is None:
             return Recovered(ReconcileReport(), [])
         reconciled = await self._recovery.reconciler.run()
-        reports = await self._approvals.finish_interrupted(self._recovery.grace)
+        # Approvals whose outcome was unknown, now that the reconciler found their writes.
+        reports = await self._approvals.settle_unknown()
+        reports += await self._approvals.finish_interrupted(self._recovery.grace)
         return Recovered(reconciled, [await self._decided(r) for r in reports])
 
     async def sweep_forever(
@@ -344,39 +347,52 @@ class Assistant:
 
     # --- helpers --------------------------------------------------------------------
 
-    async def _identity(self, chat_user: ChatUser) -> Identity | LinkRequired | Refused:
+    async def _identity(
+        self, chat_user: ChatUser, *, fresh: bool = False
+    ) -> Identity | LinkRequired | Refused:
         try:
-            identity = await self._identities.resolve(chat_user)
+            identity = await self._identities.resolve(chat_user, fresh=fresh)
             if identity is None:
                 return LinkRequired(await self._identities.link_url(chat_user))
+        except AccessRevokedError:
+            # The IdP no longer honours this sign-in: nothing is decided; reconnect.
+            log.info("sign-in refused by the IdP for a %s user", chat_user.platform)
+            try:
+                return LinkRequired(await self._identities.link_url(chat_user))
+            except BrokerError:
+                return Refused("Your company sign-in is no longer valid: connect again.")
         except BrokerError as exc:
             return Refused(f"Your company account could not be checked: {exc}")
         return identity
 
     async def _reply(self, result: Any, requester: Identity) -> Reply:
         if isinstance(result, core.Interrupt):
-            approval = await self._approvals.open(result, requester)
-            first = approval.actions[0]
+            opened = await self._approvals.open_all(result, requester)
+            summaries = tuple(
+                ApprovalSummary(a.approval_id, a.actions[0].tool, a.actions[0].server, a.expires_at)
+                for a in opened
+            )
             return ApprovalRequested(
                 Answer(result.answer_so_far) if result.answer_so_far else None,
-                ApprovalSummary(
-                    approval.approval_id, first.tool, first.server, approval.expires_at
-                ),
+                summaries[0],
+                summaries,
             )
         if isinstance(result, core.Answer):
             return Answered(_answer(result))
         return Refused("The assistant returned nothing usable.")
 
     async def _decided(self, report: DecisionReport) -> Decided:
+        siblings = tuple([await self._decided(DecisionReport(a)) for a in report.siblings])
         approval = report.approval
         thread = await self._threads.get(approval.thread_id)
         if report.result is not None:
             requester_result: Reply | None = await self._reply(
                 report.result, await self._requester(approval)
             )
+        elif approval.state is ApprovalStatus.APPROVED:
+            requester_result = None  # decided; the step's other calls are still waiting
         else:
-            reason = approval.outcome.get("reason", "the request could not be completed")
-            requester_result = Refused(f"Your request was not carried out: {reason}")
+            requester_result = _outcome_reply(approval)
         label = {"approve": "approved", "edit": "edited", "reject": "rejected"}
         types = {d.type for d in approval.decisions}
         decision = (
@@ -394,6 +410,7 @@ class Assistant:
             requester_result=requester_result,
             state=state,
             outcome_reason=reason,
+            siblings=siblings,
         )
 
     async def _requester(self, approval: Approval) -> Identity:
@@ -427,6 +444,7 @@ class Assistant:
             description=first.description,
             decided_by=approval.decided_by,
             approver_group=first.approver_group or None,
+            state=state_of(approval),
         )
 
 
@@ -437,11 +455,22 @@ async def notify_each(
     ``announce``); one undeliverable notice does not stop the rest."""
     if notify is None:
         return
-    for one in decided:
+    for one in [d for top in decided for d in (top, *top.siblings)]:
         try:
             await notify(one)
         except Exception as exc:  # logged; the decision itself stands
             log.warning("decision notice not delivered: %s", type(exc).__name__)
+
+
+def _outcome_reply(approval: Approval) -> Reply:
+    """The requester's notice when there is no resumed run to show (settled later, refused)."""
+    reason = approval.outcome_reason or "the request could not be completed"
+    tool = approval.actions[0].tool
+    if approval.state is ApprovalStatus.SUCCEEDED:
+        return Answered(Answer(f"Your approved request ({tool}) was carried out."))
+    if approval.state is ApprovalStatus.UNKNOWN:
+        return Refused(f"The outcome of your approved request ({tool}) is not known yet: {reason}")
+    return Refused(f"Your request was not carried out: {reason}")
 
 
 def _who(subject: str | None) -> str:

@@ -107,10 +107,16 @@ class Answered:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalRequested:
-    """A write is waiting for an approver: post a card for ``approval``."""
+    """Writes are waiting for approvers: post one card per entry of ``approvals`` (one per
+    write call; ``approval`` is the first). The run resumes once every one is decided."""
 
     answer_so_far: Answer | None
     approval: ApprovalSummary
+    approvals: tuple[ApprovalSummary, ...] = ()
+
+    @property
+    def all(self) -> tuple[ApprovalSummary, ...]:
+        return self.approvals or (self.approval,)
 
 
 Reply = LinkRequired | Refused | Answered | ApprovalRequested
@@ -142,7 +148,9 @@ class ApprovalView:
     # model proposed, ``edited_by`` who changed them.
     original_args: dict[str, Any] | None = None
     edited_by: str | None = None
-    # Why the approval ended as it did, in people's words (never text meant for the model).
+    # pending | approved | executing | succeeded | failed | unknown | rejected | expired
+    state: str = "pending"
+    # Why it failed or is unknown, in people's words (never text meant for the model).
     outcome_reason: str | None = None
 
 
@@ -170,8 +178,9 @@ Decision = Approve | Edit | Reject
 class Decided:
     """A decision that was taken: who, what, and the requester's result.
 
-    ``decision`` is ``"approved" | "edited" | "rejected"``; ``outcome`` is the approval's
-    final status (``approved``/``edited``/``rejected``/``failed``) plus a reason on failure.
+    ``decision`` is ``"approved" | "edited" | "rejected" | "expired"``; ``state`` is what
+    really happened (``succeeded``/``failed``/``unknown``/``rejected``/``expired``) and
+    ``outcome_reason`` says why for people; ``outcome`` is ``state`` plus that reason.
     Post ``requester_result`` in the requester's thread at ``requester_ref``.
     """
 
@@ -181,10 +190,11 @@ class Decided:
     outcome: str
     requester_ref: PlatformRef | None
     requester_result: Reply | None
-    # The approval's state (``assistant.outcomes``) and its reason for people; ``outcome``
-    # keeps the older one-line form.
     state: str = ""
     outcome_reason: str | None = None
+    # Other approvals of the same model step that this decision finished (update their
+    # cards and tell their requester too).
+    siblings: tuple[Decided, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

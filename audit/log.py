@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from audit.errors import AuditQueryError
 from audit.redaction import DEFAULT_MAX_BYTES, redact, redact_text, summarise
 from infra.clock import Clock, IdFactory, random_id, utc_now
+from infra.storage.engine import single_writer
 from infra.storage.schema import audit_events
 
 
@@ -90,8 +91,21 @@ class AuditSink(Protocol):
         ...
 
     async def unresolved_writes(self, limit: int = 200) -> list[AuditEvent]:
-        """``write_pending`` events with no ``write_outcome`` for their idempotency key."""
+        """``write_pending`` events with no ``write_outcome`` for their idempotency key, or
+        only ambiguous ones (``AMBIGUOUS_OUTCOMES``: timed out, server unreachable...)."""
         ...
+
+
+# Outcomes after which a write may or may not have happened: the write stays unresolved
+# until the reconciler finds it in (or missing from) the server's change log.
+AMBIGUOUS_OUTCOMES = frozenset(
+    {
+        "error:interrupted",
+        "error:ToolTimeoutError",
+        "error:ToolTransientError",
+        "error:ServerUnavailableError",
+    }
+)
 
 
 def error_outcome(exc: BaseException) -> str:
@@ -257,7 +271,11 @@ class MemoryAuditSink:
         return [e for e in self._events if _matches(e, q)][: q.limit]
 
     async def unresolved_writes(self, limit: int = 200) -> list[AuditEvent]:
-        done = {e.idempotency_key for e in self._events if e.kind is EventKind.WRITE_OUTCOME}
+        done = {
+            e.idempotency_key
+            for e in self._events
+            if e.kind is EventKind.WRITE_OUTCOME and e.outcome not in AMBIGUOUS_OUTCOMES
+        }
         return [
             e
             for e in self._events
@@ -293,7 +311,7 @@ class SqlAuditSink:
     async def append(self, event: AuditEvent) -> None:
         row = {name: getattr(event, name) for name in _COLUMNS}
         row["kind"] = event.kind.value
-        async with self._engine.begin() as conn:
+        async with single_writer(self._engine), self._engine.begin() as conn:
             await conn.execute(audit_events.insert().values(**row))
 
     async def query(self, q: AuditQuery) -> list[AuditEvent]:
@@ -322,6 +340,7 @@ class SqlAuditSink:
             and_(
                 outcome.c.kind == EventKind.WRITE_OUTCOME.value,
                 outcome.c.idempotency_key == c.idempotency_key,
+                outcome.c.outcome.not_in(sorted(AMBIGUOUS_OUTCOMES)),
             )
         )
         stmt = (

@@ -59,7 +59,10 @@ class AuditObserver:
         async with self._lock:
             pending = self._pending.pop(_key(event), None)
         if pending is not None:
-            await self._log.write_outcome(pending, outcome=outcome, latency_ms=latency_ms)
+            detail = {"reason": event.reason} if event.reason and outcome != "success" else None
+            await self._log.write_outcome(
+                pending, outcome=outcome, latency_ms=latency_ms, detail=detail
+            )
 
 
 def _acting(event: ToolCallEvent) -> dict[str, str] | None:

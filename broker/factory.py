@@ -75,6 +75,7 @@ async def open_inprocess_broker(
     cache_margin: timedelta = timedelta(seconds=30),
     metrics: BrokerMetrics | None = None,
     http: httpx.AsyncClient | None = None,
+    groups_max_age: timedelta = timedelta(seconds=60),
 ) -> AsyncIterator[InProcessBroker]:
     """An ``InProcessBroker`` talking to ``issuer``; closes its HTTP client on exit."""
     async with open_token_client(
@@ -94,6 +95,7 @@ async def open_inprocess_broker(
             clock=clock,
             cache_margin=cache_margin,
             metrics=metrics,
+            groups_max_age=groups_max_age,
         )
 
 
@@ -152,6 +154,7 @@ async def open_identity_service(
             links=links,
             target_param=idp.exchange_target_param,
             cache_margin=timedelta(seconds=settings.broker.cache_margin_seconds),
+            groups_max_age=timedelta(seconds=settings.broker.groups_max_age_seconds),
         ) as broker,
         open_token_client(**common) as login_client,
     ):

@@ -69,12 +69,16 @@ class InProcessBroker:
         clock: Clock = utc_now,
         cache_margin: timedelta = timedelta(seconds=30),
         metrics: BrokerMetrics | None = None,
+        groups_max_age: timedelta = timedelta(seconds=60),
     ) -> None:
         self._links = links
         self._client = client
         self._servers = {s.name: s for s in servers}
         self._clock = clock
         self._margin = cache_margin
+        # A sign-in (and the groups it carries) is re-read from the IdP at least this often:
+        # approver rights are checked against the IdP's current view, not a cached login.
+        self._groups_max_age = groups_max_age
         self.metrics = metrics or BrokerMetrics()
         self._tokens: SingleFlightCache[tuple[str, str], AccessToken] = SingleFlightCache(clock)
         self._subjects: SingleFlightCache[str, _SubjectToken] = SingleFlightCache(clock)
@@ -195,7 +199,8 @@ class InProcessBroker:
         expires_at = self._clock() + lifetime
         groups = await self._groups(response.id_token, identity.subject)
         subject = _SubjectToken(response.access_token, expires_at, groups)
-        return subject, expires_at - self._margin
+        fresh_until = self._clock() + self._groups_max_age
+        return subject, min(expires_at - self._margin, fresh_until)
 
     async def _groups(self, id_token: str | None, subject: str) -> frozenset[str]:
         """The user's current groups from the refreshed ID token; none if it cannot be trusted."""
@@ -211,15 +216,18 @@ class InProcessBroker:
             return frozenset()
         return frozenset(str(g) for g in groups)
 
-    async def resolve(self, chat_user: ChatUser) -> Identity | None:
+    async def resolve(self, chat_user: ChatUser, *, fresh: bool = False) -> Identity | None:
         """The chat user's identity with current groups (from the IdP), or ``None`` if unlinked.
 
+        Groups are at most ``groups_max_age`` old; ``fresh`` refreshes the sign-in now.
         Raises ``AccessRevokedError`` when the IdP no longer honours the sign-in.
         """
         link = await self._links.get(chat_user)
         if link is None:
             return None
         identity = Identity(link.subject, chat_user, link.email)
+        if fresh:
+            self._subjects.invalidate(link.subject)
         subject = await self._subject_token(identity)
         return Identity(link.subject, chat_user, link.email, subject.groups)
 

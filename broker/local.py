@@ -20,8 +20,8 @@ class LocalIdentityService:
     async def invalidate(self, identity: Identity, server: str) -> None:
         await self.broker.invalidate(identity, server)
 
-    async def resolve(self, chat_user: ChatUser) -> Identity | None:
-        return await self.broker.resolve(chat_user)
+    async def resolve(self, chat_user: ChatUser, *, fresh: bool = False) -> Identity | None:
+        return await self.broker.resolve(chat_user, fresh=fresh)
 
     async def resolve_subject(self, subject: str) -> Identity:
         return await self.broker.resolve_subject(subject)

@@ -122,8 +122,9 @@ class RemoteBroker:
             },
         )
 
-    async def resolve(self, chat_user: ChatUser) -> Identity | None:
-        data = await self._call("/v1/resolve", {"chat_user": _chat_user_json(chat_user)})
+    async def resolve(self, chat_user: ChatUser, *, fresh: bool = False) -> Identity | None:
+        body: dict[str, Any] = {"chat_user": _chat_user_json(chat_user), "fresh": fresh}
+        data = await self._call("/v1/resolve", body)
         found = data.get("identity")
         return _identity(found) if isinstance(found, dict) else None
 

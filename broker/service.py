@@ -65,6 +65,10 @@ class ChatUserRequest(BaseModel):
     chat_user: ChatUserModel
 
 
+class ResolveRequest(ChatUserRequest):
+    fresh: bool = False
+
+
 class SubjectRequest(BaseModel):
     subject: str
 
@@ -154,7 +158,8 @@ def build_service_app(
         return {"ok": True}
 
     async def resolve(body: dict[str, Any]) -> dict[str, Any]:
-        found = await service.resolve(ChatUserRequest.model_validate(body).chat_user.to_chat_user())
+        request = ResolveRequest.model_validate(body)
+        found = await service.resolve(request.chat_user.to_chat_user(), fresh=request.fresh)
         return {"identity": identity_json(found) if found else None}
 
     async def resolve_subject(body: dict[str, Any]) -> dict[str, Any]:

@@ -59,8 +59,12 @@ class IdentityService(Broker, Protocol):
     Implemented in-process (``LocalIdentityService``) and over HTTP (``RemoteBroker``).
     """
 
-    async def resolve(self, chat_user: ChatUser) -> Identity | None:
-        """The linked identity with current groups, or ``None`` when not linked."""
+    async def resolve(self, chat_user: ChatUser, *, fresh: bool = False) -> Identity | None:
+        """The linked identity with current groups, or ``None`` when not linked.
+
+        ``fresh`` re-reads the sign-in from the IdP now (an approver's click): a revoked link
+        raises ``AccessRevokedError``. Otherwise groups are at most the broker's max age old.
+        """
         ...
 
     async def resolve_subject(self, subject: str) -> Identity:

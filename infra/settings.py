@@ -166,6 +166,10 @@ class BrokerSettings(Section):
     token's)."""
     cache_margin_seconds: int = 30
     """A cached token is renewed this long before it expires."""
+    groups_max_age_seconds: float = Field(default=60.0, gt=0, le=60)
+    """A user's sign-in and groups are re-read from the IdP (a refresh) when older than this,
+    so an approver removed from a group or disabled is refused within it (at most 60 s)."""
+    # Fernet key (urlsafe base64, 32 bytes) encrypting stored refresh tokens.
     link_encryption_key: SecretStr | None = None
     """Fernet key encrypting stored refresh tokens (generate: `python -c "from
     cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"`). Unset =
@@ -302,6 +306,17 @@ class AgentSettings(Section):
     """A server's circuit breaker opens after this many transport failures..."""
     breaker_open_seconds: float = Field(default=30.0, gt=0)
     """...for this long."""
+    tool_calls_per_turn: int = Field(default=8, ge=1)
+    """Tool calls one model turn may make; the rest are refused back to the model, never run."""
+    pending_approvals_per_run: int = Field(default=5, ge=1)
+    """Writes one model turn may put up for approval; the rest are refused, with no card."""
+    write_attempts: int = Field(default=3, ge=1)
+    """An approved write whose server is unreachable is retried only when it carries an
+    idempotency key (the server then applies it once): attempts in all, with backoff."""
+    write_retry_initial_delay_seconds: float = Field(default=0.5, ge=0)
+    """First backoff between write attempts."""
+    write_retry_max_delay_seconds: float = Field(default=4.0, ge=0)
+    """Longest backoff between write attempts."""
 
 
 class ApprovalSettings(Section):

@@ -241,11 +241,12 @@ class SlackAdapter(DecisionViews):
         if indicator and indicator.status_set:
             await self._clear_status(indicator)
         if isinstance(reply, ApprovalRequested):
-            # The note's ts lets the decision update it in place when it lands.
-            await self.post_card(
-                reply.approval.approval_id, team_id, channel, thread_ts, note_ts=note_ts
-            )
-            await self.refresh_homes(reply.approval.approval_id)
+            # One card per write call; the note's ts lets each decision update it in place.
+            for summary in reply.all:
+                await self.post_card(
+                    summary.approval_id, team_id, channel, thread_ts, note_ts=note_ts
+                )
+                await self.refresh_homes(summary.approval_id)
 
     def _waiting_messages(self, reply: ApprovalRequested) -> list[Message]:
         approval = reply.approval

@@ -182,6 +182,8 @@ class DecisionViews(HomeViews):
         self, outcome: Decided, clicker: ChatUser, channel: str | None, card_ts: str | None
     ) -> None:
         await self.announce(outcome, channel, card_ts, by=f"<@{clicker.user_id}>")
+        for sibling in outcome.siblings:  # the step's other calls, run by this decision
+            await self.announce(sibling)
 
     async def announce(
         self,

@@ -2,8 +2,8 @@
 
 ``/.well-known/openid-configuration``, ``/jwks``, ``/authorize`` (login page listing the demo
 users), ``/token`` (authorization_code + PKCE, refresh_token, RFC 8693 token exchange),
-``/revoke`` (RFC 7009), ``/userinfo`` and ``/admin/users/{sub}/revoke|restore`` (bearer admin
-token; disabled without one).
+``/revoke`` (RFC 7009), ``/userinfo``, ``/admin/users/{sub}/revoke|restore`` and
+``/admin/users/{sub}/groups/{group}/add|remove`` (bearer admin token; disabled without one).
 """
 
 from __future__ import annotations
@@ -198,6 +198,23 @@ def build_app(idp: DevIdentityProvider) -> Starlette:
             return JSONResponse({"error": f"unknown user {subject!r}"}, 404)
         return JSONResponse({"subject": subject, "revoked": idp.is_revoked(subject)})
 
+    async def admin_group(request: Request) -> Response:
+        expected = idp.admin_token
+        given = request.headers.get("authorization", "")
+        if expected is None:
+            return JSONResponse({"error": "admin endpoints are disabled"}, 404)
+        if not hmac.compare_digest(given.encode(), f"Bearer {expected}".encode()):
+            return JSONResponse({"error": "unauthorized"}, 401)
+        subject = request.path_params["subject"]
+        action = request.path_params["action"]
+        if action not in ("add", "remove"):
+            return JSONResponse({"error": f"unknown action {action!r}"}, 404)
+        try:
+            groups = idp.set_membership(subject, request.path_params["group"], action == "add")
+        except KeyError:
+            return JSONResponse({"error": f"unknown user {subject!r}"}, 404)
+        return JSONResponse({"subject": subject, "groups": sorted(groups)})
+
     return Starlette(
         routes=[
             Route("/.well-known/openid-configuration", discovery),
@@ -208,5 +225,6 @@ def build_app(idp: DevIdentityProvider) -> Starlette:
             Route("/revoke", revoke, methods=["POST"]),
             Route("/userinfo", userinfo),
             Route("/admin/users/{subject}/{action}", admin, methods=["POST"]),
+            Route("/admin/users/{subject}/groups/{group}/{action}", admin_group, methods=["POST"]),
         ]
     )

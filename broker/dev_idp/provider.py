@@ -7,6 +7,7 @@ live in memory. Refresh tokens are not rotated unless ``rotate_refresh_tokens=Tr
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import hmac
 import secrets
@@ -153,6 +154,15 @@ class DevIdentityProvider:
     def restore_user(self, subject: str) -> None:
         self._user(subject)
         self._revoked.discard(subject)
+
+    def set_membership(self, subject: str, group: str, member: bool) -> frozenset[str]:
+        """Add ``subject`` to, or remove them from, ``group``; their groups now."""
+        user = self._user(subject)
+        groups = user.groups | {group} if member else user.groups - {group}
+        # The directory is immutable: swap in a copy (tokens issued from now on see it).
+        users = {**self.directory.users, subject: dataclasses.replace(user, groups=groups)}
+        self.directory = dataclasses.replace(self.directory, users=users)
+        return frozenset(groups)
 
     def is_revoked(self, subject: str) -> bool:
         return subject in self._revoked

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import weakref
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +66,32 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     return engine
 
 
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # WAL lets readers run beside the single writer; busy_timeout waits instead of failing
     # when another connection holds the write lock.
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+# SQLite has one writer lock per file. Writers in this process queue here instead of all
+# spinning on busy_timeout at once (many parallel audit records used to run out of it and
+# fail with "database is locked"); the checkpointer's single connection is the only other
+# writer, and it waits on busy_timeout as well.
+_WRITERS: weakref.WeakKeyDictionary[Any, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+@contextlib.asynccontextmanager
+async def single_writer(engine: AsyncEngine) -> AsyncIterator[None]:
+    """One writer at a time on a SQLite engine (no-op for PostgreSQL)."""
+    if engine.dialect.name != "sqlite":
+        yield
+        return
+    lock = _WRITERS.setdefault(engine.sync_engine, asyncio.Lock())
+    async with lock:
+        yield

@@ -20,6 +20,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    Text,
 )
 from sqlalchemy.types import TypeDecorator
 
@@ -118,6 +119,11 @@ approvals = Table(
     Column("decided_at", UtcDateTime(), nullable=True),
     Column("decisions", JSON(), nullable=False),
     Column("outcome", JSON(), nullable=False),
+    Column("outcome_reason", Text(), nullable=True),
+    Column("batch_id", String(64), nullable=True),
+    Column("batch_index", Integer(), nullable=False, server_default="0"),
+    Column("batch_size", Integer(), nullable=False, server_default="1"),
+    Index("ix_approvals_batch_id", "batch_id"),
     Index("ix_approvals_status_expires_at", "status", "expires_at"),
     Index("ix_approvals_requester_subject", "requester_subject"),
     Index("ix_approvals_thread_id", "thread_id"),

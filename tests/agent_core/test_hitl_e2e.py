@@ -291,8 +291,10 @@ async def test_resume_on_another_instance_with_a_cold_cache(agent_env: AgentEnv)
     thread = await new_thread(first, alice)
     assert isinstance(await first.run(alice, thread, "comment"), Interrupt)
 
+    # The model carries on where the conversation is (a script restarted at step 0 would
+    # re-issue the same call id, which is now reviewed again rather than run).
     second = agent_env.agent(
-        ScriptedChatModel(steps=steps),
+        ScriptedChatModel(steps=steps[1:]),
         threads=first.threads,
         checkpointer=first._checkpointer,
     )
@@ -375,3 +377,27 @@ async def test_injected_ticket_text_can_only_produce_a_flagged_proposal(
     ]
     statuses = {t.key: t.status for t in await agent_env.servers.tickets.all_tickets()}
     assert all(statuses[k] != "closed" for k in keys)
+
+
+async def test_a_reused_tool_call_id_cannot_skip_review(agent_env: AgentEnv) -> None:
+    """A model (or injected text steering it) that reuses the id of an earlier, answered call
+    must still go through review: answers only count for the step that asked."""
+    model = ScriptedChatModel(
+        steps=[
+            call("ticketing_add_comment", "c1", key="PAY-101", body="first"),
+            call("ticketing_add_comment", "c1", key="PAY-101", body="sneaky second"),
+            final("done"),
+        ]
+    )
+    agent = agent_env.agent(model)
+    alice = await agent_env.user("alice")
+    thread = await new_thread(agent, alice)
+
+    first = await agent.run(alice, thread, "comment on PAY-101")
+    assert isinstance(first, Interrupt)
+    again = await agent.resume(alice, thread, [{"type": "approve"}], approval_id="apr-1")
+
+    assert isinstance(again, Interrupt)  # reviewed again, not run on the old approval
+    assert again.action_requests[0].args["body"] == "sneaky second"
+    [ran] = await changes_for(agent_env, "PAY-101")
+    assert ran.change == {"comment": "first"}

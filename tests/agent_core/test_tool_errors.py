@@ -128,18 +128,53 @@ async def test_write_timeout_is_not_retried_and_outcome_is_unknown(
     ]
 
 
-async def test_write_5xx_is_not_retried(fake: tuple[str, FaultPlan]) -> None:
+async def test_write_5xx_without_an_idempotency_key_is_not_retried(
+    fake: tuple[str, FaultPlan],
+) -> None:
     url, plan = fake
-    model = ScriptedChatModel(steps=[call("fake_change", item="X-1"), echo])
-    agent = make_agent(url, model, read_retries=3)
-    plan.http_failures["change"] = [503]
+    model = ScriptedChatModel(steps=[call("fake_note", item="X-1", text="hi"), echo])
+    agent = make_agent(url, model, read_retries=3, write_retry_initial_delay=0.0)
+    plan.http_failures["note"] = [503]
     thread, pending = await run(agent, "write")
     assert isinstance(pending, Interrupt)
 
     result = await agent.resume(ALICE, thread, [{"type": "approve"}])
 
     assert isinstance(result, Answer)
-    assert plan.calls["change"] == 1
+    assert plan.calls["note"] == 1
+    assert "outcome is unknown" in result.answer
+
+
+async def test_keyed_write_5xx_is_retried_with_the_same_key(fake: tuple[str, FaultPlan]) -> None:
+    """An unreachable server gets the approved write again (bounded, with backoff): the
+    idempotency key makes the server apply it once whatever reached it."""
+    url, plan = fake
+    model = ScriptedChatModel(steps=[call("fake_change", item="X-1"), echo])
+    agent = make_agent(url, model, write_retry_initial_delay=0.0)
+    plan.http_failures["change"] = [503, 502]
+    thread, pending = await run(agent, "write")
+    assert isinstance(pending, Interrupt)
+
+    result = await agent.resume(ALICE, thread, [{"type": "approve"}], approval_id="apr-5")
+
+    assert isinstance(result, Answer)
+    assert plan.calls["change"] == 3  # two refusals at the door, then the write
+    assert "idempotency_key" in result.answer  # the tool's own result reached the model
+    assert "outcome is unknown" not in result.answer
+
+
+async def test_keyed_write_retries_are_bounded(fake: tuple[str, FaultPlan]) -> None:
+    url, plan = fake
+    model = ScriptedChatModel(steps=[call("fake_change", item="X-1"), echo])
+    agent = make_agent(url, model, write_retry_initial_delay=0.0, write_attempts=2)
+    plan.http_failures["change"] = [503, 503, 503]
+    thread, pending = await run(agent, "write")
+    assert isinstance(pending, Interrupt)
+
+    result = await agent.resume(ALICE, thread, [{"type": "approve"}], approval_id="apr-6")
+
+    assert isinstance(result, Answer)
+    assert plan.calls["change"] == 2
     assert "outcome is unknown" in result.answer
 
 

@@ -97,6 +97,10 @@ class FakeResumer:
     interrupts: dict[str, Interrupt] = field(default_factory=dict)
     resumes: list[tuple[str, str, list[dict[str, Any]]]] = field(default_factory=list)
     fail_with: Exception | None = None
+    # Audited like the agent's ``AuditObserver``: pending before, outcome after each write.
+    audit: AuditLog | None = None
+    # The server's answer per write: "success" or an ``error:<class>`` with a reason.
+    answers: list[tuple[str, str | None]] = field(default_factory=list)
 
     async def resume(
         self,
@@ -116,7 +120,23 @@ class FakeResumer:
                 continue
             args = decision["edited_action"]["args"] if decision["type"] == "edit" else request.args
             key = idempotency_key(approval_id, request.tool_call_id)
-            self.executor.execute(identity.subject, request.name, args, key)
+            pending = None
+            if self.audit is not None:
+                pending = await self.audit.write_pending(
+                    requester=identity.subject,
+                    thread_id=thread_id,
+                    tool=request.name,
+                    args=args,
+                    idempotency_key=key,
+                    approval_id=approval_id,
+                )
+            outcome, reason = self.answers.pop(0) if self.answers else ("success", None)
+            if outcome == "success":
+                self.executor.execute(identity.subject, request.name, args, key)
+            if pending is not None and self.audit is not None and outcome != "no-outcome":
+                await self.audit.write_outcome(
+                    pending, outcome=outcome, detail={"reason": reason} if reason else None
+                )
         return {"thread_id": thread_id, "decisions": decisions}
 
 
@@ -213,9 +233,11 @@ def build_harness(store: Any = None) -> Harness:
     resumer = FakeResumer(executor)
     broker = FakeBroker()
     store = store or MemoryApprovalStore()
+    audit = AuditLog(sink, clock=clock, new_id=lambda: f"ev-{next(ids)}")
+    resumer.audit = audit
     service = ApprovalService(
         YieldingStore(store),
-        AuditLog(sink, clock=clock, new_id=lambda: f"ev-{next(ids)}"),
+        audit,
         Catalog(),
         resumer,
         lookup_identity,

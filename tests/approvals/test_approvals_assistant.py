@@ -130,7 +130,7 @@ async def test_request_view_decide_and_answer_the_requester(
 
         done = await bot.decide(chat("bob"), approval_id, Approve())
         assert isinstance(done, Decided)
-        assert (done.decision, done.decided_by, done.outcome) == ("approved", "bob", "approved")
+        assert (done.decision, done.decided_by, done.outcome) == ("approved", "bob", "succeeded")
         assert done.requester_ref == REF
         assert isinstance(done.requester_result, Answered)
 

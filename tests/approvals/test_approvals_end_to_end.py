@@ -154,7 +154,7 @@ async def test_fifty_concurrent_approvals_on_two_instances_write_once(
         assert len(winners) == 1
         assert all(isinstance(r, AlreadyDecidedError) for r in losers), losers[:3]
         winner = winners[0].approval
-        assert winner.status is ApprovalStatus.APPROVED
+        assert winner.status is ApprovalStatus.SUCCEEDED
         assert {r.decided_by for r in losers} <= {winner.decided_by}  # type: ignore[union-attr]
         assert isinstance(winners[0].result, Answer)
 
@@ -308,7 +308,7 @@ async def test_crash_between_write_and_outcome_is_reconciled_and_a_retry_adds_no
         [pending] = await one.log.unresolved_writes()
         stuck = await one.service.store.get(approval_id)
         assert stuck is not None
-        assert stuck.status is ApprovalStatus.DECIDING
+        assert stuck.status is ApprovalStatus.EXECUTING  # the crash hit it mid-write
 
         async def token_for(subject: str, server: str) -> str:
             return (await agent_env.harness.broker.get_token(users[subject], server)).value
@@ -329,7 +329,7 @@ async def test_crash_between_write_and_outcome_is_reconciled_and_a_retry_adds_no
         [retried] = await one.service.finish_interrupted(grace=timedelta(0))
         # The thread had already moved past the interrupt; the reconciled audit trail shows
         # the write happened, so the approval ends approved — and nothing is written again.
-        assert retried.approval.status is ApprovalStatus.APPROVED
+        assert retried.approval.status is ApprovalStatus.SUCCEEDED
         assert len(await closes(agent_env)) == 1
 
 
@@ -353,7 +353,7 @@ async def test_an_edit_decided_on_another_instance_runs_the_edited_arguments(
         assert "resolution" in refused.value.field_errors
         edited = ActionDecision("edit", args={"key": "PAY-104", "resolution": "Duplicate"})
         report = await second.service.decide(users["bob"], approval_id, edited)
-        assert report.approval.status is ApprovalStatus.EDITED
+        assert report.approval.status is ApprovalStatus.SUCCEEDED
         [change] = await closes(agent_env)
         assert change.subject == "alice"
         assert "Duplicate" in json.dumps(change.change)

@@ -141,7 +141,7 @@ class ApprovalLifecycle(RuleBasedStateMachine):
                 ApprovalStatus.PENDING,
             ):
                 assert by_service == 0
-            if a.status in (ApprovalStatus.APPROVED, ApprovalStatus.EDITED):
+            if a.status is ApprovalStatus.SUCCEEDED:
                 assert by_service == 1
         # Writes always ran as the requester.
         by_key = {

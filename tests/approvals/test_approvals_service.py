@@ -6,7 +6,7 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-from approval_fakes import Harness, identity
+from approval_fakes import Harness, identity, make_interrupt
 
 from approvals import (
     ActionDecision,
@@ -47,7 +47,7 @@ async def test_an_approval_records_the_actions_policy_and_read_chain(harness: Ha
 async def test_approve_runs_the_write_once_as_the_requester(harness: Harness) -> None:
     approval_id = await harness.open("alice")
     report = await harness.service.decide(identity("bob"), approval_id, APPROVE)
-    assert report.approval.status is ApprovalStatus.APPROVED
+    assert report.approval.status is ApprovalStatus.SUCCEEDED
     assert report.approval.decided_by == "bob"
     assert harness.executor.executions == 1
     [(subject, tool, args, _key)] = harness.executor.calls
@@ -98,7 +98,7 @@ async def test_self_approval_of_a_non_sensitive_tool_is_allowed(harness: Harness
         "bob", tool="ticketing_add_comment", args={"key": "PAY-7", "body": "on it"}
     )
     report = await harness.service.decide(identity("bob"), approval_id, APPROVE)
-    assert report.approval.status is ApprovalStatus.APPROVED
+    assert report.approval.status is ApprovalStatus.SUCCEEDED
 
 
 async def test_an_approver_outside_the_group_is_refused(harness: Harness) -> None:
@@ -153,7 +153,7 @@ async def test_a_valid_edit_runs_the_edited_arguments(harness: Harness) -> None:
     approval_id = await harness.open("alice")
     edit = ActionDecision("edit", args={"key": "PAY-7", "resolution": "duplicate"})
     report = await harness.service.decide(identity("bob"), approval_id, edit)
-    assert report.approval.status is ApprovalStatus.EDITED
+    assert report.approval.status is ApprovalStatus.SUCCEEDED
     assert harness.executor.calls[0][2] == {"key": "PAY-7", "resolution": "duplicate"}
     [decision] = await harness.sink.query(AuditQuery(kinds=(EventKind.DECISION,)))
     assert decision.args_summary == {"key": "PAY-7", "resolution": "fixed"}
@@ -222,7 +222,7 @@ async def test_finishing_a_stuck_claim_has_no_second_effect(harness: Harness) ->
     assert interrupt is harness.resumer.interrupts["thr-1"]
     harness.clock.advance(minutes=3)
     [report] = await harness.service.finish_interrupted(timedelta(minutes=2))
-    assert report.approval.status is ApprovalStatus.APPROVED
+    assert report.approval.status is ApprovalStatus.SUCCEEDED
     assert len(harness.executor.calls) == 2  # the write was replayed with the same key ...
     assert harness.executor.executions == 1  # ... and the server dropped it
     assert await harness.service.finish_interrupted(timedelta(0)) == []
@@ -241,7 +241,7 @@ async def test_interrupted_approvals_are_finished_once_after_the_grace(harness: 
     reports = await asyncio.gather(*(harness.service.finish_interrupted(grace) for _ in range(4)))
     [report] = [r for batch in reports for r in batch]
     assert report.approval.approval_id == stuck
-    assert report.approval.status is ApprovalStatus.APPROVED
+    assert report.approval.status is ApprovalStatus.SUCCEEDED
     assert report.approval.decided_by == "bob"
     assert harness.executor.executions == 1
     assert [r[1] for r in harness.resumer.resumes] == ["thr-1"]
@@ -264,16 +264,62 @@ async def test_a_stuck_claim_on_a_thread_resumed_before_fails_unless_the_write_i
     assert "no write is recorded" in report.approval.outcome["reason"]
 
 
-async def test_every_action_of_a_batch_gets_its_own_decision(harness: Harness) -> None:
-    approval_id = await harness.open(
-        "alice", tool="ticketing_add_comment", args={"key": "PAY-7", "body": "hi"}, n_actions=2
+async def test_each_write_call_gets_its_own_approval_and_only_approved_ones_run(
+    harness: Harness,
+) -> None:
+    interrupt = make_interrupt(
+        tool="ticketing_add_comment", args={"key": "PAY-7", "body": "hi"}, n_actions=3
     )
+    harness.resumer.interrupts[interrupt.thread_id] = interrupt
+    first, second, third = await harness.service.open_all(interrupt, identity("alice"))
+    assert [len(a.actions) for a in (first, second, third)] == [1, 1, 1]
+    assert [a.actions[0].tool_call_id for a in (first, second, third)] == [
+        "call-0",
+        "call-1",
+        "call-2",
+    ]
+    assert {a.batch for a in (first, second, third)} == {first.approval_id}
+
     edit = ActionDecision("edit", args={"key": "PAY-7", "body": "edited"})
-    report = await harness.service.decide(identity("bob"), approval_id, edit)
-    assert [d.type for d in report.approval.decisions] == ["edit", "approve"]
-    assert report.approval.status is ApprovalStatus.EDITED
+    edited = await harness.service.decide(identity("bob"), first.approval_id, edit)
+    rejected = await harness.service.decide(
+        identity("carol"), second.approval_id, ActionDecision("reject", message="no")
+    )
+    # Decided, but the third call waits: nothing has run yet.
+    assert edited.approval.status is ApprovalStatus.APPROVED
+    assert rejected.approval.status is ApprovalStatus.REJECTED
+    assert harness.executor.calls == []
+    assert harness.resumer.resumes == []
+
+    last = await harness.service.decide(identity("bob"), third.approval_id, APPROVE)
+    assert last.approval.status is ApprovalStatus.SUCCEEDED
+    assert [a.approval_id for a in last.siblings] == [first.approval_id]
+    assert last.siblings[0].status is ApprovalStatus.SUCCEEDED
+    # One resume with one decision per call, in order; the rejected call never ran.
+    [(_who, _thread, decisions)] = harness.resumer.resumes
+    assert [d["type"] for d in decisions] == ["edit", "reject", "approve"]
     assert [args for _s, _t, args, _k in harness.executor.calls] == [
         {"key": "PAY-7", "body": "edited"},
         {"key": "PAY-7", "body": "hi"},
     ]
     assert len({key for *_x, key in harness.executor.calls}) == 2  # one key per write
+    stored = await harness.store.get(second.approval_id)
+    assert stored is not None
+    assert stored.status is ApprovalStatus.REJECTED
+
+
+async def test_an_undecided_call_of_the_step_keeps_the_others_from_running(
+    harness: Harness,
+) -> None:
+    interrupt = make_interrupt(n_actions=2)
+    harness.resumer.interrupts[interrupt.thread_id] = interrupt
+    first, second = await harness.service.open_all(interrupt, identity("alice"))
+    await harness.service.decide(identity("bob"), first.approval_id, APPROVE)
+    assert harness.executor.calls == []
+    # The undecided one expires: the sweeper rejects it, and the approved one runs alone.
+    harness.clock.advance(hours=2)
+    [expired] = await harness.service.sweep()
+    assert expired.approval.approval_id == second.approval_id
+    assert expired.approval.status is ApprovalStatus.EXPIRED
+    assert [a.status for a in expired.siblings] == [ApprovalStatus.SUCCEEDED]
+    assert len(harness.executor.calls) == 1

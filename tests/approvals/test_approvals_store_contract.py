@@ -114,18 +114,18 @@ async def test_second_claim_loses_and_learns_who_won(store: ApprovalStore) -> No
         await store.claim("apr-1", "carol", APPROVE, NOW)
     assert lost.value.decided_by == "bob"
     assert lost.value.status == "deciding"
-    await store.finish("apr-1", ApprovalStatus.APPROVED, {"result": "ok"})
+    await store.finish("apr-1", ApprovalStatus.SUCCEEDED, {"result": "ok"})
     with pytest.raises(AlreadyDecidedError) as lost_later:
         await store.claim("apr-1", "bob", APPROVE, NOW)  # a retry by the winner, too
     assert lost_later.value.decided_by == "bob"
-    assert lost_later.value.status == "approved"
+    assert lost_later.value.status == "succeeded"
 
 
 async def test_unknown_id_cannot_be_claimed_or_finished(store: ApprovalStore) -> None:
     with pytest.raises(ApprovalNotFoundError):
         await store.claim("nope", "bob", APPROVE, NOW)
     with pytest.raises(ApprovalNotFoundError):
-        await store.finish("nope", ApprovalStatus.APPROVED, {})
+        await store.finish("nope", ApprovalStatus.SUCCEEDED, {})
 
 
 async def test_expired_approval_cannot_be_claimed_by_a_person(store: ApprovalStore) -> None:
@@ -151,13 +151,13 @@ async def test_only_the_expiry_sweeper_claims_an_expired_approval(store: Approva
 async def test_finish_needs_a_claim_and_happens_once(store: ApprovalStore) -> None:
     await store.create(make_approval())
     with pytest.raises(AlreadyDecidedError):
-        await store.finish("apr-1", ApprovalStatus.APPROVED, {})
+        await store.finish("apr-1", ApprovalStatus.SUCCEEDED, {})
     await store.claim("apr-1", "bob", APPROVE, NOW)
     with pytest.raises(ValueError, match="final"):
         await store.finish("apr-1", ApprovalStatus.PENDING, {})
     await store.finish("apr-1", ApprovalStatus.FAILED, {"reason": "access revoked"})
     with pytest.raises(AlreadyDecidedError) as second:
-        await store.finish("apr-1", ApprovalStatus.APPROVED, {})
+        await store.finish("apr-1", ApprovalStatus.SUCCEEDED, {})
     assert second.value.status == "failed"
 
 
@@ -229,5 +229,39 @@ async def test_reclaim_takes_only_a_stale_deciding_approval_once(instances: Stor
     assert taken[0].decisions == APPROVE
     # Taken over: stale again only relative to the new time.
     assert await second.reclaim("apr-1", later, later) is None
-    await second.finish("apr-1", ApprovalStatus.APPROVED, {"result": "ok"})
+    await second.finish("apr-1", ApprovalStatus.SUCCEEDED, {"result": "ok"})
     assert await first.reclaim("apr-1", later + timedelta(hours=1), later) is None
+
+
+async def test_decided_approvals_move_through_executing_to_a_truthful_outcome(
+    instances: StoreFactory,
+) -> None:
+    first, second = instances(), instances()
+    await first.create(make_approval())
+    await first.claim("apr-1", "bob", APPROVE, NOW)
+    with pytest.raises(AlreadyDecidedError):  # not approved yet: cannot start executing
+        await first.advance("apr-1", ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING)
+    approved = await first.advance("apr-1", ApprovalStatus.DECIDING, ApprovalStatus.APPROVED)
+    assert approved.state is ApprovalStatus.APPROVED
+    results = await asyncio.gather(
+        *(
+            s.advance("apr-1", ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING)
+            for s in (first, second, first, second)
+        ),
+        return_exceptions=True,
+    )
+    assert sum(isinstance(r, Approval) for r in results) == 1  # one executor
+    reason = "the ticketing server could not be reached — outcome unknown, being reconciled"
+    unknown = await second.finish("apr-1", ApprovalStatus.UNKNOWN, {}, reason=reason)
+    assert (unknown.state, unknown.outcome_reason) == (ApprovalStatus.UNKNOWN, reason)
+    assert unknown.state.is_final
+    assert not unknown.state.is_in_flight
+    # The reconciler settles an unknown one, once.
+    settled = await first.finish("apr-1", ApprovalStatus.FAILED, {}, reason="no such write")
+    stored = await second.get("apr-1")
+    assert stored is not None
+    assert (stored.state, stored.outcome_reason) == (ApprovalStatus.FAILED, "no such write")
+    assert settled == stored
+    with pytest.raises(AlreadyDecidedError):
+        await second.finish("apr-1", ApprovalStatus.SUCCEEDED, {})
+    assert [a.approval_id for a in await first.find(statuses=[ApprovalStatus.FAILED])] == ["apr-1"]

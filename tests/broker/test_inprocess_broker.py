@@ -44,7 +44,14 @@ async def test_hundred_concurrent_calls_make_one_exchange_then_ttl_and_invalidat
     clock = ManualClock()
     async with (
         start_dev_idp(clock=clock) as idp,
-        open_broker(idp, clock=clock, cache_margin=timedelta(seconds=30)) as harness,
+        # Exchanged tokens only: the sign-in itself is kept for the whole test (the dev IdP
+        # checks iat against real time, which this manual clock runs ahead of).
+        open_broker(
+            idp,
+            clock=clock,
+            cache_margin=timedelta(seconds=30),
+            groups_max_age=timedelta(hours=2),
+        ) as harness,
     ):
         alice = await harness.link("alice")
         broker = harness.broker

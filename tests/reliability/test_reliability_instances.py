@@ -114,7 +114,7 @@ async def _scenario(env: AgentEnv, url: str, restart: PgCluster | None) -> None:
             await asyncio.to_thread(restart.restart)  # every pooled connection is now dead
         report = await asyncio.wait_for(b.service.decide(users["bob"], approval_id, APPROVE), BOUND)
 
-        assert report.approval.status is ApprovalStatus.APPROVED
+        assert report.approval.status is ApprovalStatus.SUCCEEDED
         assert isinstance(report.result, Answer), report.result
         [change] = await closes(env)
         assert change.subject == "alice"  # resumed with the requester's fresh token
