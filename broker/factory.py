@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from broker.claims import ClaimNames
 from broker.exchange import ClientAuthMethod, ClientCredentials, TargetParam, TokenEndpointClient
 from broker.inprocess import InProcessBroker, ServerTarget
 from broker.linking import LinkingService
@@ -75,6 +76,8 @@ async def open_inprocess_broker(
     cache_margin: timedelta = timedelta(seconds=30),
     metrics: BrokerMetrics | None = None,
     http: httpx.AsyncClient | None = None,
+    claims: ClaimNames = ClaimNames(),  # noqa: B008 (frozen)
+    userinfo_fallback: bool = True,
 ) -> AsyncIterator[InProcessBroker]:
     """An ``InProcessBroker`` talking to ``issuer``; closes its HTTP client on exit."""
     async with open_token_client(
@@ -94,6 +97,8 @@ async def open_inprocess_broker(
             clock=clock,
             cache_margin=cache_margin,
             metrics=metrics,
+            claims=claims,
+            userinfo_fallback=userinfo_fallback,
         )
 
 
@@ -145,6 +150,7 @@ async def open_identity_service(
         "clock": clock,
     }
     targets = [ServerTarget(s.name, s.audience) for s in settings.mcp_servers]
+    claims = ClaimNames(groups=idp.groups_claim, email=idp.email_claim, name=idp.name_claim)
     async with (
         open_inprocess_broker(
             **common,
@@ -152,6 +158,8 @@ async def open_identity_service(
             links=links,
             target_param=idp.exchange_target_param,
             cache_margin=timedelta(seconds=settings.broker.cache_margin_seconds),
+            claims=claims,
+            userinfo_fallback=idp.userinfo_fallback,
         ) as broker,
         open_token_client(**common) as login_client,
     ):
@@ -162,5 +170,9 @@ async def open_identity_service(
             redirect_uri=settings.broker.link_callback_url,
             clock=clock,
             state_ttl=timedelta(seconds=settings.broker.link_state_ttl_seconds),
+            scope=" ".join(idp.scopes),
+            prompt=idp.prompt,
+            claims=claims,
+            userinfo_fallback=idp.userinfo_fallback,
         )
         yield LocalIdentityService(broker, linking)

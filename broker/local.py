@@ -29,9 +29,9 @@ class LocalIdentityService:
     async def link_url(self, chat_user: ChatUser) -> str:
         return await self.linking.start(chat_user)
 
-    async def complete_link(self, state: str, code: str) -> Identity:
+    async def complete_link(self, state: str, code: str, *, iss: str | None = None) -> Identity:
         """Finish a link from the IdP's redirect; the newly linked identity."""
-        result = await self.linking.complete(state, code)
+        result = await self.linking.complete(state, code, iss=iss)
         link = result.link
         await self.broker.invalidate_user(link.subject)  # a new sign-in: drop stale tokens
         return Identity(link.subject, link.chat_user, link.email, result.groups)

@@ -44,7 +44,7 @@ def link_routes(linking: LinkingService, on_linked: OnLinked | None = None) -> l
         if not state or not code:
             return _page("Not connected", "The sign-in response is incomplete.", 400)
         try:
-            result = await linking.complete(state, code)
+            result = await linking.complete(state, code, iss=params.get("iss"))
         except InvalidStateError as exc:
             return _page("Link expired or already used", f"{exc}. Ask opsbot for a new link.", 400)
         except BrokerError as exc:

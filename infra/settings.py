@@ -60,6 +60,34 @@ class IdpSettings(BaseModel):
     client_auth_method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
     # Dev IdP only: bearer token for /admin/users/{sub}/revoke|restore (empty disables them).
     dev_admin_token: SecretStr | None = SecretStr("opsbot-dev-admin")
+    # The login (docs/identity-providers.md has worked values for Okta, Entra ID, Keycloak).
+    # `offline_access` asks for the refresh token the broker needs; some providers only honour
+    # it with `prompt=consent`.
+    scopes: list[str] = Field(
+        default_factory=lambda: ["openid", "profile", "email", "offline_access"], min_length=1
+    )
+    prompt: str | None = None  # e.g. "consent" or "login consent"
+    # Where the user's details are, in the ID token or at the userinfo endpoint. A dotted name
+    # reads a nested claim (Keycloak: "realm_access.roles").
+    groups_claim: str = "groups"
+    email_claim: str = "email"
+    name_claim: str = "name"
+    # Ask the userinfo endpoint (from discovery) when a claim is missing from the ID token.
+    userinfo_fallback: bool = True
+
+    @field_validator("scopes")
+    @classmethod
+    def _openid_scope(cls, scopes: list[str]) -> list[str]:
+        if "openid" not in scopes:
+            raise ValueError("the login scopes must include 'openid' (the ID token names the user)")
+        return scopes
+
+    @field_validator("groups_claim", "email_claim", "name_claim")
+    @classmethod
+    def _claim_path(cls, value: str) -> str:
+        if not value or any(not part for part in value.split(".")):
+            raise ValueError(f"{value!r} is not a claim name (dots separate nested names)")
+        return value
 
 
 class BrokerSettings(BaseModel):

@@ -336,8 +336,8 @@ async def _serve_bot(settings: Settings, sock: socket.socket) -> AsyncIterator[N
         ):
             linking = assistant.identities.linking  # type: ignore[attr-defined]
 
-            async def link_callback(state: str, code: str) -> str:
-                result = await linking.complete(state, code)
+            async def link_callback(state: str, code: str, iss: str | None) -> str:
+                result = await linking.complete(state, code, iss=iss)
                 return str(result.link.email or result.link.subject)
 
             sweeper = asyncio.create_task(

@@ -29,8 +29,9 @@ OAUTH_CALLBACK_PATH = "/oauth/callback"
 log = logging.getLogger(__name__)
 
 
-# Finishes an account link from the IdP's redirect (state, code) → who was connected.
-LinkCallback = Callable[[str, str], Awaitable[str]]
+# Finishes an account link from the IdP's redirect (state, code, RFC 9207 iss if sent) → who
+# was connected.
+LinkCallback = Callable[[str, str, str | None], Awaitable[str]]
 
 
 def web_application(
@@ -67,7 +68,7 @@ def _oauth_callback(
         if not state or not code:
             return _page(400, "This link is incomplete. Start again from Slack with /ops link.")
         try:
-            who = await link_callback(state, code)
+            who = await link_callback(state, code, request.query.get("iss"))
         except Exception:
             log.warning("account link could not be completed", exc_info=True)
             return _page(

@@ -164,15 +164,15 @@ async def serve_slack(
         await engine.dispose()
 
 
-def _link_callback(assistant: Any) -> Callable[[str, str], Awaitable[str]] | None:
+def _link_callback(assistant: Any) -> Callable[[str, str, str | None], Awaitable[str]] | None:
     """With the in-process identity service, the web process finishes account links
     (``/oauth/callback``); a remote broker serves that route itself."""
     linking = getattr(getattr(assistant, "identities", None), "linking", None)
     if linking is None:
         return None
 
-    async def complete(state: str, code: str) -> str:
-        result = await linking.complete(state, code)
+    async def complete(state: str, code: str, iss: str | None) -> str:
+        result = await linking.complete(state, code, iss=iss)
         return str(result.link.email or result.link.subject)
 
     return complete
