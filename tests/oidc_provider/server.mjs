@@ -1,0 +1,39 @@
+// panva's certified node-oidc-provider, configured by the test that starts it:
+//   node server.mjs '<json config>'
+// config: { clients: [...client metadata...], accounts: { sub: {claims} } }
+// Listens on a free loopback port, prints the issuer URL on the first line of stdout, and
+// serves until killed. The provider's development interactions (login + consent pages) stand
+// in for a company login page; any password is accepted for a known account.
+import http from "node:http";
+import Provider from "oidc-provider";
+
+const config = JSON.parse(process.argv[2]);
+const server = http.createServer();
+await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+const issuer = `http://127.0.0.1:${server.address().port}`;
+
+const provider = new Provider(issuer, {
+  clients: config.clients,
+  claims: {
+    openid: ["sub"],
+    email: ["email", "email_verified"],
+    profile: ["name"],
+    groups: ["groups"],
+  },
+  scopes: ["openid", "offline_access", "email", "profile", "groups"],
+  features: {
+    devInteractions: { enabled: true },
+    revocation: { enabled: true },
+  },
+  async findAccount(ctx, sub) {
+    const claims = config.accounts[sub];
+    if (!claims) return undefined;
+    return { accountId: sub, async claims() { return { sub, ...claims }; } };
+  },
+  // Refresh tokens for clients that may use them and asked for offline_access (with consent).
+  ttl: { AccessToken: 600, IdToken: 600, RefreshToken: 86400, Grant: 86400, Session: 3600,
+         Interaction: 600, AuthorizationCode: 60 },
+});
+provider.on("server_error", (ctx, err) => console.error("server_error", err));
+server.on("request", provider.callback());
+console.log(issuer);
