@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator
 from html import unescape
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin, urlsplit, urlunsplit, parse_qsl, urlencode
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -105,7 +105,8 @@ async def node_provider(node: str, redirect_uri: str) -> AsyncIterator[str]:
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
         try:
             line = await asyncio.wait_for(process.stdout.readline(), timeout=30)
         except TimeoutError:
@@ -209,7 +210,8 @@ async def test_link_refresh_and_unlink_against_a_certified_provider(
         assert page.status_code == 200, page.text
         assert "Connected as carol@example.com" in page.text  # email from userinfo
         link = await service.linking.links.get(CAROL)
-        assert link is not None and link.subject == "carol"
+        assert link is not None
+        assert link.subject == "carol"
 
         # Refresh (the broker's subject token) works, and groups come from userinfo.
         identity = await service.resolve(CAROL)
@@ -252,7 +254,8 @@ async def test_without_the_userinfo_fallback_its_id_token_lacks_email_and_groups
         assert page.status_code == 200, page.text
         assert "Connected as carol." in page.text  # the subject: no email in the ID token
         identity = await service.resolve(CAROL)
-        assert identity is not None and identity.groups == frozenset()
+        assert identity is not None
+        assert identity.groups == frozenset()
 
 
 async def test_a_response_stripped_of_its_iss_is_refused(
