@@ -12,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from infra.errors import ConfigurationError
 from infra.logging import configure_logging
 from infra.settings import Settings
 from opsbot import __version__
@@ -50,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = asyncio.run(args.handler(args, settings))
     except KeyboardInterrupt:
         return 130
+    except ConfigurationError as exc:  # for a person: one line, no traceback
+        print(f"opsbot: {exc}", file=sys.stderr)
+        return 2
     return code
 
 
