@@ -36,6 +36,7 @@ from starlette.applications import Starlette
 
 from broker import ChatUser, LocalIdentityService, open_identity_service
 from broker.links import TokenCipher
+from broker.mcp_oauth import McpOAuthClient, OAuthDiscoveryError, discover, register
 from broker.web import link_routes
 from infra.serving import bind_socket, serve_asgi, socket_url
 from infra.settings import BrokerSettings, IdpSettings, Settings
@@ -81,9 +82,13 @@ def node() -> str:
 
 
 @contextlib.asynccontextmanager
-async def node_provider(node: str, redirect_uri: str) -> AsyncIterator[str]:
-    """``oidc-provider`` with one confidential client; its issuer URL while the block runs."""
+async def node_provider(
+    node: str, redirect_uri: str, *, registration: bool = False
+) -> AsyncIterator[str]:
+    """``oidc-provider`` with one confidential client (and RFC 7591 registration if asked);
+    its issuer URL while the block runs."""
     config = {
+        "registration": registration,
         "clients": [
             {
                 "client_id": CLIENT_ID,
@@ -272,3 +277,81 @@ async def test_a_response_stripped_of_its_iss_is_refused(
         assert page.status_code == 502
         assert "does not name its issuer" in page.text
         assert await service.linking.links.get(CAROL) is None
+
+
+# -- the oauth auth mode's discovery and registration (broker.mcp_oauth) -----------------
+
+
+@contextlib.asynccontextmanager
+async def protected_resource(metadata: dict[str, Any] | None) -> AsyncIterator[str]:
+    """An MCP server's URL (``…/mcp``) whose RFC 9728 metadata is ``metadata`` (with
+    ``resource`` filled in unless given); ``None``: it publishes none."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    sock = bind_socket("127.0.0.1", 0)
+    server_url = f"{socket_url(sock)}/mcp"
+
+    async def well_known(request: Request) -> Response:
+        if metadata is None:
+            return JSONResponse({"error": "not_found"}, 404)
+        return JSONResponse({"resource": server_url, **metadata})
+
+    app = Starlette(routes=[Route("/.well-known/oauth-protected-resource/mcp", well_known)])
+    async with serve_asgi(app, sock):
+        yield server_url
+
+
+async def test_oauth_mode_discovers_and_registers_at_a_certified_provider(node: str) -> None:
+    async with (
+        node_provider(node, "http://127.0.0.1:9/unused", registration=True) as issuer,
+        protected_resource({"authorization_servers": [issuer]}) as server_url,
+        httpx.AsyncClient() as http,
+    ):
+        found = await discover(server_url, http)
+        assert found.issuer == issuer
+        assert found.resource == server_url
+        assert found.token_endpoint == f"{issuer}/token"
+        assert found.registration_endpoint == f"{issuer}/reg"
+        client = await register(found, "http://127.0.0.1:9/oauth/mcp/callback", http)
+        assert client.client_id
+        assert client.client_secret
+        # The provider knows the client it registered: an authorization request is accepted.
+        query = urlencode(
+            {
+                "client_id": client.client_id,
+                "response_type": "code",
+                "redirect_uri": "http://127.0.0.1:9/oauth/mcp/callback",
+                "scope": "openid",
+                "code_challenge": "x" * 43,
+                "code_challenge_method": "S256",
+            }
+        )
+        reply = await http.get(f"{found.authorization_endpoint}?{query}")
+        assert reply.status_code == 303
+        assert "/interaction/" in reply.headers["location"]
+        # A configured client is used as is, without registering.
+        configured = McpOAuthClient(client_id="by-hand")
+        assert (await register(found, "http://x/cb", http, configured=configured)).client_id == (
+            "by-hand"
+        )
+
+
+async def test_oauth_discovery_refuses_what_does_not_add_up(node: str) -> None:
+    async with (
+        node_provider(node, "http://127.0.0.1:9/unused") as issuer,
+        httpx.AsyncClient() as http,
+    ):
+        async with protected_resource(None) as server_url:
+            with pytest.raises(OAuthDiscoveryError, match="no protected-resource metadata"):
+                await discover(server_url, http)
+        other = {"resource": "https://elsewhere.example/mcp", "authorization_servers": [issuer]}
+        async with protected_resource(other) as server_url:
+            with pytest.raises(OAuthDiscoveryError, match=r"elsewhere\.example"):
+                await discover(server_url, http)
+        async with protected_resource({"authorization_servers": [issuer]}) as server_url:
+            found = await discover(server_url, http)
+            assert found.registration_endpoint is None  # registration off at this provider
+            with pytest.raises(OAuthDiscoveryError, match="configure a client"):
+                await register(found, "http://x/cb", http)

@@ -1,6 +1,6 @@
 // panva's certified node-oidc-provider, configured by the test that starts it:
 //   node server.mjs '<json config>'
-// config: { clients: [...client metadata...], accounts: { sub: {claims} } }
+// config: { clients: [...client metadata...], accounts: { sub: {claims} }, registration?: bool }
 // Listens on a free loopback port, prints the issuer URL on the first line of stdout, and
 // serves until killed. The provider's development interactions (login + consent pages) stand
 // in for a company login page; any password is accepted for a known account.
@@ -24,6 +24,8 @@ const provider = new Provider(issuer, {
   features: {
     devInteractions: { enabled: true },
     revocation: { enabled: true },
+    // RFC 7591 dynamic client registration, when the test asks (MCP authorization servers).
+    registration: { enabled: Boolean(config.registration) },
   },
   async findAccount(ctx, sub) {
     const claims = config.accounts[sub];
