@@ -8,9 +8,8 @@ discovery), and checks that each names itself as asked (``resource``, ``issuer``
 authorization server does PKCE with S256. ``register(server, redirect_uri, http)`` uses RFC
 7591 dynamic client registration unless an ``McpOAuthClient`` is configured.
 
-Not here yet (issue 19): the per-user authorization-code flow, tokens encrypted per
-user·server, refresh, revoke on unlink, and ``oauth_token(subject, server)``; ``ConnectRequired``
-is the error it will raise.
+The per-user flow (``oauth_token(subject, server)``, raising ``ConnectRequired``) is in
+``broker.mcp_oauth_flow``; its callback route is ``broker.web.mcp_oauth_routes``.
 
 Example::
 

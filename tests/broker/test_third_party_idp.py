@@ -83,12 +83,17 @@ def node() -> str:
 
 @contextlib.asynccontextmanager
 async def node_provider(
-    node: str, redirect_uri: str, *, registration: bool = False
+    node: str,
+    redirect_uri: str,
+    *,
+    registration: bool = False,
+    resource: dict[str, str] | None = None,
 ) -> AsyncIterator[str]:
     """``oidc-provider`` with one confidential client (and RFC 7591 registration if asked);
     its issuer URL while the block runs."""
     config = {
         "registration": registration,
+        "resource": resource,
         "clients": [
             {
                 "client_id": CLIENT_ID,
@@ -355,3 +360,92 @@ async def test_oauth_discovery_refuses_what_does_not_add_up(node: str) -> None:
             assert found.registration_endpoint is None  # registration off at this provider
             with pytest.raises(OAuthDiscoveryError, match="configure a client"):
                 await register(found, "http://x/cb", http)
+
+
+async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
+    node: str,
+) -> None:
+    """The per-user flow end to end: ConnectRequired → the provider's login and consent →
+    our callback → a token for exactly that server → refresh → revoke on disconnect."""
+    import jwt
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    from broker.mcp_oauth import ConnectRequired
+    from broker.mcp_oauth_flow import McpOAuthService, MemoryMcpTokenStore, OAuthServer
+    from broker.web import mcp_oauth_routes
+    from infra.clock import ManualClock
+
+    resource_sock = bind_socket("127.0.0.1", 0)
+    server_url = f"{socket_url(resource_sock)}/mcp"
+    callback_sock = bind_socket("127.0.0.1", 0)
+    callback_url = f"{socket_url(callback_sock)}/oauth/mcp/callback"
+    clock = ManualClock()
+    store = MemoryMcpTokenStore()
+    async with (
+        node_provider(
+            node,
+            "http://127.0.0.1:9/unused",
+            registration=True,
+            resource={"url": server_url, "scope": "tickets:read"},
+        ) as issuer,
+        httpx.AsyncClient() as http,
+    ):
+        service = McpOAuthService(
+            {"tickets": OAuthServer("tickets", server_url)},
+            store=store,
+            cipher=TokenCipher(TokenCipher.generate_key()),
+            http=http,
+            redirect_uri=callback_url,
+            clock=clock,
+        )
+
+        async def metadata(request: Request) -> Response:
+            return JSONResponse(
+                {
+                    "resource": server_url,
+                    "authorization_servers": [issuer],
+                    "scopes_supported": ["openid", "offline_access", "tickets:read"],
+                }
+            )
+
+        resource_app = Starlette(
+            routes=[Route("/.well-known/oauth-protected-resource/mcp", metadata)]
+        )
+        callback_app = Starlette(routes=mcp_oauth_routes(service))
+        async with serve_asgi(resource_app, resource_sock), serve_asgi(callback_app, callback_sock):
+            with pytest.raises(ConnectRequired) as needed:
+                await service.oauth_token("carol", "tickets")
+            assert needed.value.server == "tickets"
+            async with httpx.AsyncClient() as browser:
+                page = await sign_in(browser, needed.value.authorize_url, "carol", callback_url)
+            assert page.status_code == 200, page.text
+            assert "opsbot can now use tickets for you" in page.text
+
+            token = await service.oauth_token("carol", "tickets")
+            claims = jwt.decode(token, options={"verify_signature": False})
+            assert claims["aud"] == server_url
+            assert claims["sub"] == "carol"
+            assert token not in store.sealed[("carol", "tickets")]  # encrypted at rest
+            assert await service.oauth_token("carol", "tickets") == token  # still fresh
+
+            clock.advance(601)  # past the access token's 600 s (server.mjs ttl): refreshed
+            refreshed = await service.oauth_token("carol", "tickets")
+            assert refreshed != token
+            assert jwt.decode(refreshed, options={"verify_signature": False})["aud"] == server_url
+
+            grant = service._open(store.sealed[("carol", "tickets")])
+            _, client = service._setup["tickets"]
+            await service.disconnect("carol")
+            assert store.sealed == {}
+            assert client.client_secret is not None
+            assert grant.refresh_token is not None
+            refused = await http.post(  # revoked at the authorization server too
+                f"{issuer}/token",
+                data={"grant_type": "refresh_token", "refresh_token": grant.refresh_token},
+                auth=(client.client_id, client.client_secret),
+            )
+            assert refused.json()["error"] == "invalid_grant"
+            with pytest.raises(ConnectRequired):
+                await service.oauth_token("carol", "tickets")

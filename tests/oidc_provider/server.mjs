@@ -1,11 +1,12 @@
 // panva's certified node-oidc-provider, configured by the test that starts it:
 //   node server.mjs '<json config>'
-// config: { clients: [...client metadata...], accounts: { sub: {claims} }, registration?: bool }
+// config: { clients: [...], accounts: { sub: {claims} }, registration?: bool,
+//           resource?: { url, scope } }
 // Listens on a free loopback port, prints the issuer URL on the first line of stdout, and
 // serves until killed. The provider's development interactions (login + consent pages) stand
 // in for a company login page; any password is accepted for a known account.
 import http from "node:http";
-import Provider from "oidc-provider";
+import Provider, { errors } from "oidc-provider";
 
 const config = JSON.parse(process.argv[2]);
 const server = http.createServer();
@@ -26,6 +27,18 @@ const provider = new Provider(issuer, {
     revocation: { enabled: true },
     // RFC 7591 dynamic client registration, when the test asks (MCP authorization servers).
     registration: { enabled: Boolean(config.registration) },
+    // RFC 8707: one protected resource (an MCP server) with JWT access tokens, when asked.
+    resourceIndicators: {
+      enabled: true,
+      defaultResource: () => undefined,
+      useGrantedResource: () => true,
+      getResourceServerInfo(ctx, indicator) {
+        if (config.resource && indicator === config.resource.url) {
+          return { scope: config.resource.scope, audience: indicator, accessTokenFormat: "jwt" };
+        }
+        throw new errors.InvalidTarget();
+      },
+    },
   },
   async findAccount(ctx, sub) {
     const claims = config.accounts[sub];
