@@ -14,9 +14,11 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from broker import ChatUser, LocalIdentityService
 from broker.links import TokenCipher
 from broker.mcp_oauth import McpOAuthClient, OAuthDiscoveryError, discover, register
 from infra.serving import bind_socket, serve_asgi, socket_url
+from testing.identity import open_broker, start_dev_idp
 from testing.oidc_provider import node, node_provider, sign_in
 
 __all__ = ["node"]  # a fixture, imported for pytest
@@ -172,7 +174,12 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
 
             grant = service._open(store.sealed[("carol", "tickets")])
             _, client = service._setup["tickets"]
-            await service.disconnect("carol")
+            # Unlinking carol's chat account disconnects her servers.
+            async with start_dev_idp() as idp, open_broker(idp) as harness:
+                await harness.link("carol")
+                local = LocalIdentityService(harness.broker, harness.linking, service)
+                assert await local.oauth_token("carol", "tickets") == refreshed
+                assert await local.unlink(ChatUser("slack", "T-TEST", "U-carol"))
             assert store.sealed == {}
             assert client.client_secret is not None
             assert grant.refresh_token is not None
