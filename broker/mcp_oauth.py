@@ -6,7 +6,8 @@ finding a server's authorization server and registering opsbot with it.
 root well-known URL), then its authorization server's metadata (RFC 8414, then OpenID
 discovery), and checks that each names itself as asked (``resource``, ``issuer``) and that the
 authorization server does PKCE with S256. ``register(server, redirect_uri, http)`` uses RFC
-7591 dynamic client registration unless an ``McpOAuthClient`` is configured.
+7591 dynamic client registration unless an ``McpOAuthClient`` (``infra.settings``) is
+configured.
 
 The per-user flow (``oauth_token(subject, server)``, raising ``ConnectRequired``) is in
 ``broker.mcp_oauth_flow``; its callback route is ``broker.web.mcp_oauth_routes``.
@@ -24,18 +25,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from pydantic import BaseModel, Field, SecretStr
 
 from broker.errors import BrokerError, BrokerUnavailableError
-
-
-class McpOAuthClient(BaseModel):
-    """A client registered by hand at an MCP server's authorization server (instead of
-    dynamic registration). Meant to be embedded in a server's settings as ``oauth_client``."""
-
-    client_id: str = Field(min_length=1)
-    client_secret: SecretStr | None = None  # None: a public client (PKCE only)
-    scopes: list[str] = Field(default_factory=list)  # default: the server's scopes_supported
+from infra.settings import McpOAuthClient
 
 
 class OAuthDiscoveryError(BrokerError):

@@ -35,12 +35,12 @@ from broker.links import TokenCipher
 from broker.mcp_oauth import (
     AuthorizationServer,
     ConnectRequired,
-    McpOAuthClient,
     RegisteredClient,
     discover,
     register,
 )
 from infra.clock import Clock, utc_now
+from infra.settings import McpOAuthClient
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,16 @@ class McpServerSettings(BaseModel):
         return value
 
 
+class McpOAuthClient(BaseModel):
+    """A client registered by hand at an MCP server's authorization server, for servers in
+    ``oauth`` mode whose authorization server has no dynamic registration (RFC 7591). Meant
+    to be embedded in a server's settings (e.g. as ``oauth_client``)."""
+
+    client_id: str = Field(min_length=1)
+    client_secret: SecretStr | None = None  # None: a public client (PKCE only)
+    scopes: list[str] = Field(default_factory=list)  # default: the server's scopes_supported
+
+
 def _default_mcp_servers() -> list[McpServerSettings]:
     return [
         McpServerSettings(

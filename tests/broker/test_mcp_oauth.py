@@ -16,8 +16,9 @@ from starlette.applications import Starlette
 
 from broker import ChatUser, LocalIdentityService
 from broker.links import TokenCipher
-from broker.mcp_oauth import McpOAuthClient, OAuthDiscoveryError, discover, register
+from broker.mcp_oauth import OAuthDiscoveryError, discover, register
 from infra.serving import bind_socket, serve_asgi, socket_url
+from infra.settings import McpOAuthClient
 from testing.identity import open_broker, start_dev_idp
 from testing.oidc_provider import node, node_provider, sign_in
 
