@@ -304,10 +304,10 @@ class Assistant:
     async def unlink(self, chat_user: ChatUser) -> bool:
         return await self._identities.unlink(chat_user)
 
-    async def complete_link(self, state: str, code: str) -> Linked:
+    async def complete_link(self, state: str, code: str, *, iss: str | None = None) -> Linked:
         if self._links is None:
             raise LinkingError("account links are not completed by this process")
-        identity = await self._links.complete_link(state, code)
+        identity = await self._links.complete_link(state, code, iss=iss)
         if identity.chat_user is None:  # a link always names its chat account
             raise LinkingError("the completed link names no chat account")
         return Linked(identity.chat_user, identity.email or identity.subject)

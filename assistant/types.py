@@ -270,7 +270,7 @@ class AssistantPort(Protocol):
 
     async def status(self, chat_user: ChatUser) -> UserStatus: ...
 
-    async def complete_link(self, state: str, code: str) -> Linked:
+    async def complete_link(self, state: str, code: str, *, iss: str | None = None) -> Linked:
         """Finish an account link from the IdP's redirect (``/oauth/callback``): who was
         linked. Raises (``InvalidStateError``, ``LinkingError``) when the login is refused."""
         ...

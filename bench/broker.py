@@ -51,7 +51,7 @@ async def _link(linking: LinkingService, http: httpx.AsyncClient, user: str) -> 
     issuer = url.split("/authorize")[0]
     reply = await http.post(f"{issuer}/authorize", data={**query, "username": user})
     params = dict(httpx.URL(reply.headers["location"]).params)
-    result = await linking.complete(params["state"], params["code"])
+    result = await linking.complete(params["state"], params["code"], iss=params.get("iss"))
     return Identity(result.link.subject, chat_user, result.link.email, result.groups)
 
 

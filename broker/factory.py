@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from broker.claims import ClaimNames
 from broker.exchange import ClientAuthMethod, ClientCredentials, TargetParam, TokenEndpointClient
 from broker.inprocess import InProcessBroker, ServerTarget
 from broker.linking import LinkingService
@@ -76,6 +77,8 @@ async def open_inprocess_broker(
     metrics: BrokerMetrics | None = None,
     http: httpx.AsyncClient | None = None,
     groups_max_age: timedelta = timedelta(seconds=60),
+    claims: ClaimNames = ClaimNames(),  # noqa: B008 (frozen)
+    userinfo_fallback: bool = True,
 ) -> AsyncIterator[InProcessBroker]:
     """An ``InProcessBroker`` talking to ``issuer``; closes its HTTP client on exit."""
     async with open_token_client(
@@ -96,6 +99,8 @@ async def open_inprocess_broker(
             cache_margin=cache_margin,
             metrics=metrics,
             groups_max_age=groups_max_age,
+            claims=claims,
+            userinfo_fallback=userinfo_fallback,
         )
 
 
@@ -147,6 +152,7 @@ async def open_identity_service(
         "clock": clock,
     }
     targets = [ServerTarget(name, aud) for name, aud in settings.exchange_audiences.items()]
+    claims = ClaimNames(groups=idp.groups_claim, email=idp.email_claim, name=idp.name_claim)
     async with (
         open_inprocess_broker(
             **common,
@@ -155,6 +161,8 @@ async def open_identity_service(
             target_param=idp.exchange_target_param,
             cache_margin=timedelta(seconds=settings.broker.cache_margin_seconds),
             groups_max_age=timedelta(seconds=settings.broker.groups_max_age_seconds),
+            claims=claims,
+            userinfo_fallback=idp.userinfo_fallback,
         ) as broker,
         open_token_client(**common) as login_client,
     ):
@@ -165,5 +173,9 @@ async def open_identity_service(
             redirect_uri=settings.broker.link_callback_url,
             clock=clock,
             state_ttl=timedelta(seconds=settings.broker.link_state_ttl_seconds),
+            scope=" ".join(idp.scopes),
+            prompt=idp.prompt,
+            claims=claims,
+            userinfo_fallback=idp.userinfo_fallback,
         )
         yield LocalIdentityService(broker, linking)

@@ -8,7 +8,10 @@ Example::
     token = await broker.get_token(identity, "ticketing")
 
 Both the subject token (per user) and each exchanged token (per user and audience) are cached
-until ``exp`` minus a margin, with single-flight loading.
+until ``exp`` minus a margin, with single-flight loading. An exchanged token is never used
+past its subject token's expiry, whatever the IdP put in its ``exp`` (RFC 8693 leaves the
+lifetime to the provider; Keycloak, for one, gives each exchanged token a fresh lifetime).
+Groups come from the refreshed ID token's configured claim, else from the userinfo endpoint.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
+import jwt
+
 from broker.cache import SingleFlightCache
+from broker.claims import ClaimNames, read_profile
 from broker.errors import (
     AccessRevokedError,
     BrokerError,
@@ -70,8 +76,12 @@ class InProcessBroker:
         cache_margin: timedelta = timedelta(seconds=30),
         metrics: BrokerMetrics | None = None,
         groups_max_age: timedelta = timedelta(seconds=60),
+        claims: ClaimNames = ClaimNames(),  # noqa: B008 (frozen)
+        userinfo_fallback: bool = True,
     ) -> None:
         self._links = links
+        self._claims = claims
+        self._userinfo_fallback = userinfo_fallback
         self._client = client
         self._servers = {s.name: s for s in servers}
         self._clock = clock
@@ -143,6 +153,9 @@ class InProcessBroker:
                 raise ExchangeFailedError(target.name, str(exc)) from None
             self.metrics.record_exchange(time.perf_counter() - started)
             token = await self._validated(response.access_token, identity, target)
+            if token.expires_at > subject.expires_at:
+                # Never outlive the sign-in it was derived from (revocation takes effect then).
+                token = replace(token, expires_at=subject.expires_at)
             return token, token.expires_at - self._margin
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -195,26 +208,39 @@ class InProcessBroker:
         self.metrics.refreshes += 1
         if response.refresh_token and response.refresh_token != refresh_token:
             await self._links.set_refresh_token(chat_user, response.refresh_token)
-        lifetime = timedelta(seconds=response.expires_in or 60)
-        expires_at = self._clock() + lifetime
-        groups = await self._groups(response.id_token, identity.subject)
+        expires_at = _subject_expiry(response.access_token, response.expires_in, self._clock())
+        groups = await self._groups(response.id_token, response.access_token, identity.subject)
         subject = _SubjectToken(response.access_token, expires_at, groups)
         fresh_until = self._clock() + self._groups_max_age
         return subject, min(expires_at - self._margin, fresh_until)
 
-    async def _groups(self, id_token: str | None, subject: str) -> frozenset[str]:
-        """The user's current groups from the refreshed ID token; none if it cannot be trusted."""
-        if id_token is None:
+    async def _groups(
+        self, id_token: str | None, access_token: str, subject: str
+    ) -> frozenset[str]:
+        """The user's current groups: from the refreshed ID token, else from userinfo; none if
+        neither can be trusted."""
+        provider = self._client.provider
+        if id_token is not None:
+            try:
+                claims = await provider.verify(id_token, audience=self._client.client_id)
+            except TokenVerificationError:
+                log.warning("ID token from refresh failed validation; no groups for %s", subject)
+                return frozenset()
+            if claims.get("sub") != subject:
+                return frozenset()
+            groups = read_profile(claims, self._claims).groups
+            if groups is not None:
+                return groups
+        if not self._userinfo_fallback:
             return frozenset()
         try:
-            claims = await self._client.provider.verify(id_token, audience=self._client.client_id)
-        except TokenVerificationError:
-            log.warning("ID token from refresh failed validation; no groups for %s", subject)
+            info = await provider.userinfo(access_token)
+        except TokenVerificationError as exc:
+            log.warning("no groups for %s: userinfo unusable (%s)", subject, exc)
             return frozenset()
-        groups = claims.get("groups")
-        if claims.get("sub") != subject or not isinstance(groups, list):
+        if info.get("sub") != subject:  # OIDC Core 5.3.2
             return frozenset()
-        return frozenset(str(g) for g in groups)
+        return read_profile(info, self._claims).groups or frozenset()
 
     async def resolve(self, chat_user: ChatUser, *, fresh: bool = False) -> Identity | None:
         """The chat user's identity with current groups (from the IdP), or ``None`` if unlinked.
@@ -240,3 +266,18 @@ class InProcessBroker:
         if identity is None:  # unlinked in between
             raise NotLinkedError(f"{subject!r} has not connected their account")
         return identity
+
+
+def _subject_expiry(access_token: str, expires_in: int | None, now: datetime) -> datetime:
+    """When the subject token expires: the earlier of ``expires_in`` and, for a JWT access
+    token, its ``exp`` (read unverified: it came straight from the token endpoint)."""
+    expiry = now + timedelta(seconds=expires_in or 60)
+    try:
+        claims = jwt.decode(access_token, options={"verify_signature": False})
+    except jwt.InvalidTokenError:
+        return expiry  # an opaque access token
+    exp = claims.get("exp")
+    if isinstance(exp, int | float) and not isinstance(exp, bool):
+        jwt_expiry = datetime.fromtimestamp(exp, UTC)
+        return jwt_expiry if expires_in is None else min(expiry, jwt_expiry)
+    return expiry

@@ -6,6 +6,11 @@ server-side with the PKCE verifier; it expires after ``state_ttl``. ``complete(s
 checks the state, redeems the code, validates the ID token, and stores the link with the
 refresh token encrypted. Refused states raise ``InvalidStateError``.
 
+Provider differences are configuration: the scopes and ``prompt`` of the login, where the
+email, name and groups are (``ClaimNames``; the userinfo endpoint fills what the ID token
+lacks), and RFC 9207: an ``iss`` in the authorization response must name our issuer, and is
+required when the provider's metadata says it sends one (mix-up defence).
+
 Example::
 
     url = await linking.start(ChatUser("slack", "T1", "U1"))   # send as a button
@@ -25,6 +30,7 @@ from urllib.parse import urlencode
 
 from cryptography.fernet import Fernet, InvalidToken
 
+from broker.claims import ClaimNames, read_profile
 from broker.errors import BrokerError, InvalidStateError, LinkingError, TokenVerificationError
 from broker.exchange import TokenEndpointClient, TokenEndpointError
 from broker.links import AccountLink, LinkStore, PendingLogin, TokenCipher
@@ -59,6 +65,9 @@ class LinkingService:
         clock: Clock = utc_now,
         state_ttl: timedelta = timedelta(minutes=10),
         scope: str = LOGIN_SCOPE,
+        prompt: str | None = None,
+        claims: ClaimNames = ClaimNames(),  # noqa: B008 (frozen)
+        userinfo_fallback: bool = True,
     ) -> None:
         self.links = links
         self._client = client
@@ -67,6 +76,9 @@ class LinkingService:
         self._clock = clock
         self.state_ttl = state_ttl
         self._scope = scope
+        self._prompt = prompt
+        self._claims = claims
+        self._userinfo_fallback = userinfo_fallback
 
     async def start(self, chat_user: ChatUser) -> str:
         """The URL that signs the chat user in at the IdP and comes back to our callback."""
@@ -91,6 +103,8 @@ class LinkingService:
             "code_challenge": _challenge(verifier),
             "code_challenge_method": "S256",
         }
+        if self._prompt:
+            query["prompt"] = self._prompt
         return f"{meta.authorization_endpoint}?{urlencode(query)}"
 
     def _read_state(self, state: str) -> tuple[str, ChatUser]:
@@ -105,10 +119,31 @@ class LinkingService:
         data = json.loads(raw)
         return str(data["n"]), ChatUser(str(data["p"]), str(data["t"]), str(data["u"]))
 
+    async def _check_iss(self, iss: str | None) -> None:
+        """RFC 9207: the response must come from our issuer (checked before the code is used)."""
+        provider = self._client.provider
+        if iss is None:
+            if (await provider.metadata()).iss_parameter_supported:
+                raise LinkingError(
+                    "the sign-in response does not name its issuer although the identity "
+                    "provider promises to; start again from chat"
+                )
+            return
+        if iss.rstrip("/") != provider.issuer:
+            raise LinkingError("the sign-in response came from another identity provider")
+
     async def complete(
-        self, state: str, code: str, *, expected_chat_user: ChatUser | None = None
+        self,
+        state: str,
+        code: str,
+        *,
+        iss: str | None = None,
+        expected_chat_user: ChatUser | None = None,
     ) -> LinkResult:
-        """Finish a login: store the link for the chat user who started it."""
+        """Finish a login: store the link for the chat user who started it.
+
+        ``iss``: the authorization response's ``iss`` parameter, if it had one.
+        """
         nonce, chat_user = self._read_state(state)
         if expected_chat_user is not None and expected_chat_user != chat_user:
             raise InvalidStateError("login state belongs to another chat user")
@@ -117,6 +152,7 @@ class LinkingService:
             raise InvalidStateError("login link was already used or has expired")
         if pending.chat_user != chat_user:
             raise InvalidStateError("login state belongs to another chat user")
+        await self._check_iss(iss)  # after the login is spent: a refused response burns it
         try:
             tokens = await self._client.authorization_code(
                 code, self.redirect_uri, pending.code_verifier
@@ -133,15 +169,20 @@ class LinkingService:
             raise LinkingError(f"the ID token is invalid: {exc}") from None
         if claims.get("nonce") != nonce:
             raise LinkingError("the ID token does not belong to this login")
-        link = AccountLink(
-            chat_user, str(claims["sub"]), str(claims.get("email", "")), self._clock()
-        )
+        subject = str(claims["sub"])
+        profile = read_profile(claims, self._claims)
+        if profile.missing and self._userinfo_fallback:
+            try:
+                info = await self._client.provider.userinfo(tokens.access_token)
+            except TokenVerificationError:
+                info = {}  # no userinfo endpoint, or it refused: keep what the ID token had
+            # OIDC Core 5.3.2: userinfo about another subject must not be used.
+            if info.get("sub") == subject:
+                profile = profile.merged(read_profile(info, self._claims))
+        link = AccountLink(chat_user, subject, profile.email or "", self._clock())
         await self.links.save(link, tokens.refresh_token)
-        groups = claims.get("groups", [])
         return LinkResult(
-            link=link,
-            name=str(claims.get("name", link.subject)),
-            groups=frozenset(str(g) for g in groups) if isinstance(groups, list) else frozenset(),
+            link=link, name=profile.name or subject, groups=profile.groups or frozenset()
         )
 
     async def unlink(self, chat_user: ChatUser) -> bool:

@@ -4,15 +4,28 @@ from __future__ import annotations
 
 from broker.inprocess import InProcessBroker
 from broker.linking import LinkingService
+from broker.mcp_oauth_flow import McpOAuthService
 from broker.types import AccessToken, ChatUser, Identity
 
 
 class LocalIdentityService:
     """Tokens, identities and links, all in this process (the embedded default)."""
 
-    def __init__(self, broker: InProcessBroker, linking: LinkingService) -> None:
+    def __init__(
+        self,
+        broker: InProcessBroker,
+        linking: LinkingService,
+        mcp_oauth: McpOAuthService | None = None,
+    ) -> None:
         self.broker = broker
         self.linking = linking
+        self.mcp_oauth = mcp_oauth  # servers in `oauth` mode: their tokens go on unlink
+
+    async def oauth_token(self, subject: str, server: str) -> str:
+        """``subject``'s token for ``server`` in ``oauth`` mode; ``ConnectRequired`` if none."""
+        if self.mcp_oauth is None:
+            raise LookupError("no MCP server is configured in oauth mode")
+        return await self.mcp_oauth.oauth_token(subject, server)
 
     async def get_token(self, identity: Identity, server: str) -> AccessToken:
         return await self.broker.get_token(identity, server)
@@ -29,9 +42,9 @@ class LocalIdentityService:
     async def link_url(self, chat_user: ChatUser) -> str:
         return await self.linking.start(chat_user)
 
-    async def complete_link(self, state: str, code: str) -> Identity:
+    async def complete_link(self, state: str, code: str, *, iss: str | None = None) -> Identity:
         """Finish a link from the IdP's redirect; the newly linked identity."""
-        result = await self.linking.complete(state, code)
+        result = await self.linking.complete(state, code, iss=iss)
         link = result.link
         await self.broker.invalidate_user(link.subject)  # a new sign-in: drop stale tokens
         return Identity(link.subject, link.chat_user, link.email, result.groups)
@@ -41,4 +54,6 @@ class LocalIdentityService:
         removed = await self.linking.unlink(chat_user)
         if link is not None:
             await self.broker.invalidate_user(link.subject)
+            if self.mcp_oauth is not None:  # revoke what the user connected, too
+                await self.mcp_oauth.disconnect(link.subject)
         return removed

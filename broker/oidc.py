@@ -34,6 +34,9 @@ class ProviderMetadata:
     jwks_uri: str
     authorization_endpoint: str | None = None
     revocation_endpoint: str | None = None
+    userinfo_endpoint: str | None = None
+    # RFC 9207: the provider names itself (`iss`) in every authorization response.
+    iss_parameter_supported: bool = False
 
 
 class OidcProvider:
@@ -94,16 +97,48 @@ class OidcProvider:
                 jwks = self._jwks_url or doc.get("jwks_uri")
                 if not isinstance(token, str) or not isinstance(jwks, str):
                     raise BrokerUnavailableError("discovery lacks token_endpoint or jwks_uri")
-                auth = doc.get("authorization_endpoint")
-                revoke = doc.get("revocation_endpoint")
                 self._metadata = ProviderMetadata(
                     issuer=self.issuer,
                     token_endpoint=token,
                     jwks_uri=jwks,
-                    authorization_endpoint=auth if isinstance(auth, str) else None,
-                    revocation_endpoint=revoke if isinstance(revoke, str) else None,
+                    authorization_endpoint=_url(doc, "authorization_endpoint"),
+                    revocation_endpoint=_url(doc, "revocation_endpoint"),
+                    userinfo_endpoint=_url(doc, "userinfo_endpoint"),
+                    iss_parameter_supported=(
+                        doc.get("authorization_response_iss_parameter_supported") is True
+                    ),
                 )
         return self._metadata
+
+    async def userinfo(self, access_token: str) -> dict[str, Any]:
+        """The userinfo endpoint's claims for ``access_token`` (JSON responses only).
+
+        Raises ``TokenVerificationError`` when the provider has no userinfo endpoint or
+        refuses the token, ``BrokerUnavailableError`` when it cannot be reached.
+        """
+        meta = await self.metadata()
+        if meta.userinfo_endpoint is None:
+            raise TokenVerificationError("the identity provider has no userinfo endpoint")
+        try:
+            response = await self._http.get(
+                meta.userinfo_endpoint,
+                headers={"Authorization": f"Bearer {access_token}", "Accept": "application/json"},
+            )
+        except httpx.HTTPError as exc:
+            raise BrokerUnavailableError(
+                f"identity provider unreachable (userinfo): {type(exc).__name__}"
+            ) from exc
+        if response.status_code >= 500:
+            raise BrokerUnavailableError(f"userinfo endpoint answered {response.status_code}")
+        if response.status_code != 200:
+            raise TokenVerificationError(f"userinfo endpoint answered {response.status_code}")
+        try:
+            data = response.json()
+        except ValueError as exc:  # a signed (JWT) userinfo response is not supported
+            raise TokenVerificationError("userinfo endpoint sent no JSON object") from exc
+        if not isinstance(data, dict) or not isinstance(data.get("sub"), str):
+            raise TokenVerificationError("userinfo response names no subject")
+        return data
 
     async def _load_keys(self) -> None:
         meta = await self.metadata()
@@ -165,3 +200,8 @@ class OidcProvider:
         if isinstance(nbf, int | float) and nbf > now + leeway:
             raise TokenVerificationError("token is not valid yet")
         return claims
+
+
+def _url(doc: dict[str, Any], name: str) -> str | None:
+    value = doc.get(name)
+    return value if isinstance(value, str) and value else None

@@ -136,8 +136,9 @@ class RemoteBroker:
         data = await self._call("/v1/link_url", {"chat_user": _chat_user_json(chat_user)})
         return str(data["url"])
 
-    async def complete_link(self, state: str, code: str) -> Identity:
-        data = await self._call("/v1/complete_link", {"state": state, "code": code})
+    async def complete_link(self, state: str, code: str, *, iss: str | None = None) -> Identity:
+        body = {"state": state, "code": code, **({"iss": iss} if iss is not None else {})}
+        data = await self._call("/v1/complete_link", body)
         return _identity(data["identity"])
 
     async def unlink(self, chat_user: ChatUser) -> bool:

@@ -13,7 +13,7 @@ Routes (JSON bodies; chat users as ``{"platform", "team_id", "user_id"}``)::
     POST /v1/resolve_subject {subject}       -> {identity: {...}}
     POST /v1/link_url     {chat_user}        -> {url}
     POST /v1/unlink       {chat_user}        -> {removed}
-    POST /v1/complete_link {state, code}     -> {identity: {...}}   (the app's /oauth/callback)
+    POST /v1/complete_link {state, code, iss?} -> {identity: {...}}   (the app's /oauth/callback)
     GET  /healthz
 
 Errors: ``{"error": not_linked|access_revoked|exchange_failed|unavailable|invalid_state|
@@ -76,6 +76,7 @@ class SubjectRequest(BaseModel):
 class CompleteLinkRequest(BaseModel):
     state: str
     code: str
+    iss: str | None = None  # RFC 9207, from the authorization response
 
 
 def identity_json(identity: Identity) -> dict[str, Any]:
@@ -172,7 +173,8 @@ def build_service_app(
 
     async def complete_link(body: dict[str, Any]) -> dict[str, Any]:
         req = CompleteLinkRequest.model_validate(body)
-        return {"identity": identity_json(await service.complete_link(req.state, req.code))}
+        linked = await service.complete_link(req.state, req.code, iss=req.iss)
+        return {"identity": identity_json(linked)}
 
     async def unlink(body: dict[str, Any]) -> dict[str, Any]:
         cu = ChatUserRequest.model_validate(body).chat_user.to_chat_user()

@@ -1,4 +1,6 @@
-"""Starlette route for account linking: ``/oauth/callback``, where the IdP sends the browser.
+"""Starlette routes where an authorization server sends the browser back: ``/oauth/callback``
+(account linking at the company IdP) and ``/oauth/mcp/callback`` (connecting an MCP server in
+``oauth`` mode, ``mcp_oauth_routes``).
 
 A chat adapter gives the user ``await linking.start(chat_user)`` (the IdP's login URL, carrying
 a signed single-use state) as a button, and mounts these routes on the app's web server.
@@ -19,6 +21,7 @@ from starlette.routing import Route
 
 from broker.errors import BrokerError, InvalidStateError
 from broker.linking import LinkingService, LinkResult
+from broker.mcp_oauth_flow import McpOAuthService
 
 OnLinked = Callable[[LinkResult], Awaitable[None]]
 
@@ -44,7 +47,7 @@ def link_routes(linking: LinkingService, on_linked: OnLinked | None = None) -> l
         if not state or not code:
             return _page("Not connected", "The sign-in response is incomplete.", 400)
         try:
-            result = await linking.complete(state, code)
+            result = await linking.complete(state, code, iss=params.get("iss"))
         except InvalidStateError as exc:
             return _page("Link expired or already used", f"{exc}. Ask opsbot for a new link.", 400)
         except BrokerError as exc:
@@ -55,3 +58,27 @@ def link_routes(linking: LinkingService, on_linked: OnLinked | None = None) -> l
         return _page("Account connected", f"Connected as {who}. You can return to the chat.")
 
     return [Route("/oauth/callback", callback, methods=["GET"])]
+
+
+MCP_OAUTH_CALLBACK_PATH = "/oauth/mcp/callback"
+
+
+def mcp_oauth_routes(service: McpOAuthService) -> list[Route]:
+    """The callback route of MCP servers' authorization servers (``oauth`` mode)."""
+
+    async def callback(request: Request) -> Response:
+        params = request.query_params
+        if "error" in params:
+            return _page("Not connected", "The sign-in was cancelled or refused.", 400)
+        state, code = params.get("state"), params.get("code")
+        if not state or not code:
+            return _page("Not connected", "The sign-in response is incomplete.", 400)
+        try:
+            _, server = await service.complete(state, code, params.get("iss"))
+        except InvalidStateError as exc:
+            return _page("Link expired or already used", f"{exc}. Ask opsbot again.", 400)
+        except BrokerError as exc:
+            return _page("Not connected", str(exc), 502)
+        return _page("Connected", f"opsbot can now use {server} for you. Return to the chat.")
+
+    return [Route(MCP_OAUTH_CALLBACK_PATH, callback, methods=["GET"])]

@@ -122,6 +122,16 @@ class McpServerSettings(BaseModel):
         return value
 
 
+class McpOAuthClient(BaseModel):
+    """A client registered by hand at an MCP server's authorization server, for servers in
+    ``oauth`` mode whose authorization server has no dynamic registration (RFC 7591). Meant
+    to be embedded in a server's settings (e.g. as ``oauth_client``)."""
+
+    client_id: str = Field(min_length=1)
+    client_secret: SecretStr | None = None  # None: a public client (PKCE only)
+    scopes: list[str] = Field(default_factory=list)  # default: the server's scopes_supported
+
+
 def _default_mcp_servers() -> list[McpServerSettings]:
     return [
         McpServerSettings(
@@ -151,6 +161,37 @@ class IdpSettings(Section):
     dev_admin_token: SecretStr | None = SecretStr("opsbot-dev-admin")
     """Development IdP only: bearer token of its /admin/users/{sub}/revoke|restore endpoints
     (empty disables them)."""
+    scopes: list[str] = Field(
+        default_factory=lambda: ["openid", "profile", "email", "offline_access"], min_length=1
+    )
+    """Login scopes (docs/identity-providers.md has worked values for Okta, Entra ID,
+    Keycloak). `offline_access` asks for the refresh token the broker needs; some providers
+    only honour it with `prompt=consent`."""
+    prompt: str | None = None
+    """OIDC `prompt` for the login, e.g. "consent" or "login consent"."""
+    groups_claim: str = "groups"
+    """Claim with the user's groups, in the ID token or at the userinfo endpoint. A dotted name
+    reads a nested claim (Keycloak: "realm_access.roles")."""
+    email_claim: str = "email"
+    """Claim with the user's email."""
+    name_claim: str = "name"
+    """Claim with the user's display name."""
+    userinfo_fallback: bool = True
+    """Ask the userinfo endpoint (from discovery) when a claim is missing from the ID token."""
+
+    @field_validator("scopes")
+    @classmethod
+    def _openid_scope(cls, scopes: list[str]) -> list[str]:
+        if "openid" not in scopes:
+            raise ValueError("the login scopes must include 'openid' (the ID token names the user)")
+        return scopes
+
+    @field_validator("groups_claim", "email_claim", "name_claim")
+    @classmethod
+    def _claim_path(cls, value: str) -> str:
+        if not value or any(not part for part in value.split(".")):
+            raise ValueError(f"{value!r} is not a claim name (dots separate nested names)")
+        return value
 
 
 class BrokerSettings(Section):

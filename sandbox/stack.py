@@ -116,7 +116,12 @@ def demo_users(directory_path: Path | None) -> list[User]:
 def sandbox_settings(
     settings: Settings, socks: dict[str, socket.socket], data_dir: Path
 ) -> Settings:
-    """The caller's settings with every address pointed at the sandbox's own components."""
+    """The caller's settings with every address pointed at the sandbox's own components.
+
+    The MCP servers are the sandbox's reference servers plus every other server in the
+    caller's ``OPSBOT_MCP_SERVERS``, so a team can try its own server locally. A configured
+    server with a reference server's name is the sandbox's own (one warning if it differed).
+    """
     urls = {name: socket_url(sock) for name, sock in socks.items()}
     servers = [
         McpServerSettings(
@@ -126,7 +131,17 @@ def sandbox_settings(
         )
         for name in MCP_NAMES
     ]
-    return settings.model_copy(
+    defaults = {s.name: s for s in _default_servers()}
+    for server in settings.mcp_servers:
+        if server.name not in MCP_NAMES:
+            servers.append(server)
+        elif server != defaults.get(server.name):
+            log.warning(
+                "the sandbox runs its own %r server: the configured one (%s) is not used",
+                server.name,
+                server.url,
+            )
+    derived = settings.model_copy(
         update={
             "data_dir": data_dir,
             "database_url": f"sqlite:///{(data_dir / 'opsbot.db').as_posix()}",
@@ -144,6 +159,16 @@ def sandbox_settings(
             "slack_api_url": f"{urls['port']}/api/",
         }
     )
+    # Checked as at start-up (names unique, tool prefixes cannot collide): a clear error.
+    Settings.__pydantic_validator__.validate_assignment(derived, "mcp_servers", servers)
+    return derived
+
+
+def _default_servers() -> list[McpServerSettings]:
+    default: list[McpServerSettings] = Settings.model_fields["mcp_servers"].get_default(
+        call_default_factory=True
+    )
+    return default
 
 
 def reset_data_dir(root: Path) -> Path:

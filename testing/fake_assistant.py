@@ -226,7 +226,7 @@ class FakeAssistant:
             return UserStatus(linked=False)
         return UserStatus(True, person.subject, person.email, person.groups)
 
-    async def complete_link(self, state: str, code: str) -> Linked:
+    async def complete_link(self, state: str, code: str, *, iss: str | None = None) -> Linked:
         raise InvalidStateError("the fake core issues no login states")
 
     async def sweep_forever(

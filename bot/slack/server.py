@@ -38,8 +38,9 @@ SIGNATURE_MAX_AGE_SECONDS = 5 * 60
 log = logging.getLogger(__name__)
 
 
-# Finishes an account link from the IdP's redirect (state, code) → who was connected.
-LinkCallback = Callable[[str, str], Awaitable[str]]
+# Finishes an account link from the IdP's redirect (state, code, RFC 9207 iss if sent) → who
+# was connected.
+LinkCallback = Callable[[str, str, str | None], Awaitable[str]]
 
 
 def web_application(
@@ -149,7 +150,7 @@ def _oauth_callback(
         if not state or not code:
             return _page(400, "This link is incomplete. Start again from Slack with /ops link.")
         try:
-            who = await link_callback(state, code)
+            who = await link_callback(state, code, request.query.get("iss"))
         except Exception:
             log.warning("account link could not be completed", exc_info=True)
             return _page(

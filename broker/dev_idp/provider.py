@@ -115,6 +115,7 @@ class DevIdentityProvider:
         code_ttl: timedelta = timedelta(minutes=2),
         admin_token: str | None = None,
         rotate_refresh_tokens: bool = False,
+        clamp_exchange_exp: bool = True,
     ) -> None:
         self.issuer = issuer.rstrip("/")
         self.directory = directory
@@ -128,6 +129,9 @@ class DevIdentityProvider:
         self.admin_token = admin_token
         # Okta and Entra rotate refresh tokens; off by default so broker replicas can share one.
         self.rotate_refresh_tokens = rotate_refresh_tokens
+        # False mimics providers that give each exchanged token a fresh lifetime (tests of the
+        # broker's own bound).
+        self.clamp_exchange_exp = clamp_exchange_exp
         self.stats = DevIdpStats()
         self._revoked = {u.subject for u in directory.users.values() if u.revoked}
         self._codes: dict[str, _Code] = {}
@@ -357,7 +361,13 @@ class DevIdentityProvider:
                 algorithms=["RS256"],
                 audience=audience,
                 issuer=self.issuer,
-                options={"verify_exp": False, "require": ["exp", "sub"]},
+                # Time is checked below against the injected clock, not the wall clock.
+                options={
+                    "verify_exp": False,
+                    "verify_iat": False,
+                    "verify_nbf": False,
+                    "require": ["exp", "sub"],
+                },
             )
         except jwt.InvalidTokenError as exc:
             raise OAuthError(
@@ -390,7 +400,9 @@ class DevIdentityProvider:
                 "invalid_scope", f"user holds none of the requested scopes on {resource_name}"
             )
         now = self.clock()
-        exp = min(int((now + self.exchange_ttl).timestamp()), int(claims["exp"]))
+        exp = int((now + self.exchange_ttl).timestamp())
+        if self.clamp_exchange_exp:  # RFC 8693 leaves it open; never outlive the subject
+            exp = min(exp, int(claims["exp"]))
         token = self._sign(
             {
                 "iss": self.issuer,

@@ -199,12 +199,13 @@ async def serve_slack(
 
 def _link_callback(
     assistant: AssistantPort, linked: Callable[[ChatUser, str], Awaitable[None]]
-) -> Callable[[str, str], Awaitable[str]]:
-    """Finish an account link (``/oauth/callback``) and tell the chat side (``linked``: the
-    Connect prompt and App Home are updated)."""
+) -> Callable[[str, str, str | None], Awaitable[str]]:
+    """Finish an account link (``/oauth/callback``, with the RFC 9207 ``iss`` when the IdP
+    sends one) and tell the chat side (``linked``: the Connect prompt and App Home are
+    updated)."""
 
-    async def complete(state: str, code: str) -> str:
-        result = await assistant.complete_link(state, code)
+    async def complete(state: str, code: str, iss: str | None) -> str:
+        result = await assistant.complete_link(state, code, iss=iss)
         try:
             await linked(result.chat_user, result.who)
         except Exception:  # the link itself is done; a stale prompt is only cosmetic

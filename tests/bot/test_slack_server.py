@@ -17,7 +17,7 @@ async def test_health_and_link_callback(
 ) -> None:
     completed: list[tuple[str, str]] = []
 
-    async def complete(state: str, code: str) -> str:
+    async def complete(state: str, code: str, iss: str | None) -> str:
         if state == "used":
             raise ValueError("state already used")
         completed.append((state, code))

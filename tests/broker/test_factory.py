@@ -72,7 +72,7 @@ async def test_inprocess_identity_service_from_settings(
 
         async with httpx.AsyncClient() as http:
             reply = await sign_in_at_login_page(http, await service.link_url(chat_user), "bob")
-        await service.linking.complete(reply["state"], reply["code"])
+        await service.linking.complete(reply["state"], reply["code"], iss=reply.get("iss"))
         bob = await service.resolve(chat_user)
         assert bob is not None
         token = await service.get_token(bob, "ticketing")

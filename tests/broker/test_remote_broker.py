@@ -89,10 +89,10 @@ async def test_identity_service_resolve_link_and_unlink(
         url = await service.link_url(carol_chat)
         async with httpx.AsyncClient() as http:
             reply = await sign_in_at_login_page(http, url, "carol")
-        linked = await completer.complete_link(reply["state"], reply["code"])
+        linked = await completer.complete_link(reply["state"], reply["code"], iss=reply["iss"])
         assert (linked.subject, linked.chat_user) == ("carol", carol_chat)
         with pytest.raises(InvalidStateError):  # the state was single-use
-            await completer.complete_link(reply["state"], reply["code"])
+            await completer.complete_link(reply["state"], reply["code"], iss=reply["iss"])
         carol = await service.resolve(carol_chat)
         assert carol is not None
         assert carol.subject == "carol"

@@ -1,0 +1,290 @@
+"""The per-user half of the ``oauth`` auth mode (the MCP authorization spec).
+
+For each MCP server in ``oauth`` mode, each user connects once: ``authorize_url(subject,
+server)`` is the server's authorization server login (code + PKCE + RFC 8707 ``resource``),
+``complete(state, code, iss)`` (from the ``/oauth/mcp/callback`` route) stores that user's
+tokens for that server, encrypted (Fernet, a key derived from the link key), and
+``oauth_token(subject, server)`` gives a current access token, refreshing it when due, or raises
+``ConnectRequired`` with the URL to connect. ``disconnect(subject)`` revokes and forgets every
+server's tokens (on unlink).
+
+The state is a Fernet token (encrypted, signed, expiring) carrying the PKCE verifier, so no
+pending login is stored server-side. Tokens live in a ``McpTokenStore``; only the in-memory one
+exists yet (a SQL store is still to come).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import json
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+from urllib.parse import quote, urlencode
+
+import httpx
+from cryptography.fernet import Fernet, InvalidToken
+
+from broker.errors import BrokerUnavailableError, InvalidStateError, LinkingError
+from broker.links import TokenCipher
+from broker.mcp_oauth import (
+    AuthorizationServer,
+    ConnectRequired,
+    RegisteredClient,
+    discover,
+    register,
+)
+from infra.clock import Clock, utc_now
+from infra.settings import McpOAuthClient
+
+
+@dataclass(frozen=True, slots=True)
+class OAuthServer:
+    """An MCP server in ``oauth`` mode: its name, URL and optional hand-registered client."""
+
+    name: str
+    url: str
+    client: McpOAuthClient | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    access_token: str = field(repr=False)
+    refresh_token: str | None = field(repr=False)
+    expires_at: datetime
+
+
+class McpTokenStore(Protocol):
+    async def get(self, subject: str, server: str) -> str | None: ...
+    async def put(self, subject: str, server: str, sealed: str) -> None: ...
+    async def delete(self, subject: str, server: str) -> None: ...
+    async def servers(self, subject: str) -> list[str]: ...
+
+
+class MemoryMcpTokenStore:
+    """Sealed grants per user·server, in memory (tests and single-process development)."""
+
+    def __init__(self) -> None:
+        self.sealed: dict[tuple[str, str], str] = {}
+
+    async def get(self, subject: str, server: str) -> str | None:
+        return self.sealed.get((subject, server))
+
+    async def put(self, subject: str, server: str, sealed: str) -> None:
+        self.sealed[(subject, server)] = sealed
+
+    async def delete(self, subject: str, server: str) -> None:
+        self.sealed.pop((subject, server), None)
+
+    async def servers(self, subject: str) -> list[str]:
+        return [srv for (sub, srv) in self.sealed if sub == subject]
+
+
+def _challenge(verifier: str) -> str:
+    digest = hashlib.sha256(verifier.encode("ascii")).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+class McpOAuthService:
+    """Per-user OAuth to MCP servers (see the module doc)."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, OAuthServer],
+        *,
+        store: McpTokenStore,
+        cipher: TokenCipher,
+        http: httpx.AsyncClient,
+        redirect_uri: str,
+        clock: Clock = utc_now,
+        state_ttl: timedelta = timedelta(minutes=10),
+        refresh_margin: timedelta = timedelta(seconds=30),
+    ) -> None:
+        self._servers = dict(servers)
+        self._store = store
+        self._seal = Fernet(cipher.derive(b"opsbot mcp oauth tokens v1"))
+        self._state_key = Fernet(cipher.derive(b"opsbot mcp oauth state v1"))
+        self._http = http
+        self.redirect_uri = redirect_uri
+        self._clock = clock
+        self._state_ttl = state_ttl
+        self._margin = refresh_margin
+        self._setup: dict[str, tuple[AuthorizationServer, RegisteredClient]] = {}
+        self._lock = asyncio.Lock()
+
+    async def _server(self, name: str) -> tuple[AuthorizationServer, RegisteredClient]:
+        """Discovery and registration, once per server."""
+        if name not in self._servers:
+            raise LinkingError(f"no MCP server {name!r} is configured for oauth")
+        async with self._lock:
+            if name not in self._setup:
+                server = self._servers[name]
+                found = await discover(server.url, self._http)
+                client = await register(
+                    found, self.redirect_uri, self._http, configured=server.client
+                )
+                self._setup[name] = (found, client)
+        return self._setup[name]
+
+    def _scopes(self, name: str, found: AuthorizationServer) -> str:
+        client = self._servers[name].client
+        return " ".join(client.scopes if client and client.scopes else found.scopes_supported)
+
+    async def authorize_url(self, subject: str, server: str) -> str:
+        """Where ``subject`` connects their account to ``server``."""
+        found, client = await self._server(server)
+        verifier = secrets.token_urlsafe(48)
+        now = int(self._clock().timestamp())
+        state = self._state_key.encrypt_at_time(
+            json.dumps({"s": subject, "m": server, "v": verifier}).encode(), now
+        ).decode("ascii")
+        query = {
+            "response_type": "code",
+            "client_id": client.client_id,
+            "redirect_uri": self.redirect_uri,
+            "state": state,
+            "code_challenge": _challenge(verifier),
+            "code_challenge_method": "S256",
+            "resource": found.resource,
+            "prompt": "consent",  # so offline_access yields a refresh token everywhere
+        }
+        scope = self._scopes(server, found)
+        if scope:
+            query["scope"] = scope
+        return f"{found.authorization_endpoint}?{urlencode(query)}"
+
+    async def complete(self, state: str, code: str, iss: str | None = None) -> tuple[str, str]:
+        """Finish a connection; ``(subject, server)``."""
+        try:
+            raw = self._state_key.decrypt(state.encode("ascii"))
+            issued = self._state_key.extract_timestamp(state.encode("ascii"))
+        except (InvalidToken, UnicodeEncodeError) as exc:
+            raise InvalidStateError("connection state was not issued by opsbot") from exc
+        if self._clock().timestamp() - issued > self._state_ttl.total_seconds():
+            raise InvalidStateError("the connect link has expired; ask opsbot for a new one")
+        data = json.loads(raw)
+        subject, server, verifier = str(data["s"]), str(data["m"]), str(data["v"])
+        found, client = await self._server(server)
+        if iss is not None and iss.rstrip("/") != found.issuer:
+            raise LinkingError("the response came from another authorization server")
+        body = await self._token_request(
+            found,
+            client,
+            {
+                "grant_type": "authorization_code",
+                "code": code,
+                "redirect_uri": self.redirect_uri,
+                "code_verifier": verifier,
+                "resource": found.resource,
+            },
+        )
+        await self._save(subject, server, body, previous_refresh=None)
+        return subject, server
+
+    async def oauth_token(self, subject: str, server: str) -> str:
+        """A current access token of ``subject`` for ``server``; ``ConnectRequired`` if none."""
+        sealed = await self._store.get(subject, server)
+        if sealed is None:
+            raise ConnectRequired(server, await self.authorize_url(subject, server))
+        grant = self._open(sealed)
+        if grant.expires_at - self._margin > self._clock():
+            return grant.access_token
+        found, client = await self._server(server)
+        if grant.refresh_token is None:
+            await self._store.delete(subject, server)
+            raise ConnectRequired(server, await self.authorize_url(subject, server))
+        try:
+            body = await self._token_request(
+                found,
+                client,
+                {
+                    "grant_type": "refresh_token",
+                    "refresh_token": grant.refresh_token,
+                    "resource": found.resource,
+                },
+            )
+        except LinkingError:  # refused: the user must connect again
+            await self._store.delete(subject, server)
+            raise ConnectRequired(server, await self.authorize_url(subject, server)) from None
+        return (await self._save(subject, server, body, grant.refresh_token)).access_token
+
+    async def disconnect(self, subject: str) -> None:
+        """Revoke (best effort) and forget every server's tokens of ``subject``."""
+        for server in await self._store.servers(subject):
+            sealed = await self._store.get(subject, server)
+            await self._store.delete(subject, server)
+            if sealed is None:
+                continue
+            grant = self._open(sealed)
+            found, client = await self._server(server)
+            if found.revocation_endpoint and grant.refresh_token:
+                form, headers = _client_auth(client, {"token": grant.refresh_token})
+                with contextlib.suppress(httpx.HTTPError):  # the local copy is gone anyway
+                    await self._http.post(found.revocation_endpoint, data=form, headers=headers)
+
+    async def _save(
+        self, subject: str, server: str, body: dict[str, Any], previous_refresh: str | None
+    ) -> Grant:
+        token = body.get("access_token")
+        if not isinstance(token, str) or not token:
+            raise LinkingError("the authorization server sent no access token")
+        expires_in = body.get("expires_in")
+        lifetime = int(expires_in) if isinstance(expires_in, int | float) else 300
+        refresh = body.get("refresh_token")
+        grant = Grant(
+            token,
+            refresh if isinstance(refresh, str) and refresh else previous_refresh,
+            self._clock() + timedelta(seconds=lifetime),
+        )
+        payload = {
+            "a": grant.access_token,
+            "r": grant.refresh_token,
+            "e": grant.expires_at.timestamp(),
+        }
+        await self._store.put(
+            subject, server, self._seal.encrypt(json.dumps(payload).encode()).decode("ascii")
+        )
+        return grant
+
+    def _open(self, sealed: str) -> Grant:
+        data = json.loads(self._seal.decrypt(sealed.encode("ascii")))
+        return Grant(str(data["a"]), data["r"], datetime.fromtimestamp(float(data["e"]), UTC))
+
+    async def _token_request(
+        self, found: AuthorizationServer, client: RegisteredClient, form: dict[str, str]
+    ) -> dict[str, Any]:
+        data, headers = _client_auth(client, form)
+        try:
+            response = await self._http.post(
+                found.token_endpoint, data=data, headers={**headers, "Accept": "application/json"}
+            )
+        except httpx.HTTPError as exc:
+            raise BrokerUnavailableError(
+                f"authorization server unreachable: {type(exc).__name__}"
+            ) from exc
+        if response.status_code >= 500:
+            raise BrokerUnavailableError(f"token endpoint answered {response.status_code}")
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.status_code != 200 or not isinstance(body, dict) or "error" in body:
+            error = body.get("error") if isinstance(body, dict) else response.status_code
+            raise LinkingError(f"the authorization server refused: {error}")
+        return body
+
+
+def _client_auth(
+    client: RegisteredClient, form: dict[str, str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    if client.client_secret is None or client.auth_method == "none":
+        return {**form, "client_id": client.client_id}, {}
+    if client.auth_method == "client_secret_post":
+        return {**form, "client_id": client.client_id, "client_secret": client.client_secret}, {}
+    pair = f"{quote(client.client_id, safe='')}:{quote(client.client_secret, safe='')}"
+    return form, {"Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}

@@ -1,0 +1,140 @@
+"""IdP compatibility settings (issue 19): login scopes and ``prompt``, claim names, RFC 9207
+``iss``, exchanged tokens bounded by their subject token, audiences that are not URLs.
+
+Against the dev IdP over HTTP; ``test_third_party_idp.py`` runs linking against an
+independent certified provider.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from broker import ChatUser, LocalIdentityService, open_identity_service
+from broker.claims import ClaimNames, read_profile
+from broker.errors import LinkingError
+from infra.clock import ManualClock
+from infra.settings import IdpSettings, McpServerSettings, Settings
+from testing.identity import open_broker, sign_in_at_login_page, start_dev_idp
+
+CAROL = ChatUser("slack", "T1", "U-carol")
+
+
+async def test_login_asks_for_the_configured_scopes_and_prompt(
+    tmp_path: Path, engine: AsyncEngine
+) -> None:
+    async with start_dev_idp() as idp:
+        settings = Settings(  # type: ignore[call-arg]
+            _env_file=None,
+            data_dir=tmp_path,
+            idp=IdpSettings(
+                issuer=idp.issuer,
+                client_id=idp.client_id,
+                client_secret=idp.client_secret,  # type: ignore[arg-type]
+                scopes=["openid", "email", "offline_access", "groups"],
+                prompt="consent",
+            ),
+            mcp_servers=[],
+        )
+        async with open_identity_service(settings, engine) as service:
+            assert isinstance(service, LocalIdentityService)
+            query = parse_qs(urlsplit(await service.link_url(CAROL)).query)
+    assert query["scope"] == ["openid email offline_access groups"]
+    assert query["prompt"] == ["consent"]
+
+
+async def test_no_prompt_unless_configured() -> None:
+    async with start_dev_idp() as idp, open_broker(idp) as harness:
+        query = parse_qs(urlsplit(await harness.linking.start(CAROL)).query)
+    assert "prompt" not in query
+    assert query["scope"] == ["openid profile email offline_access"]
+
+
+def test_settings_refuse_a_login_without_openid_and_bad_claim_names() -> None:
+    with pytest.raises(ValidationError, match="openid"):
+        IdpSettings(scopes=["email", "offline_access"])
+    with pytest.raises(ValidationError, match="not a claim name"):
+        IdpSettings(groups_claim="realm_access..roles")
+    assert IdpSettings(groups_claim="realm_access.roles").groups_claim == "realm_access.roles"
+
+
+def test_claims_are_read_from_configured_and_nested_names() -> None:
+    claims = {
+        "sub": "u1",
+        "upn": "carol@corp.example",
+        "realm_access": {"roles": ["sre", "oncall"]},
+        "given": "Carol",
+    }
+    names = ClaimNames(groups="realm_access.roles", email="upn", name="given")
+    profile = read_profile(claims, names)
+    assert profile.email == "carol@corp.example"
+    assert profile.name == "Carol"
+    assert profile.groups == frozenset({"sre", "oncall"})
+    assert not profile.missing
+    assert read_profile({"sub": "u1"}, names).missing
+
+
+async def test_a_response_from_another_issuer_is_refused() -> None:
+    async with start_dev_idp() as idp, open_broker(idp) as harness:
+        async with httpx.AsyncClient() as http:
+            reply = await sign_in_at_login_page(http, await harness.linking.start(CAROL), "carol")
+        assert reply["iss"] == idp.issuer  # the dev IdP sends RFC 9207 iss
+        with pytest.raises(LinkingError, match="another identity provider"):
+            await harness.linking.complete(
+                reply["state"], reply["code"], iss="https://attacker.example"
+            )
+        assert await harness.links.get(CAROL) is None
+
+
+async def test_a_response_without_iss_is_refused_when_the_provider_promises_one() -> None:
+    async with start_dev_idp() as idp, open_broker(idp) as harness:
+        assert (await harness.linking._client.provider.metadata()).iss_parameter_supported
+        async with httpx.AsyncClient() as http:
+            reply = await sign_in_at_login_page(http, await harness.linking.start(CAROL), "carol")
+        with pytest.raises(LinkingError, match="does not name its issuer"):
+            await harness.linking.complete(reply["state"], reply["code"])
+        assert await harness.links.get(CAROL) is None
+        # With the iss the provider sent, the same flow links.
+        async with httpx.AsyncClient() as http:
+            reply = await sign_in_at_login_page(http, await harness.linking.start(CAROL), "carol")
+        result = await harness.linking.complete(reply["state"], reply["code"], iss=reply["iss"])
+        assert result.link.subject == "carol"
+
+
+async def test_an_exchanged_token_never_outlives_its_subject_token() -> None:
+    clock = ManualClock()
+    # This provider gives every exchanged token a fresh 10 minutes, whatever the subject's.
+    async with (
+        start_dev_idp(
+            clock=clock,
+            access_token_ttl=timedelta(minutes=2),
+            exchange_ttl=timedelta(minutes=10),
+            clamp_exchange_exp=False,
+        ) as idp,
+        open_broker(idp, clock=clock, cache_margin=timedelta(seconds=0)) as harness,
+    ):
+        carol = await harness.link("carol")
+        token = await harness.broker.get_token(carol, "ticketing")
+        subject_expiry = clock() + timedelta(minutes=2)
+        assert token.expires_at <= subject_expiry
+        # Past the subject's expiry the broker refreshes and exchanges again.
+        exchanges = idp.provider.stats.exchanges
+        clock.advance(timedelta(minutes=2, seconds=1).total_seconds())
+        again = await harness.broker.get_token(carol, "ticketing")
+        assert idp.provider.stats.exchanges == exchanges + 1
+        assert again.value != token.value
+
+
+@pytest.mark.parametrize("audience", ["api://opsbot-ticketing", "opsbot-ticketing"])
+async def test_audiences_need_not_be_urls(audience: str) -> None:
+    async with start_dev_idp({"ticketing": audience}) as idp, open_broker(idp) as harness:
+        token = await harness.token("carol", "ticketing")
+        claims = await harness.broker._client.provider.verify(token, audience=audience)
+    assert claims["aud"] == audience
+    assert McpServerSettings(name="t", url="http://h/mcp", audience=audience).audience == audience

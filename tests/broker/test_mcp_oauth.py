@@ -1,0 +1,194 @@
+"""The ``oauth`` auth mode for MCP servers (the MCP authorization spec, issue 19) against
+panva's certified ``oidc-provider`` with dynamic client registration (RFC 7591) and resource
+indicators (RFC 8707): discovery from a server's RFC 9728 metadata, registration, and the
+per-user flow (connect, token for exactly that server, refresh, revoke)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+
+from broker import ChatUser, LocalIdentityService
+from broker.links import TokenCipher
+from broker.mcp_oauth import OAuthDiscoveryError, discover, register
+from infra.serving import bind_socket, serve_asgi, socket_url
+from infra.settings import McpOAuthClient
+from testing.identity import open_broker, start_dev_idp
+from tests.fixtures.oidc_provider import node, node_provider, sign_in
+
+__all__ = ["node"]  # a fixture, imported for pytest
+
+
+@contextlib.asynccontextmanager
+async def protected_resource(metadata: dict[str, Any] | None) -> AsyncIterator[str]:
+    """An MCP server's URL (``…/mcp``) whose RFC 9728 metadata is ``metadata`` (with
+    ``resource`` filled in unless given); ``None``: it publishes none."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    sock = bind_socket("127.0.0.1", 0)
+    server_url = f"{socket_url(sock)}/mcp"
+
+    async def well_known(request: Request) -> Response:
+        if metadata is None:
+            return JSONResponse({"error": "not_found"}, 404)
+        return JSONResponse({"resource": server_url, **metadata})
+
+    app = Starlette(routes=[Route("/.well-known/oauth-protected-resource/mcp", well_known)])
+    async with serve_asgi(app, sock):
+        yield server_url
+
+
+async def test_oauth_mode_discovers_and_registers_at_a_certified_provider(node: str) -> None:
+    async with (
+        node_provider(node, "http://127.0.0.1:9/unused", registration=True) as issuer,
+        protected_resource({"authorization_servers": [issuer]}) as server_url,
+        httpx.AsyncClient() as http,
+    ):
+        found = await discover(server_url, http)
+        assert found.issuer == issuer
+        assert found.resource == server_url
+        assert found.token_endpoint == f"{issuer}/token"
+        assert found.registration_endpoint == f"{issuer}/reg"
+        client = await register(found, "http://127.0.0.1:9/oauth/mcp/callback", http)
+        assert client.client_id
+        assert client.client_secret
+        # The provider knows the client it registered: an authorization request is accepted.
+        query = urlencode(
+            {
+                "client_id": client.client_id,
+                "response_type": "code",
+                "redirect_uri": "http://127.0.0.1:9/oauth/mcp/callback",
+                "scope": "openid",
+                "code_challenge": "x" * 43,
+                "code_challenge_method": "S256",
+            }
+        )
+        reply = await http.get(f"{found.authorization_endpoint}?{query}")
+        assert reply.status_code == 303
+        assert "/interaction/" in reply.headers["location"]
+        # A configured client is used as is, without registering.
+        configured = McpOAuthClient(client_id="by-hand")
+        assert (await register(found, "http://x/cb", http, configured=configured)).client_id == (
+            "by-hand"
+        )
+
+
+async def test_oauth_discovery_refuses_what_does_not_add_up(node: str) -> None:
+    async with (
+        node_provider(node, "http://127.0.0.1:9/unused") as issuer,
+        httpx.AsyncClient() as http,
+    ):
+        async with protected_resource(None) as server_url:
+            with pytest.raises(OAuthDiscoveryError, match="no protected-resource metadata"):
+                await discover(server_url, http)
+        other = {"resource": "https://elsewhere.example/mcp", "authorization_servers": [issuer]}
+        async with protected_resource(other) as server_url:
+            with pytest.raises(OAuthDiscoveryError, match=r"elsewhere\.example"):
+                await discover(server_url, http)
+        async with protected_resource({"authorization_servers": [issuer]}) as server_url:
+            found = await discover(server_url, http)
+            assert found.registration_endpoint is None  # registration off at this provider
+            with pytest.raises(OAuthDiscoveryError, match="configure a client"):
+                await register(found, "http://x/cb", http)
+
+
+async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
+    node: str,
+) -> None:
+    """The per-user flow end to end: ConnectRequired → the provider's login and consent →
+    our callback → a token for exactly that server → refresh → revoke on disconnect."""
+    import jwt
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    from broker.mcp_oauth import ConnectRequired
+    from broker.mcp_oauth_flow import McpOAuthService, MemoryMcpTokenStore, OAuthServer
+    from broker.web import mcp_oauth_routes
+    from infra.clock import ManualClock
+
+    resource_sock = bind_socket("127.0.0.1", 0)
+    server_url = f"{socket_url(resource_sock)}/mcp"
+    callback_sock = bind_socket("127.0.0.1", 0)
+    callback_url = f"{socket_url(callback_sock)}/oauth/mcp/callback"
+    clock = ManualClock()
+    store = MemoryMcpTokenStore()
+    async with (
+        node_provider(
+            node,
+            "http://127.0.0.1:9/unused",
+            registration=True,
+            resource={"url": server_url, "scope": "tickets:read"},
+        ) as issuer,
+        httpx.AsyncClient() as http,
+    ):
+        service = McpOAuthService(
+            {"tickets": OAuthServer("tickets", server_url)},
+            store=store,
+            cipher=TokenCipher(TokenCipher.generate_key()),
+            http=http,
+            redirect_uri=callback_url,
+            clock=clock,
+        )
+
+        async def metadata(request: Request) -> Response:
+            return JSONResponse(
+                {
+                    "resource": server_url,
+                    "authorization_servers": [issuer],
+                    "scopes_supported": ["openid", "offline_access", "tickets:read"],
+                }
+            )
+
+        resource_app = Starlette(
+            routes=[Route("/.well-known/oauth-protected-resource/mcp", metadata)]
+        )
+        callback_app = Starlette(routes=mcp_oauth_routes(service))
+        async with serve_asgi(resource_app, resource_sock), serve_asgi(callback_app, callback_sock):
+            with pytest.raises(ConnectRequired) as needed:
+                await service.oauth_token("carol", "tickets")
+            assert needed.value.server == "tickets"
+            async with httpx.AsyncClient() as browser:
+                page = await sign_in(browser, needed.value.authorize_url, "carol", callback_url)
+            assert page.status_code == 200, page.text
+            assert "opsbot can now use tickets for you" in page.text
+
+            token = await service.oauth_token("carol", "tickets")
+            claims = jwt.decode(token, options={"verify_signature": False})
+            assert claims["aud"] == server_url
+            assert claims["sub"] == "carol"
+            assert token not in store.sealed[("carol", "tickets")]  # encrypted at rest
+            assert await service.oauth_token("carol", "tickets") == token  # still fresh
+
+            clock.advance(601)  # past the access token's 600 s (server.mjs ttl): refreshed
+            refreshed = await service.oauth_token("carol", "tickets")
+            assert refreshed != token
+            assert jwt.decode(refreshed, options={"verify_signature": False})["aud"] == server_url
+
+            grant = service._open(store.sealed[("carol", "tickets")])
+            _, client = service._setup["tickets"]
+            # Unlinking carol's chat account disconnects her servers.
+            async with start_dev_idp() as idp, open_broker(idp) as harness:
+                await harness.link("carol")
+                local = LocalIdentityService(harness.broker, harness.linking, service)
+                assert await local.oauth_token("carol", "tickets") == refreshed
+                assert await local.unlink(ChatUser("slack", "T-TEST", "U-carol"))
+            assert store.sealed == {}
+            assert client.client_secret is not None
+            assert grant.refresh_token is not None
+            refused = await http.post(  # revoked at the authorization server too
+                f"{issuer}/token",
+                data={"grant_type": "refresh_token", "refresh_token": grant.refresh_token},
+                auth=(client.client_id, client.client_secret),
+            )
+            assert refused.json()["error"] == "invalid_grant"
+            with pytest.raises(ConnectRequired):
+                await service.oauth_token("carol", "tickets")
