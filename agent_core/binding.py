@@ -92,6 +92,11 @@ class RunTools(Protocol):
 
     def acting_as(self, server: str) -> ActingAs: ...
 
+    async def call_again(self, request: MCPToolCallRequest) -> MCPToolCallResult:
+        """Send ``request`` once more on a live session for its server (reopened when the
+        last one died under the failed attempt); the transport guard applies as before."""
+        ...
+
 
 @dataclass
 class RunContext:
@@ -198,7 +203,10 @@ class AuditInterceptor:
                 reraise=True,
             ):
                 with attempt:
-                    result = await handler(request.override(args=call_args))
+                    sent = request.override(args=call_args)
+                    first = attempt.retry_state.attempt_number == 1
+                    # A retry must not reuse the session the failed attempt may have killed.
+                    result = await (handler(sent) if first else ctx.sessions.call_again(sent))
             if isinstance(result, CallToolResult):
                 if result.isError:
                     raise ToolResultError(server, result_text(result.content) or f"{name} failed")

@@ -65,6 +65,8 @@ class ServerHealth:
         self._probe_timeout = probe_timeout
         self._now = monotonic
         self._checked: dict[str, tuple[float, bool]] = {}
+        # Servers a probe found unreachable: only for these does a good probe prove recovery.
+        self._unreachable: set[str] = set()
         self._lock = asyncio.Lock()
 
     async def is_open(self, server: str) -> bool:
@@ -110,6 +112,7 @@ class ServerHealth:
         if ok:
             await self._close(server)
         else:
+            self._unreachable.add(server)
             await self.record(server, ToolTransientError(server, f"{server} health check failed"))
         return ok
 
@@ -119,8 +122,14 @@ class ServerHealth:
             # A server can answer a GET and still hang every call: a good probe only ends
             # degraded mode, it does not wipe the failures that calls have counted.
             return
-        # Open (or half-open): the server answered, so close it now rather than after the
-        # breaker's time-out. Half-open lets one request through; its success closes it.
+        if server not in self._unreachable:
+            # Opened by failing calls while the server kept answering probes (it may hang
+            # every call): a probe proves nothing here, the breaker's own time-out decides.
+            return
+        # Open (or half-open) after probes found it down, and now it answers: close it now
+        # rather than after the breaker's time-out (degraded mode ends at the first good
+        # probe). Half-open lets one request through; its success closes it.
+        self._unreachable.discard(server)
         breaker.context.set_state(HalfOpenedState())
         async with breaker:
             pass
@@ -146,5 +155,6 @@ class ServerHealth:
                 probed = await asyncio.gather(*(self.probe(n) for n in stale))
             for name, ok in zip(stale, probed, strict=True):
                 self._checked[name] = (self._now(), ok)
-                result[name] = ok
+                # A good probe does not reopen a server whose breaker is still open.
+                result[name] = ok and not await self.is_open(name)
         return {n: result[n] for n in names}

@@ -21,6 +21,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+import anyio
 import httpx
 from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.interceptors import (
@@ -167,6 +168,14 @@ class RunSessions:
             held.tools[name] = bound
         return bound
 
+    async def call_again(self, request: MCPToolCallRequest) -> MCPToolCallResult:
+        held = await self._live(request.server_name)
+
+        async def send(r: MCPToolCallRequest) -> MCPToolCallResult:
+            return await held.session.call_tool(r.name, r.args)
+
+        return await self._guard(held)(request, send)
+
     def _definition(self, server: str, name: str) -> ToolDefinition:
         entry = self._cache.get(server)
         for d in entry.tools if entry is not None else ():
@@ -213,7 +222,13 @@ class RunSessions:
                 )
                 await self._health.record(server, failure)
                 raise failure from None
-            except (httpx.HTTPError, OSError, ExceptionGroup) as exc:
+            except (
+                httpx.HTTPError,
+                OSError,
+                ExceptionGroup,
+                anyio.ClosedResourceError,
+                anyio.BrokenResourceError,
+            ) as exc:
                 failure = classify_failure(server, exc, held.http_errors)
                 await self._health.record(server, failure)
                 raise failure from None

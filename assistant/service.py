@@ -312,11 +312,11 @@ class Assistant:
             raise LinkingError("the completed link names no chat account")
         return Linked(identity.chat_user, identity.email or identity.subject)
 
-    async def status(self, chat_user: ChatUser) -> UserStatus:
+    async def status(self, chat_user: ChatUser, *, fresh: bool = False) -> UserStatus:
         """What opsbot knows of ``chat_user``; a link the IdP no longer honours (revoked)
         or cannot be checked is a status with a ``problem``, not an error."""
         try:
-            identity = await self._identities.resolve(chat_user)
+            identity = await self._identities.resolve(chat_user, fresh=fresh)
         except AccessRevokedError:
             log.info("status: the IdP no longer honours the link of %s", chat_user.user_id)
             return UserStatus(

@@ -268,7 +268,9 @@ class AssistantPort(Protocol):
 
     async def unlink(self, chat_user: ChatUser) -> bool: ...
 
-    async def status(self, chat_user: ChatUser) -> UserStatus: ...
+    async def status(self, chat_user: ChatUser, *, fresh: bool = False) -> UserStatus:
+        """``fresh``: ask the IdP now (a person asked), not a sign-in up to a minute old."""
+        ...
 
     async def complete_link(self, state: str, code: str, *, iss: str | None = None) -> Linked:
         """Finish an account link from the IdP's redirect (``/oauth/callback``): who was

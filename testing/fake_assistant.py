@@ -220,7 +220,7 @@ class FakeAssistant:
     async def unlink(self, chat_user: ChatUser) -> bool:
         return self.people.pop((chat_user.team_id, chat_user.user_id), None) is not None
 
-    async def status(self, chat_user: ChatUser) -> UserStatus:
+    async def status(self, chat_user: ChatUser, *, fresh: bool = False) -> UserStatus:
         person = self._person(chat_user)
         if person is None:
             return UserStatus(linked=False)

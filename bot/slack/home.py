@@ -8,12 +8,10 @@ their decision, and what opsbot remembers about them (with a *Forget all* button
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-from slack_bolt.async_app import AsyncAck, AsyncApp
+from typing import Any
 
 from bot.slack.cards import decision_buttons
-from bot.slack.core import ApprovalView, ChatUser, Remembered, UserStatus
+from bot.slack.core import ApprovalView, Remembered, UserStatus
 from bot.slack.render import (
     Block,
     approval_line,
@@ -24,9 +22,6 @@ from bot.slack.render import (
     sections,
     status_text,
 )
-
-if TYPE_CHECKING:
-    from bot.slack.adapter import SlackAdapter
 
 HOME_BLOCK_LIMIT = 100
 FORGET_ACTION_ID = "memory_forget_all"
@@ -88,14 +83,3 @@ def memory_blocks(remembered: Remembered) -> list[Block]:
         }
     )
     return blocks
-
-
-def register_home_actions(app: AsyncApp, adapter: SlackAdapter) -> None:
-    @app.action(FORGET_ACTION_ID)
-    async def forget_all(ack: AsyncAck, body: dict[str, Any]) -> None:
-        await ack()
-        user = body["user"]
-        team = user.get("team_id") or (body.get("team") or {}).get("id")
-        chat_user = ChatUser("slack", str(team), str(user["id"]))
-        await adapter.assistant.forget_memory(chat_user)
-        await adapter.publish_home(chat_user)

@@ -57,9 +57,10 @@ class HomeViews(SlackOutput):
         except Exception as exc:
             log.warning("home not published after linking: %s", type(exc).__name__)
 
-    async def publish_home(self, chat_user: ChatUser) -> None:
+    async def publish_home(self, chat_user: ChatUser, *, fresh: bool = False) -> None:
         """App Home for ``chat_user``: status, their pending requests, what waits for them."""
-        status = await self.assistant.status(chat_user)
+        # fresh: the person opened the tab, so ask the IdP now (a revoked link shows at once)
+        status = await self.assistant.status(chat_user, fresh=fresh)
         if not status.linked and status.login_url is None:
             status = type(status)(linked=False, login_url=await self.assistant.link_url(chat_user))
         view = home_view(status, [], [])

@@ -24,7 +24,7 @@ from bot.slack.core import (
     NotAuthorised,
     Reject,
 )
-from bot.slack.home import register_home_actions
+from bot.slack.home import FORGET_ACTION_ID
 from bot.slack.incoming import ACCEPTED, TOO_LONG, UserMessage
 from bot.slack.modals import (
     EDIT_CALLBACK_ID,
@@ -100,7 +100,7 @@ def register(app: AsyncApp, adapter: SlackAdapter) -> None:
     _register_events(app, adapter)
     _register_command(app, adapter)
     _register_approvals(app, adapter)
-    register_home_actions(app, adapter)
+    _register_home_actions(app, adapter)
 
 
 # -- events -------------------------------------------------------------------------------
@@ -148,6 +148,17 @@ def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
             return
         if event.get("tab") != "home":
             return
+        await adapter.publish_home(chat_user, fresh=True)
+
+
+def _register_home_actions(app: AsyncApp, adapter: SlackAdapter) -> None:
+    @app.action(FORGET_ACTION_ID)
+    async def forget_all(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        user = body["user"]
+        team = user.get("team_id") or (body.get("team") or {}).get("id")
+        chat_user = ChatUser("slack", str(team), str(user["id"]))
+        await adapter.assistant.forget_memory(chat_user)
         await adapter.publish_home(chat_user)
 
 
@@ -224,13 +235,13 @@ async def _subcommand(adapter: SlackAdapter, chat_user: ChatUser, verb: str, res
             "Your account was disconnected." if removed else "Your account was not connected."
         )
     if verb == "status":
-        return text_message(status_text(await assistant.status(chat_user)))
+        return text_message(status_text(await assistant.status(chat_user, fresh=True)))
     if verb == "whoami":
-        status = await assistant.status(chat_user)
+        status = await assistant.status(chat_user, fresh=True)
         who = f"You are <@{chat_user.user_id}> in workspace `{escape(chat_user.team_id)}`."
         return text_message(f"{who}\n{status_text(status)}")
     if verb == "pending":
-        status = await assistant.status(chat_user)
+        status = await assistant.status(chat_user, fresh=True)
         if not status.linked:
             hint = "" if status.problem else " Connect it with `/ops link`."
             return text_message(status_text(status) + hint)

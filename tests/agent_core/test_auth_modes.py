@@ -14,7 +14,7 @@ from agent_core import Agent, AgentConfig, Answer, ServerConfig, ToolPolicy
 from agent_core.catalog import describe_tools
 from agent_core.credentials import Credentials
 from agent_core.errors import ConnectRequiredError, CredentialError
-from agent_core.factory import ServerConfigError, check_servers, server_config
+from agent_core.factory import ServerConfigError, check_servers, log_servers, server_config
 from agent_core.threads import MemoryThreadStore, PlatformRef
 from broker import BrokerError, Identity
 from infra.settings import McpServerSettings, Settings
@@ -117,6 +117,7 @@ def test_start_up_refuses_oauth_without_the_broker_and_warns_for_none(
     check_servers([ServerConfig("j", "http://j/mcp", auth="oauth")], oauth_available=True)
     with caplog.at_level(logging.INFO, logger="agent_core.factory"):
         check_servers([ServerConfig("t", "http://t/mcp", auth="none")], oauth_available=False)
+        log_servers([ServerConfig("t", "http://t/mcp", auth="none")])
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "auth none" in warnings[0].getMessage()
@@ -177,8 +178,8 @@ async def test_discovery_logs_one_line_per_server_with_what_is_left_out(
             assert isinstance(await agent.run(ALICE, thread.thread_id, "hi"), Answer)
         lines = [r.getMessage() for r in caplog.records if "mcp server fake" in r.getMessage()]
         assert lines == [
-            "mcp server fake: auth=exchange tools=4 allowlisted=2 "
-            "left out: fake_slow_change, fake_slow_lookup"
+            "mcp server fake: auth=exchange tools=5 allowlisted=2 "
+            "left out: fake_note, fake_slow_change, fake_slow_lookup"
         ]
         found = await agent.discover_all(ALICE)
     rows, notes = describe_tools(agent.servers, found, policy)

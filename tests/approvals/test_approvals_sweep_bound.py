@@ -35,5 +35,5 @@ async def test_default_sweeps_finish_an_interrupted_decision_within_30_seconds()
     assert finished_at - crashed_at <= FINISHED_WITHIN
     done = await harness.store.get(approval_id)
     assert done is not None
-    assert done.status is ApprovalStatus.APPROVED
+    assert done.status is ApprovalStatus.SUCCEEDED
     assert harness.executor.executions == 1
