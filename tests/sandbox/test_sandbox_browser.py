@@ -152,7 +152,9 @@ async def test_golden_path_in_the_browser(browser: Browser, dev: DevProcess) -> 
         .last.locator(".replies")
         .click()
     )
-    await expect(thread.get_by_text("Your request was approved")).to_be_visible(timeout=WAIT_MS)
+    await expect(thread.get_by_text("Your request was approved").first).to_be_visible(
+        timeout=WAIT_MS
+    )
     await shot(page, "5-requester-told")
 
     # the app's Home tab (views.publish) and the DM's suggested prompts
