@@ -62,3 +62,31 @@ async def test_an_unreachable_database_answers_503_with_one_line_and_the_retry_o
         await env.fake.settle()
     assert len(fake_assistant.messages) == 1
     assert len(env.fake.calls_to("chat.update")) == 1
+
+
+async def test_an_in_process_run_losing_the_database_asks_the_person_to_send_it_again(
+    run_app: RunApp,
+    fake_assistant: FakeAssistant,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def connection_lost(*_args: object) -> None:
+        raise psycopg.OperationalError("terminating connection due to administrator command")
+
+    fake_assistant.handle_message = connection_lost  # type: ignore[method-assign,assignment]
+    async with run_app(fake_assistant) as env:
+        if env.durable:
+            pytest.skip("a durable run goes back in the queue (tests/reliability)")
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            status, _ = await env.sender.post_event(mention(ALICE.user_id, "hi"))
+            assert status == 200
+            update = (await env.fake.wait_for("chat.update"))[0]
+            await env.fake.settle()
+    text = str(update["blocks"])
+    assert "could not reach its database" in text
+    assert "send it again" in text
+    assert "Something went wrong" not in text
+    assert "administrator command" not in text
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert not any(r.exc_info for r in caplog.records)
