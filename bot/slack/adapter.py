@@ -27,7 +27,7 @@ from bot.slack.core import (
 )
 from bot.slack.decisions import DecisionViews
 from bot.slack.incoming import Progress, UserMessage
-from bot.slack.output import FAILURE_TEXT
+from bot.slack.output import DATABASE_DOWN_TEXT, FAILURE_TEXT
 from bot.slack.render import (
     Message,
     answer_messages,
@@ -184,12 +184,20 @@ class SlackAdapter(DecisionViews):
         try:
             reply = await self.assistant.handle_message(message.chat_user, ref, message.text)
         except Exception as exc:
-            if retry_on_connection_error and is_connection_error(exc):
+            connection_lost = is_connection_error(exc)
+            if retry_on_connection_error and connection_lost:
                 raise
-            log.exception("assistant failed on a message")
-            await self.post(
-                channel, thread_ts, [text_message(FAILURE_TEXT)], indicator.placeholder_ts
-            )
+            if connection_lost:
+                # Not a bug to trace: the person is asked to send the request again.
+                log.warning(
+                    "database unreachable while answering %s; asked them to try again: %s",
+                    message.chat_user.user_id,
+                    type(exc).__name__,
+                )
+            else:
+                log.exception("assistant failed on a message")
+            text = DATABASE_DOWN_TEXT if connection_lost else FAILURE_TEXT
+            await self.post(channel, thread_ts, [text_message(text)], indicator.placeholder_ts)
             if indicator.status_set:
                 await self._clear_status(indicator)
             return

@@ -30,8 +30,21 @@ from bot.slack.incoming import ACCEPTED, TOO_LONG, user_message
 from bot.slack.listeners import register
 from bot.slack.store import ProcessedEvents, SqlApprovalMessages, SqlProcessedEvents
 from infra.clock import Clock, utc_now
+from infra.storage.faults import is_connection_error
 
 log = logging.getLogger(__name__)
+
+
+def _unavailable(step: str, body: dict[str, Any], exc: BaseException) -> BoltResponse:
+    """A 503 and one warning line (no traceback) for a database that cannot be reached:
+    nothing was stored or marked seen, and Slack delivers the request again."""
+    log.warning(
+        "database unavailable while %s %s, answered 503 so Slack redelivers: %s",
+        step,
+        body.get("event_id") or body.get("type") or "a request",
+        type(exc).__name__,
+    )
+    return BoltResponse(status=503, body="")
 
 
 def dedup_middleware(
@@ -47,9 +60,16 @@ def dedup_middleware(
         body: dict[str, Any], next: Callable[[], Awaitable[BoltResponse | None]]
     ) -> BoltResponse | None:
         event_id = body.get("event_id") if body.get("type") == "event_callback" else None
-        if isinstance(event_id, str) and event_id and not await processed.claim(event_id):
-            log.info("duplicate delivery of %s dropped", event_id)
-            return BoltResponse(status=200, body="")
+        if isinstance(event_id, str) and event_id:
+            try:
+                first = await processed.claim(event_id)
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    raise
+                return _unavailable("recording", body, exc)
+            if not first:
+                log.info("duplicate delivery of %s dropped", event_id)
+                return BoltResponse(status=200, body="")
         return await next()
 
     return deduplicate
@@ -93,7 +113,8 @@ def accept_middleware(
 
     Global middleware runs before the listener, and Bolt acks an event only when its
     listener starts, so a durable adapter has stored the message by the time Slack hears
-    "200"; if storing fails, Slack gets a 500 and delivers again. A redelivery the adapter
+    "200"; if the database cannot be reached, Slack gets a 503 (one warning line) and
+    delivers again; any other failure to store is Bolt's 500. A redelivery the adapter
     already holds gets an empty 200. The accepted message is left in the context under
     ``ACCEPTED`` for the listener.
     """
@@ -110,7 +131,13 @@ def accept_middleware(
             # Refused after the ack, by the listener; nothing is stored or run.
             context[TOO_LONG] = message
             return await next()
-        if not await adapter.accept(message, str(body.get("event_id") or "")):
+        try:
+            first = await adapter.accept(message, str(body.get("event_id") or ""))
+        except Exception as exc:
+            if not is_connection_error(exc):
+                raise
+            return _unavailable("accepting", body, exc)
+        if not first:
             log.info("redelivery of %s dropped", body.get("event_id"))
             return BoltResponse(status=200, body="")
         # The listener answers exactly what was accepted here.

@@ -23,6 +23,12 @@ FAILURE_TEXT = (
     ":x: Something went wrong on opsbot's side and the request was not completed. "
     "Nothing was changed; please try again."
 )
+# In-process runs only (a durable run goes back in the queue instead): the request is not
+# kept anywhere, so the person is asked to send it again.
+DATABASE_DOWN_TEXT = (
+    ":warning: opsbot could not reach its database just now, so your request was not "
+    "completed. Please send it again in a minute."
+)
 
 
 class SlackOutput:
