@@ -36,18 +36,28 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
     )
 
 
+def _authorization_response(request: Request) -> tuple[str, str, str | None] | Response:
+    """``state``, ``code`` and ``iss`` of the redirect back, or the page that says why not
+    (both callbacks read an authorization response the same way)."""
+    params = request.query_params
+    if "error" in params:
+        return _page("Not connected", "The sign-in was cancelled or refused.", 400)
+    state, code = params.get("state"), params.get("code")
+    if not state or not code:
+        return _page("Not connected", "The sign-in response is incomplete.", 400)
+    return state, code, params.get("iss")
+
+
 def link_routes(linking: LinkingService, on_linked: OnLinked | None = None) -> list[Route]:
     """The callback route the IdP redirects to after login."""
 
     async def callback(request: Request) -> Response:
-        params = request.query_params
-        if "error" in params:
-            return _page("Not connected", "The sign-in was cancelled or refused.", 400)
-        state, code = params.get("state"), params.get("code")
-        if not state or not code:
-            return _page("Not connected", "The sign-in response is incomplete.", 400)
+        got = _authorization_response(request)
+        if isinstance(got, Response):
+            return got
+        state, code, iss = got
         try:
-            result = await linking.complete(state, code, iss=params.get("iss"))
+            result = await linking.complete(state, code, iss=iss)
         except InvalidStateError as exc:
             return _page("Link expired or already used", f"{exc}. Ask opsbot for a new link.", 400)
         except BrokerError as exc:
@@ -67,14 +77,12 @@ def mcp_oauth_routes(service: McpOAuthService) -> list[Route]:
     """The callback route of MCP servers' authorization servers (``oauth`` mode)."""
 
     async def callback(request: Request) -> Response:
-        params = request.query_params
-        if "error" in params:
-            return _page("Not connected", "The sign-in was cancelled or refused.", 400)
-        state, code = params.get("state"), params.get("code")
-        if not state or not code:
-            return _page("Not connected", "The sign-in response is incomplete.", 400)
+        got = _authorization_response(request)
+        if isinstance(got, Response):
+            return got
+        state, code, iss = got
         try:
-            _, server = await service.complete(state, code, params.get("iss"))
+            _, server = await service.complete(state, code, iss)
         except InvalidStateError as exc:
             return _page("Link expired or already used", f"{exc}. Ask opsbot again.", 400)
         except BrokerError as exc:
