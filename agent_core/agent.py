@@ -288,16 +288,7 @@ class Agent:
         *,
         continues: str | None = None,
     ) -> RunResult:
-        sessions = RunSessions(
-            self._servers,
-            self._broker,
-            identity,
-            health=self.health,
-            cache=self.cache,
-            stats=self.stats,
-            http_timeout=self.config.write_timeout,
-            oauth_token=self._oauth_token,
-        )
+        sessions = self._sessions(identity)
         try:
             toolset = await self._toolset(sessions)
             ctx = RunContext(
@@ -354,6 +345,19 @@ class Agent:
             )
         finally:
             await sessions.aclose()
+
+    def _sessions(self, identity: Identity) -> RunSessions:
+        """One run's MCP sessions for ``identity``, sharing this agent's health, cache, stats."""
+        return RunSessions(
+            self._servers,
+            self._broker,
+            identity,
+            health=self.health,
+            cache=self.cache,
+            stats=self.stats,
+            http_timeout=self.config.write_timeout,
+            oauth_token=self._oauth_token,
+        )
 
     async def _toolset(self, sessions: RunSessions) -> _Toolset:
         names = list(self._servers)
@@ -426,16 +430,7 @@ class Agent:
         With ``user_servers=False`` only ``static`` and ``none`` servers are listed: the
         others need a real user's token.
         """
-        sessions = RunSessions(
-            self._servers,
-            self._broker,
-            identity,
-            health=self.health,
-            cache=self.cache,
-            stats=self.stats,
-            http_timeout=self.config.write_timeout,
-            oauth_token=self._oauth_token,
-        )
+        sessions = self._sessions(identity)
         found: dict[str, ServerTools | ToolCallError] = {}
         try:
             for server, config in self._servers.items():

@@ -22,8 +22,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from infra.storage.engine import SQLITE_BUSY_TIMEOUT_MS, sqlite_path
-from infra.storage.postgres import open_pool, setup_lock
+from infra.storage.engine import SQLITE_BUSY_TIMEOUT_MS, sqlite_file
+from infra.storage.postgres import open_set_up
 
 MEMORY_URL = "memory://"
 
@@ -37,18 +37,12 @@ async def open_checkpointer(
         yield InMemorySaver()
         return
     if url.startswith("postgresql"):
-        async with open_pool(
-            url, max_size=pool_size, dict_rows=True, prepare_threshold=0, name="checkpointer"
-        ) as pool:
-            saver = AsyncPostgresSaver(pool)
-            async with setup_lock(url):
-                await saver.setup()
+        async with open_set_up(
+            url, AsyncPostgresSaver, max_size=pool_size, name="checkpointer"
+        ) as saver:
             yield saver
         return
-    path = sqlite_path(url)
-    if path is None:
-        raise ValueError(f"cannot open a checkpointer for {url!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = sqlite_file(url, "a checkpointer")
     async with aiosqlite.connect(str(path)) as conn:
         # The same file as opsbot's tables: WAL so readers never block, and a busy timeout
         # so a write waits for the other writer (audit, approvals) instead of failing.

@@ -128,29 +128,18 @@ class TokenEndpointClient:
     async def _post(self, form: dict[str, str]) -> TokenResponse:
         meta = await self.provider.metadata()
         data, headers = self._authenticate(form)
-        try:
-            response = await self._http.post(
-                meta.token_endpoint, data=data, headers={**headers, "Accept": "application/json"}
-            )
-        except httpx.HTTPError as exc:
-            raise BrokerUnavailableError(
-                f"identity provider unreachable (token endpoint): {type(exc).__name__}"
-            ) from exc
-        if response.status_code >= 500:
-            raise BrokerUnavailableError(f"token endpoint answered {response.status_code}")
-        try:
-            body: Any = response.json()
-        except ValueError:
-            body = None
+        status, body = await post_token_form(
+            self._http, meta.token_endpoint, data, headers, "identity provider"
+        )
         if not isinstance(body, dict):
             raise TokenEndpointError(
-                "invalid_response", "token endpoint sent no JSON object", response.status_code
+                "invalid_response", "token endpoint sent no JSON object", status
             )
-        if response.status_code != 200 or "error" in body:
+        if status != 200 or "error" in body:
             raise TokenEndpointError(
                 str(body.get("error", "invalid_response")),
                 str(body.get("error_description", ""))[:300],
-                response.status_code,
+                status,
             )
         token = body.get("access_token")
         if not isinstance(token, str) or not token:
@@ -162,6 +151,28 @@ class TokenEndpointClient:
             refresh_token=_str(body.get("refresh_token")),
             id_token=_str(body.get("id_token")),
         )
+
+
+async def post_token_form(
+    http: httpx.AsyncClient, url: str, data: dict[str, str], headers: dict[str, str], who: str
+) -> tuple[int, Any]:
+    """POST a token request; its status and JSON body (``None`` when not JSON). Unreachable
+    or a 5xx is ``BrokerUnavailableError`` (``who``: the server's role, for the message)."""
+    try:
+        response = await http.post(
+            url, data=data, headers={**headers, "Accept": "application/json"}
+        )
+    except httpx.HTTPError as exc:
+        raise BrokerUnavailableError(
+            f"{who} unreachable (token endpoint): {type(exc).__name__}"
+        ) from exc
+    if response.status_code >= 500:
+        raise BrokerUnavailableError(f"token endpoint answered {response.status_code}")
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = None
+    return response.status_code, body
 
 
 def _str(value: Any) -> str | None:

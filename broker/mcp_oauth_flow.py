@@ -30,7 +30,8 @@ from urllib.parse import quote, urlencode
 import httpx
 from cryptography.fernet import Fernet, InvalidToken
 
-from broker.errors import BrokerUnavailableError, InvalidStateError, LinkingError
+from broker.errors import InvalidStateError, LinkingError
+from broker.exchange import post_token_form
 from broker.links import TokenCipher
 from broker.mcp_oauth import (
     AuthorizationServer,
@@ -259,22 +260,11 @@ class McpOAuthService:
         self, found: AuthorizationServer, client: RegisteredClient, form: dict[str, str]
     ) -> dict[str, Any]:
         data, headers = _client_auth(client, form)
-        try:
-            response = await self._http.post(
-                found.token_endpoint, data=data, headers={**headers, "Accept": "application/json"}
-            )
-        except httpx.HTTPError as exc:
-            raise BrokerUnavailableError(
-                f"authorization server unreachable: {type(exc).__name__}"
-            ) from exc
-        if response.status_code >= 500:
-            raise BrokerUnavailableError(f"token endpoint answered {response.status_code}")
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if response.status_code != 200 or not isinstance(body, dict) or "error" in body:
-            error = body.get("error") if isinstance(body, dict) else response.status_code
+        status, body = await post_token_form(
+            self._http, found.token_endpoint, data, headers, "authorization server"
+        )
+        if status != 200 or not isinstance(body, dict) or "error" in body:
+            error = body.get("error") if isinstance(body, dict) else status
             raise LinkingError(f"the authorization server refused: {error}")
         return body
 

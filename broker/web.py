@@ -36,8 +36,12 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
     )
 
 
-def link_routes(linking: LinkingService, on_linked: OnLinked | None = None) -> list[Route]:
-    """The callback route the IdP redirects to after login."""
+Finish = Callable[[str, str, str | None], Awaitable[Response]]
+
+
+def _callback(finish: Finish, ask_again: str) -> Callable[[Request], Awaitable[Response]]:
+    """An endpoint for an authorization response: the checks and error pages both callbacks
+    share; ``finish(state, code, iss)`` completes the flow and answers the success page."""
 
     async def callback(request: Request) -> Response:
         params = request.query_params
@@ -47,16 +51,26 @@ def link_routes(linking: LinkingService, on_linked: OnLinked | None = None) -> l
         if not state or not code:
             return _page("Not connected", "The sign-in response is incomplete.", 400)
         try:
-            result = await linking.complete(state, code, iss=params.get("iss"))
+            return await finish(state, code, params.get("iss"))
         except InvalidStateError as exc:
-            return _page("Link expired or already used", f"{exc}. Ask opsbot for a new link.", 400)
+            return _page("Link expired or already used", f"{exc}. {ask_again}", 400)
         except BrokerError as exc:
             return _page("Not connected", str(exc), 502)
+
+    return callback
+
+
+def link_routes(linking: LinkingService, on_linked: OnLinked | None = None) -> list[Route]:
+    """The callback route the IdP redirects to after login."""
+
+    async def finish(state: str, code: str, iss: str | None) -> Response:
+        result = await linking.complete(state, code, iss=iss)
         if on_linked is not None:
             await on_linked(result)
         who = result.link.email or result.link.subject
         return _page("Account connected", f"Connected as {who}. You can return to the chat.")
 
+    callback = _callback(finish, "Ask opsbot for a new link.")
     return [Route("/oauth/callback", callback, methods=["GET"])]
 
 
@@ -66,19 +80,8 @@ MCP_OAUTH_CALLBACK_PATH = "/oauth/mcp/callback"
 def mcp_oauth_routes(service: McpOAuthService) -> list[Route]:
     """The callback route of MCP servers' authorization servers (``oauth`` mode)."""
 
-    async def callback(request: Request) -> Response:
-        params = request.query_params
-        if "error" in params:
-            return _page("Not connected", "The sign-in was cancelled or refused.", 400)
-        state, code = params.get("state"), params.get("code")
-        if not state or not code:
-            return _page("Not connected", "The sign-in response is incomplete.", 400)
-        try:
-            _, server = await service.complete(state, code, params.get("iss"))
-        except InvalidStateError as exc:
-            return _page("Link expired or already used", f"{exc}. Ask opsbot again.", 400)
-        except BrokerError as exc:
-            return _page("Not connected", str(exc), 502)
+    async def finish(state: str, code: str, iss: str | None) -> Response:
+        _, server = await service.complete(state, code, iss)
         return _page("Connected", f"opsbot can now use {server} for you. Return to the chat.")
 
-    return [Route(MCP_OAUTH_CALLBACK_PATH, callback, methods=["GET"])]
+    return [Route(MCP_OAUTH_CALLBACK_PATH, _callback(finish, "Ask opsbot again."), methods=["GET"])]

@@ -38,8 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agent_core.pii import detect_secret
 from broker.types import Identity
-from infra.storage.engine import sqlite_path
-from infra.storage.postgres import open_pool, setup_lock
+from infra.storage.engine import sqlite_file
+from infra.storage.postgres import open_set_up
 
 MEMORY_URL = "memory://"
 KEY = "preferences"
@@ -181,18 +181,10 @@ async def open_memory_store(url: str) -> AsyncIterator[BaseStore]:
     if url.startswith("postgresql"):
         # The shared pool helper: checked connections, so a database restart does not leave
         # dead ones behind; set-up one instance at a time (``opsbot migrate`` runs it too).
-        async with open_pool(
-            url, max_size=4, dict_rows=True, prepare_threshold=0, name="user-memory"
-        ) as pool:
-            store = AsyncPostgresStore(pool)
-            async with setup_lock(url):
-                await store.setup()
+        async with open_set_up(url, AsyncPostgresStore, max_size=4, name="user-memory") as store:
             yield store
         return
-    path = sqlite_path(url)
-    if path is None:
-        raise ValueError(f"cannot open a memory store for {url!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = sqlite_file(url, "a memory store")
     # Autocommit, as the store's own from_conn_string does: it opens its transactions itself
     # (without this, setup() leaves one open and locks the database for everyone else).
     async with aiosqlite.connect(str(path), isolation_level=None) as conn:

@@ -52,6 +52,16 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+def sqlite_file(url: str, what: str) -> Path:
+    """The SQLite file of ``url``, its directory created; ``ValueError`` naming ``what`` when
+    ``url`` is not a SQLite file URL."""
+    path = sqlite_path(url)
+    if path is None:
+        raise ValueError(f"cannot open {what} for {url!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """An async engine for ``url``; a SQLite file's directory is created on demand."""
     path = sqlite_path(url)

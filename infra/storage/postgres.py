@@ -11,6 +11,10 @@ Example::
     async with open_pool(url, max_size=4, dict_rows=True, prepare_threshold=0) as pool:
         async with setup_lock(url):       # three instances starting at once: one at a time
             await AsyncPostgresStore(pool).setup()
+
+    # the same, for any LangGraph saver or store:
+    async with open_set_up(url, AsyncPostgresStore, max_size=4, name="user-memory") as store:
+        ...
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol, TypeVar
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
@@ -133,3 +137,25 @@ async def setup_lock(
                 await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
     finally:
         await conn.close()
+
+
+class _SetsUp(Protocol):
+    async def setup(self) -> None: ...
+
+
+_T = TypeVar("_T", bound=_SetsUp)
+
+
+@contextlib.asynccontextmanager
+async def open_set_up(
+    url: str, build: Callable[[AsyncConnectionPool[Any]], _T], *, max_size: int, name: str
+) -> AsyncIterator[_T]:
+    """A LangGraph saver or store built by ``build`` on its own pool (dict rows, no prepared
+    statements: what they expect), set up once under ``setup_lock``; the pool closes on exit."""
+    async with open_pool(
+        url, max_size=max_size, dict_rows=True, prepare_threshold=0, name=name
+    ) as pool:
+        built = build(pool)
+        async with setup_lock(url):
+            await built.setup()
+        yield built
