@@ -19,6 +19,8 @@ from broker.inprocess import InProcessBroker, ServerTarget
 from broker.linking import LinkingService
 from broker.links import LinkStore, SqlLinkStore, TokenCipher
 from broker.local import LocalIdentityService
+from broker.mcp_oauth_flow import McpOAuthService, OAuthServer
+from broker.mcp_tokens import SqlMcpTokenStore
 from broker.metrics import BrokerMetrics
 from broker.oidc import OidcProvider
 from broker.remote import RemoteBroker
@@ -165,6 +167,7 @@ async def open_identity_service(
             userinfo_fallback=idp.userinfo_fallback,
         ) as broker,
         open_token_client(**common) as login_client,
+        httpx.AsyncClient(timeout=DEFAULT_TIMEOUT) as mcp_http,
     ):
         linking = LinkingService(
             links=links,
@@ -178,4 +181,31 @@ async def open_identity_service(
             claims=claims,
             userinfo_fallback=idp.userinfo_fallback,
         )
-        yield LocalIdentityService(broker, linking)
+        yield LocalIdentityService(
+            broker, linking, _mcp_oauth(settings, engine, cipher, mcp_http, clock)
+        )
+
+
+def _mcp_oauth(
+    settings: Settings,
+    engine: AsyncEngine,
+    cipher: TokenCipher,
+    http: httpx.AsyncClient,
+    clock: Clock,
+) -> McpOAuthService | None:
+    """Per-user OAuth for the servers in ``oauth`` mode (none configured: ``None``)."""
+    servers = {
+        s.name: OAuthServer(s.name, s.url, s.oauth)
+        for s in settings.mcp_servers
+        if s.auth == "oauth"
+    }
+    if not servers:
+        return None
+    return McpOAuthService(
+        servers,
+        store=SqlMcpTokenStore(engine, clock),
+        cipher=cipher,
+        http=http,
+        redirect_uri=settings.broker.mcp_oauth_callback_url,
+        clock=clock,
+    )

@@ -9,8 +9,8 @@ tokens for that server, encrypted (Fernet, a key derived from the link key), and
 server's tokens (on unlink).
 
 The state is a Fernet token (encrypted, signed, expiring) carrying the PKCE verifier, so no
-pending login is stored server-side. Tokens live in a ``McpTokenStore``; only the in-memory one
-exists yet (a SQL store is still to come).
+pending login is stored server-side. Tokens live in a ``McpTokenStore`` (``broker.mcp_tokens``:
+in memory, or the ``mcp_oauth_tokens`` table).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import httpx
@@ -40,8 +40,11 @@ from broker.mcp_oauth import (
     discover,
     register,
 )
+from broker.mcp_tokens import McpTokenStore, MemoryMcpTokenStore
 from infra.clock import Clock, utc_now
 from infra.settings import McpOAuthClient
+
+__all__ = ["McpOAuthService", "McpTokenStore", "MemoryMcpTokenStore", "OAuthServer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,32 +61,6 @@ class Grant:
     access_token: str = field(repr=False)
     refresh_token: str | None = field(repr=False)
     expires_at: datetime
-
-
-class McpTokenStore(Protocol):
-    async def get(self, subject: str, server: str) -> str | None: ...
-    async def put(self, subject: str, server: str, sealed: str) -> None: ...
-    async def delete(self, subject: str, server: str) -> None: ...
-    async def servers(self, subject: str) -> list[str]: ...
-
-
-class MemoryMcpTokenStore:
-    """Sealed grants per user·server, in memory (tests and single-process development)."""
-
-    def __init__(self) -> None:
-        self.sealed: dict[tuple[str, str], str] = {}
-
-    async def get(self, subject: str, server: str) -> str | None:
-        return self.sealed.get((subject, server))
-
-    async def put(self, subject: str, server: str, sealed: str) -> None:
-        self.sealed[(subject, server)] = sealed
-
-    async def delete(self, subject: str, server: str) -> None:
-        self.sealed.pop((subject, server), None)
-
-    async def servers(self, subject: str) -> list[str]:
-        return [srv for (sub, srv) in self.sealed if sub == subject]
 
 
 def _challenge(verifier: str) -> str:

@@ -43,6 +43,16 @@ class Section(BaseModel):
     model_config = ConfigDict(use_attribute_docstrings=True)
 
 
+class McpOAuthClient(BaseModel):
+    """A client registered by hand at an MCP server's authorization server, for servers in
+    ``oauth`` mode whose authorization server has no dynamic registration (RFC 7591). Meant
+    to be embedded in a server's settings (as ``oauth``)."""
+
+    client_id: str = Field(min_length=1)
+    client_secret: SecretStr | None = None  # None: a public client (PKCE only)
+    scopes: list[str] = Field(default_factory=list)  # default: the server's scopes_supported
+
+
 class McpServerSettings(BaseModel):
     """One MCP server opsbot talks to: its name (the tool prefix), URL and how to authenticate.
 
@@ -69,6 +79,8 @@ class McpServerSettings(BaseModel):
     timeout_s: float = Field(default=30.0, gt=0)
     # When true, an unclassified tool the server marks readOnlyHint is a read (no approval).
     trust_read_only_hint: bool = False
+    # auth 'oauth' only: a client registered by hand; without it, dynamic registration (DCR).
+    oauth: McpOAuthClient | None = None
     _header_value: SecretStr | None = PrivateAttr(default=None)
 
     @property
@@ -81,6 +93,8 @@ class McpServerSettings(BaseModel):
         where = f"MCP server {self.name!r}"
         if self.auth == "exchange" and not self.audience:
             raise ValueError(f"{where}: auth 'exchange' needs an 'audience'")
+        if self.auth != "oauth" and self.oauth is not None:
+            raise ValueError(f"{where}: an 'oauth' client needs auth 'oauth'")
         if self.auth != "static" and (self.header_value_env or self.header_value_file):
             raise ValueError(f"{where}: header_value_env/header_value_file need auth 'static'")
         if self.auth == "static":
@@ -120,16 +134,6 @@ class McpServerSettings(BaseModel):
         if not value.isidentifier():
             raise ValueError("server name must be a plain identifier (it prefixes tool names)")
         return value
-
-
-class McpOAuthClient(BaseModel):
-    """A client registered by hand at an MCP server's authorization server, for servers in
-    ``oauth`` mode whose authorization server has no dynamic registration (RFC 7591). Meant
-    to be embedded in a server's settings (e.g. as ``oauth_client``)."""
-
-    client_id: str = Field(min_length=1)
-    client_secret: SecretStr | None = None  # None: a public client (PKCE only)
-    scopes: list[str] = Field(default_factory=list)  # default: the server's scopes_supported
 
 
 def _default_mcp_servers() -> list[McpServerSettings]:
@@ -217,6 +221,8 @@ class BrokerSettings(Section):
     development only: a random key is generated once into OPSBOT_DATA_DIR/link-encryption.key."""
     link_callback_url: str = "http://127.0.0.1:3000/oauth/callback"
     """Where the IdP sends users back after "Connect your account" (the app's /oauth/callback)."""
+    mcp_oauth_callback_url: str = "http://127.0.0.1:3000/oauth/mcp/callback"
+    """Where MCP servers' authorization servers send users back after *Connect <server>*."""
     link_state_ttl_seconds: int = 600
     """How long a "Connect your account" link stays valid."""
 

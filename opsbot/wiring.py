@@ -51,6 +51,8 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                 max_payload_bytes=settings.approvals.audit_max_payload_bytes,
             )
             threads = SqlThreadStore(engine, clock=clock)
+            local = identities if isinstance(identities, LocalIdentityService) else None
+            mcp_oauth = None if local is None or local.mcp_oauth is None else local.oauth_token
             agent = build_agent(
                 settings,
                 broker=identities,
@@ -59,6 +61,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                 observer=ops.observer(AuditObserver(audit)),
                 run_callbacks=ops.run_callbacks,
                 extra_middleware=ops.middleware(),
+                oauth_token=mcp_oauth,
             )
             service = ApprovalService(
                 SqlApprovalStore(engine),
@@ -75,7 +78,6 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
             )
             # In-process, this process finishes account links and owns the broker's counters;
             # a remote broker service does both itself.
-            local = identities if isinstance(identities, LocalIdentityService) else None
             with ops.watch(agent, None if local is None else local.broker.metrics):
                 yield Assistant(
                     identities,

@@ -203,3 +203,14 @@ run_jobs = Table(
     Column("error", String(500), nullable=True),
     Index("ix_run_jobs_status_created", "status", "created_at"),
 )
+
+# MCP servers in ``oauth`` mode (migration 0008): each user's grant per server, sealed with
+# Fernet by McpOAuthService before it reaches this table (the database never sees a token).
+mcp_oauth_tokens = Table(
+    "mcp_oauth_tokens",
+    metadata,
+    Column("subject", String(255), primary_key=True),
+    Column("server", String(255), primary_key=True),
+    Column("grant_encrypted", String(), nullable=False),
+    Column("updated_at", UtcDateTime(), nullable=False),
+)

@@ -95,3 +95,55 @@ async def test_remote_identity_service_from_settings(
             assert isinstance(service, RemoteBroker)
             token = await service.get_token(alice, "docs")
     assert token.scopes == {"docs:read"}
+
+
+async def test_oauth_mode_servers_get_a_per_user_oauth_service_on_the_database(
+    dev_idp: RunningIdp, tmp_path: Path, engine: AsyncEngine
+) -> None:
+    """An ``auth: oauth`` server (configured client or DCR) makes the in-process identity
+    service carry McpOAuthService with the SQL token store and the configured callback."""
+    from broker.mcp_tokens import SqlMcpTokenStore
+    from infra.settings import McpOAuthClient
+
+    plain = settings_for(dev_idp, tmp_path, link_encryption_key=TokenCipher.generate_key())
+    async with open_identity_service(plain, engine) as service:
+        assert isinstance(service, LocalIdentityService)
+        assert service.mcp_oauth is None  # no oauth server: nothing to connect
+
+    settings = plain.model_copy(
+        update={
+            "mcp_servers": [
+                *plain.mcp_servers,
+                McpServerSettings(
+                    name="tickets",
+                    url="http://127.0.0.1:9/mcp",
+                    auth="oauth",
+                    oauth=McpOAuthClient(client_id="opsbot", scopes=["tickets:read"]),
+                ),
+                McpServerSettings(name="wiki", url="http://127.0.0.1:9/wiki", auth="oauth"),
+            ],
+            "broker": plain.broker.model_copy(
+                update={"mcp_oauth_callback_url": "https://opsbot.example/oauth/mcp/callback"}
+            ),
+        }
+    )
+    async with open_identity_service(settings, engine) as service:
+        assert isinstance(service, LocalIdentityService)
+        oauth = service.mcp_oauth
+        assert oauth is not None
+        assert oauth.redirect_uri == "https://opsbot.example/oauth/mcp/callback"
+        assert isinstance(oauth._store, SqlMcpTokenStore)
+        assert sorted(oauth._servers) == ["tickets", "wiki"]
+        assert oauth._servers["tickets"].client == McpOAuthClient(
+            client_id="opsbot", scopes=["tickets:read"]
+        )
+        assert oauth._servers["wiki"].client is None  # dynamic registration
+
+
+def test_an_oauth_client_needs_auth_oauth() -> None:
+    from infra.settings import McpOAuthClient
+
+    with pytest.raises(ValueError, match="needs auth 'oauth'"):
+        McpServerSettings(
+            name="t", url="http://x/mcp", audience="a", oauth=McpOAuthClient(client_id="c")
+        )

@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
+from sqlalchemy import select
 from starlette.applications import Starlette
 
 from broker import ChatUser, LocalIdentityService
@@ -100,28 +101,53 @@ async def test_oauth_discovery_refuses_what_does_not_add_up(node: str) -> None:
                 await register(found, "http://x/cb", http)
 
 
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
 async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
-    node: str,
+    node: str, backend: str, request: pytest.FixtureRequest
 ) -> None:
     """The per-user flow end to end: ConnectRequired → the provider's login and consent →
-    our callback → a token for exactly that server → refresh → revoke on disconnect."""
+    our callback → a token for exactly that server → refresh → revoke on disconnect. The
+    grant is stored sealed, in memory or in the database's ``mcp_oauth_tokens`` table."""
     import jwt
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
     from broker.mcp_oauth import ConnectRequired
-    from broker.mcp_oauth_flow import McpOAuthService, MemoryMcpTokenStore, OAuthServer
+    from broker.mcp_oauth_flow import McpOAuthService, OAuthServer
+    from broker.mcp_tokens import McpTokenStore, MemoryMcpTokenStore, SqlMcpTokenStore
     from broker.web import mcp_oauth_routes
     from infra.clock import ManualClock
+    from infra.storage import create_engine
+    from infra.storage.schema import mcp_oauth_tokens
 
     resource_sock = bind_socket("127.0.0.1", 0)
     server_url = f"{socket_url(resource_sock)}/mcp"
     callback_sock = bind_socket("127.0.0.1", 0)
     callback_url = f"{socket_url(callback_sock)}/oauth/mcp/callback"
     clock = ManualClock()
-    store = MemoryMcpTokenStore()
+    engine = create_engine(request.getfixturevalue("sqlite_url")) if backend == "sqlite" else None
+    store: McpTokenStore = (
+        MemoryMcpTokenStore() if engine is None else SqlMcpTokenStore(engine, clock)
+    )
+
+    async def rows() -> list[tuple[str, str, str]]:
+        """What is at rest: (subject, server, sealed grant) rows."""
+        if engine is None:
+            assert isinstance(store, MemoryMcpTokenStore)
+            return [(sub, srv, v) for (sub, srv), v in store.sealed.items()]
+        async with engine.connect() as conn:
+            result = await conn.execute(
+                select(
+                    mcp_oauth_tokens.c.subject,
+                    mcp_oauth_tokens.c.server,
+                    mcp_oauth_tokens.c.grant_encrypted,
+                )
+            )
+            return [(r[0], r[1], r[2]) for r in result.all()]
+
     async with (
+        contextlib.AsyncExitStack() as cleanup,
         node_provider(
             node,
             "http://127.0.0.1:9/unused",
@@ -130,6 +156,8 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
         ) as issuer,
         httpx.AsyncClient() as http,
     ):
+        if engine is not None:
+            cleanup.push_async_callback(engine.dispose)
         service = McpOAuthService(
             {"tickets": OAuthServer("tickets", server_url)},
             store=store,
@@ -165,7 +193,9 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
             claims = jwt.decode(token, options={"verify_signature": False})
             assert claims["aud"] == server_url
             assert claims["sub"] == "carol"
-            assert token not in store.sealed[("carol", "tickets")]  # encrypted at rest
+            [(subject, server, sealed)] = await rows()
+            assert (subject, server) == ("carol", "tickets")
+            assert token not in sealed  # encrypted at rest
             assert await service.oauth_token("carol", "tickets") == token  # still fresh
 
             clock.advance(601)  # past the access token's 600 s (server.mjs ttl): refreshed
@@ -173,7 +203,8 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
             assert refreshed != token
             assert jwt.decode(refreshed, options={"verify_signature": False})["aud"] == server_url
 
-            grant = service._open(store.sealed[("carol", "tickets")])
+            [(_, _, sealed)] = await rows()
+            grant = service._open(sealed)
             _, client = service._setup["tickets"]
             # Unlinking carol's chat account disconnects her servers.
             async with start_dev_idp() as idp, open_broker(idp) as harness:
@@ -181,7 +212,7 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
                 local = LocalIdentityService(harness.broker, harness.linking, service)
                 assert await local.oauth_token("carol", "tickets") == refreshed
                 assert await local.unlink(ChatUser("slack", "T-TEST", "U-carol"))
-            assert store.sealed == {}
+            assert await rows() == []  # unlink deleted her grants (by SQL on the SQL store)
             assert client.client_secret is not None
             assert grant.refresh_token is not None
             refused = await http.post(  # revoked at the authorization server too
