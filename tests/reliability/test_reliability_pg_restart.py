@@ -30,7 +30,9 @@ from tests.reliability.pg_cluster import PgCluster, throwaway_cluster
 BOUND = 180.0
 OUTAGE_SECONDS = 10.0
 USERS = {"U0ALICE": "alice", "U0BOB": "bob", "U0CAROL": "carol"}
-TICKETS = ["PAY-101", "PAY-102", "PAY-103"]
+# Each user asks about a ticket of their own team (carol is on platform), so every answer
+# carries its ticket.
+TICKETS = ["PAY-101", "PAY-102", "PLAT-201"]
 ERRORS = ("Something went wrong", "could not complete", "not completed", "try again")
 
 
@@ -67,7 +69,8 @@ def conversation(i: int, phase: str) -> tuple[str, dict[str, Any], str]:
 async def answered(fake_slack: FakeSlack, event: dict[str, Any]) -> bool:
     """The thread holds a final message (the working indicator replaced by the answer)."""
     return any(
-        "PAY-" in _texts(m.get("blocks") or []) or any(e in str(m.get("text")) for e in ERRORS)
+        any(ticket in _texts(m.get("blocks") or []) for ticket in TICKETS)
+        or any(e in str(m.get("text")) for e in ERRORS)
         for m in fake_slack.thread(event["channel"], event["ts"])
     )
 
