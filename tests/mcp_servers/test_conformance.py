@@ -34,6 +34,7 @@ from infra.settings import Settings
 from mcp_servers import ReferenceServers, RunningServer
 from testing.bearer_proxy import bearer_proxy
 from testing.mcp import MintToken, mcp_session
+from tests.fixtures.node import npm_ci
 
 pytestmark = pytest.mark.conformance
 
@@ -85,23 +86,7 @@ def conformance_cli() -> list[str]:
         _unavailable("node is not installed (Debian: apt-get install nodejs npm)")
     assert node is not None
     if not CLI.exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            _unavailable("npm is not installed, and tests/conformance/node_modules is missing")
-        assert npm is not None
-        import subprocess
-
-        try:
-            subprocess.run(
-                [npm, "ci", "--no-audit", "--no-fund", "--prefix", str(SUITE_DIR)],
-                check=True,
-                capture_output=True,
-                timeout=300,
-            )
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-            output = getattr(exc, "stderr", b"") or b""
-            tail = output.decode(errors="replace").strip().splitlines()[-1:] or [str(exc)]
-            _unavailable(f"could not install the conformance suite with npm ci: {tail[0]}")
+        npm_ci(SUITE_DIR, "the conformance suite", _unavailable)
     return [node, str(CLI)]
 
 
