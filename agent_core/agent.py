@@ -35,7 +35,7 @@ from langchain.agents.middleware.human_in_the_loop import DecisionType
 from langchain.agents.structured_output import ToolStrategy
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage, ToolCall
+from langchain_core.messages import HumanMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphBubbleUp, GraphRecursionError
@@ -47,12 +47,14 @@ from agent_core.answer import (
     Interrupt,
     RunResult,
 )
+from agent_core.approved_calls import RecordedResults, dump_result, load_result, run_call
 from agent_core.binding import RunContext, ToolObserver
 from agent_core.credentials import OAuthTokenSource
-from agent_core.decisions import validate_decisions
+from agent_core.decisions import check_edited_args, validate_decisions
 from agent_core.errors import (
     AgentError,
     CredentialError,
+    InvalidDecisionError,
     ModelUnavailableError,
     NoPendingApprovalError,
     ToolAuthError,
@@ -230,11 +232,14 @@ class Agent:
         decisions: Sequence[Mapping[str, Any]],
         *,
         approval_id: str | None = None,
+        recorded: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> RunResult:
         """Continue a paused run with one decision per pending action, in order.
 
         ``identity`` is the requester (the thread's owner): writes run with their fresh
         tokens, never the approver's. ``approval_id`` scopes the writes' idempotency keys.
+        ``recorded`` holds, by tool call id, the stored results (``dump_result``) of approved
+        calls that already ran (``execute``): the model gets those, nothing runs twice.
         """
         await self._threads.require_owner(thread_id, identity.subject)
         pending = await self.pending(identity, thread_id)
@@ -252,7 +257,66 @@ class Agent:
             checked = validate_decisions(pending, decisions, self)
             return Command(resume={"decisions": checked})
 
-        return await self._invoke(identity, thread_id, payload, approval_id)
+        results = {k: load_result(v) for k, v in (recorded or {}).items()}
+        return await self._invoke(identity, thread_id, payload, approval_id, recorded=results)
+
+    async def execute(
+        self,
+        identity: Identity,
+        thread_id: str,
+        call: Mapping[str, Any],
+        *,
+        approval_id: str,
+    ) -> dict[str, Any]:
+        """Run one approved call of the paused step now, as ``identity`` (the requester).
+
+        ``call`` is ``{"id", "name", "args"}``: the id must be a call the thread is waiting
+        on, the name that call's tool (an edit never changes it), the args its approved (or
+        edited, schema-checked) arguments. Fresh tokens, the idempotency key scoped by
+        ``approval_id``, the audit rows and the retry are those of a call the graph runs.
+        Returns the result stored for the resume (``approved_calls.dump_result``).
+        """
+        await self._threads.require_owner(thread_id, identity.subject)
+        pending = await self.pending(identity, thread_id)
+        if pending is None:
+            raise NoPendingApprovalError(f"thread {thread_id!r} is not waiting for a decision")
+        proposed = {a.tool_call_id: a for a in pending.action_requests}
+        original = proposed.get(str(call["id"]))
+        if original is None or original.name != call["name"]:
+            raise InvalidDecisionError(
+                f"{call['name']} is not a call this thread is waiting on",
+                {"tool": "not a pending call of this thread"},
+            )
+        server = original.server or str(call["name"]).split("_", 1)[0]
+        with contextlib.suppress(BrokerError):
+            await self._broker.invalidate(identity, server)
+        sessions = self._sessions(identity)
+        try:
+            toolset = await self._toolset(sessions)
+            definition = toolset.by_name.get(original.name)
+            args = dict(call["args"])
+            if args != dict(original.args):
+                # Edited: the agent's one rule, against the tool's current schema.
+                args = check_edited_args(
+                    original.name,
+                    args,
+                    input_schema=self.tool_schema(original.name),
+                    allowed=self.is_allowed(original.name),
+                )
+            # Its server down (or the tool gone): no template, so the call comes back as
+            # "not run" without leaving opsbot, as it would in the graph.
+            template = (
+                None
+                if definition is None
+                else self._tools.setdefault(original.name, build_tool(definition, self.policy))
+            )
+            ctx = self._context(identity, thread_id, sessions, toolset, approval_id)
+            message = await run_call(
+                ctx, template, {"id": call["id"], "name": original.name, "args": args}
+            )
+            return dump_result(message)
+        finally:
+            await sessions.aclose()
 
     async def pending(self, identity: Identity, thread_id: str) -> Interrupt | None:
         """The interrupt the thread is waiting on, if any (owner only)."""
@@ -287,25 +351,13 @@ class Agent:
         approval_id: str | None,
         *,
         continues: str | None = None,
+        recorded: Mapping[str, ToolMessage] | None = None,
     ) -> RunResult:
         sessions = self._sessions(identity)
         try:
             toolset = await self._toolset(sessions)
-            ctx = RunContext(
-                identity=identity,
-                thread_id=thread_id,
-                sessions=sessions,
-                policy=self.policy,
-                definitions=toolset.by_name,
-                approval_id=approval_id,
-                unavailable=toolset.unavailable + toolset.no_access,
-                read_timeout=self.config.read_timeout,
-                write_timeout=self.config.write_timeout,
-                observer=self._observer,
-                write_attempts=self.config.write_attempts,
-                write_retry_initial_delay=self.config.write_retry_initial_delay,
-                write_retry_max_delay=self.config.write_retry_max_delay,
-            )
+            ctx = self._context(identity, thread_id, sessions, toolset, approval_id)
+            ctx.recorded = dict(recorded or {})
             names = tuple(sorted(d.prefixed_name for d in toolset.definitions))
             for d in toolset.definitions:
                 if d.prefixed_name not in self._tools:
@@ -345,6 +397,30 @@ class Agent:
             )
         finally:
             await sessions.aclose()
+
+    def _context(
+        self,
+        identity: Identity,
+        thread_id: str,
+        sessions: RunSessions,
+        toolset: _Toolset,
+        approval_id: str | None,
+    ) -> RunContext:
+        return RunContext(
+            identity=identity,
+            thread_id=thread_id,
+            sessions=sessions,
+            policy=self.policy,
+            definitions=toolset.by_name,
+            approval_id=approval_id,
+            unavailable=toolset.unavailable + toolset.no_access,
+            read_timeout=self.config.read_timeout,
+            write_timeout=self.config.write_timeout,
+            observer=self._observer,
+            write_attempts=self.config.write_attempts,
+            write_retry_initial_delay=self.config.write_retry_initial_delay,
+            write_retry_max_delay=self.config.write_retry_max_delay,
+        )
 
     def _sessions(self, identity: Identity) -> RunSessions:
         """One run's MCP sessions for ``identity``, sharing this agent's health, cache, stats."""
@@ -503,6 +579,8 @@ class Agent:
         # Tool side, outermost first. after_model hooks run in reverse: the repeat guard,
         # then the bulk flag, then the review interrupt.
         stack.append(HumanInTheLoopMiddleware(interrupt_on=interrupt_on_for(names, self.policy)))
+        # Right inside review: a call that already ran on its approval is not run again.
+        stack.append(RecordedResults())
         stack.append(BulkWriteFlag(self.policy, c.bulk_write_threshold))
         stack.append(RepeatGuard())
         # Runs first of the after_model hooks: refused calls never reach review or a tool.

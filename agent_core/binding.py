@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.interceptors import MCPToolCallRequest, MCPToolCallResult
 from mcp.types import AudioContent, CallToolResult, TextContent
@@ -118,6 +119,9 @@ class RunContext:
     write_attempts: int = 3
     write_retry_initial_delay: float = 0.5
     write_retry_max_delay: float = 4.0
+    # On a resume: results of calls that already ran on their own approval, by tool call
+    # id; the model gets these instead of a second execution (``approved_calls``).
+    recorded: Mapping[str, ToolMessage] = field(default_factory=dict)
 
 
 # The server could not be reached (or failed transiently); a write is retried only when

@@ -129,6 +129,10 @@ class Approval:
     batch_id: str = ""
     batch_index: int = 0
     batch_size: int = 1
+    # On the batch's first approval: when the paused run's resume was claimed, and when it
+    # finished (each approved call runs on its own decision; the run resumes once, after all).
+    resume_claimed_at: datetime | None = None
+    resumed_at: datetime | None = None
 
     @property
     def batch(self) -> str:

@@ -1,11 +1,14 @@
-"""Deciding approvals exactly once and resuming the requester's thread.
+"""Deciding approvals exactly once, running each approved call, resuming the thread.
 
 The flow of a decision: check the approver (group, self-approval, expiry) → validate edits →
-**claim** (``pending → deciding``, one winner) → record the decision → make sure the
-*requester* can still get tokens (fresh, never the approver's) → resume the thread through
-the agent core with the decisions and the approval id (from which the write's idempotency key
-is derived) → record the outcome. A requester whose access was revoked gets a rejection
-instead: nothing is written and the approval ends ``failed`` with the reason.
+**claim** (``pending → deciding``, one winner) → record the decision → a rejection is final;
+an approved call runs **now**, on its own decision (``approved → executing``): the
+*requester* must still get tokens (fresh, never the approver's), the call carries an
+idempotency key derived from the batch, and its outcome is read from the audit log
+(``succeeded | failed | unknown``); its result is stored with the approval. When the last
+call of the model step is decided, the paused run resumes once, and the model gets the stored
+results — nothing runs twice. A requester whose access was revoked gets nothing written: the
+approval ends ``failed`` with the reason.
 
 Example::
 
@@ -17,7 +20,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -33,6 +36,7 @@ from approvals.errors import (
 )
 from approvals.records import (
     EXPIRY_DECIDER,
+    OPEN_STATUSES,
     ActionDecision,
     ActionRequest,
     Approval,
@@ -59,10 +63,26 @@ REFUSED_OUTCOMES = frozenset(
 )
 
 DEFAULT_MAX_AGE = timedelta(hours=1)
+# How long a claimed resume may run before a sweeper takes it over (the claimer crashed).
+RESUME_LEASE = timedelta(minutes=5)
+# Where an approval keeps the results of its calls that ran, for the run's resume.
+TOOL_RESULTS = "tool_results"
 
 
 class Resumer(Protocol):
-    """Resumes a paused thread with HITL decisions, as ``identity`` (the requester)."""
+    """Runs approved calls of a paused thread and resumes it, as ``identity`` (the requester)
+    (``agent_core.Agent`` provides it)."""
+
+    async def execute(
+        self,
+        identity: Identity,
+        thread_id: str,
+        call: Mapping[str, Any],
+        *,
+        approval_id: str,
+    ) -> dict[str, Any]:
+        """Run one approved call (``{"id", "name", "args"}``) now; its result, to store."""
+        ...
 
     async def resume(
         self,
@@ -71,7 +91,10 @@ class Resumer(Protocol):
         decisions: list[dict[str, Any]],
         *,
         approval_id: str,
-    ) -> Any: ...
+        recorded: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Any:
+        """Resume with one decision per call; ``recorded`` results are fed, not re-run."""
+        ...
 
 
 class ToolCatalog(Protocol):
@@ -225,11 +248,13 @@ class ApprovalService:
         return reports
 
     async def finish_interrupted(self, grace: timedelta, limit: int = 100) -> list[DecisionReport]:
-        """Finish every approval a crash left in ``deciding`` for longer than ``grace``.
+        """Finish every approval a crash left in flight for longer than ``grace``, then resume
+        the runs whose steps are decided to the end but were never resumed.
 
-        Each is taken over atomically (``store.reclaim``), so concurrent sweepers on several
-        instances finish it once; the idempotency key stops a write that already happened.
-        Run the reconciler first: whether a half-done write happened is read from the audit log.
+        Each is taken over atomically (``store.reclaim``, ``store.claim_resume``), so
+        concurrent sweepers on several instances finish it once; an approved call that already
+        left opsbot is not sent again unless its idempotency key makes that safe (the audit log
+        says what happened). Run the reconciler first.
         """
         now = self._clock()
         stale_before = now - grace
@@ -241,54 +266,156 @@ class ApprovalService:
             taken = await self.store.reclaim(stuck.approval_id, stale_before, now)
             if taken is None:
                 continue
-            if taken.status is ApprovalStatus.EXECUTING:
-                # Crashed while its batch ran: run the batch's in-flight writes again (the
-                # idempotency keys stop a second effect; the audit log tells what happened).
-                report = await self._run_batch(taken, rerun=True)
-            else:
-                report = await self._settle(taken)
-            reports.append(report)
+            reports.append(await self._settle(taken, rerun=True))
+        # A resume claimed by a crashed instance is claimed again only after RESUME_LEASE: a
+        # model run may take a while, and a second resume would answer twice.
+        for leader in await self.store.unresumed(now - max(grace, RESUME_LEASE), limit=limit):
+            report = await self._resume_batch(leader)
+            if report.result is not None:
+                reports.append(report)
         return reports
 
-    async def _settle(self, claimed: Approval) -> DecisionReport:
-        """Record this approval's own decision (``rejected``/``expired`` are final, an
-        approve or edit is ``approved``), then run the batch if it was the last one open."""
+    async def _settle(self, claimed: Approval, *, rerun: bool = False) -> DecisionReport:
+        """Carry a claimed decision through: a rejection (or expiry) is final at once; an
+        approved call runs now (``approved → executing → succeeded | failed | unknown``).
+        Then, if it was the last open call of its step, the run resumes."""
         approval = claimed
-        if approval.status is ApprovalStatus.DECIDING:
-            if all(d.type == "reject" for d in approval.decisions):
-                status = (
-                    ApprovalStatus.EXPIRED
-                    if approval.decided_by == EXPIRY_DECIDER
-                    else ApprovalStatus.REJECTED
-                )
-                approval = await self.store.finish(
-                    approval.approval_id, status, {"result": status.value}
-                )
-                await self._record_finished(approval)
-            else:
+        try:
+            if approval.status is ApprovalStatus.DECIDING:
+                if all(d.type == "reject" for d in approval.decisions):
+                    status = (
+                        ApprovalStatus.EXPIRED
+                        if approval.decided_by == EXPIRY_DECIDER
+                        else ApprovalStatus.REJECTED
+                    )
+                    approval = await self.store.finish(
+                        approval.approval_id, status, {"result": status.value}
+                    )
+                    await self._record_finished(approval)
+                else:
+                    approval = await self.store.advance(
+                        approval.approval_id, ApprovalStatus.DECIDING, ApprovalStatus.APPROVED
+                    )
+            if approval.status is ApprovalStatus.APPROVED:
                 approval = await self.store.advance(
-                    approval.approval_id, ApprovalStatus.DECIDING, ApprovalStatus.APPROVED
+                    approval.approval_id, ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING
                 )
-        return await self._run_batch(approval)
-
-    async def _run_batch(self, approval: Approval, *, rerun: bool = False) -> DecisionReport:
-        """Resume the run once every approval of the batch is decided (exactly one caller
-        does, by moving the approved ones to ``executing``); otherwise this one waits."""
-        batch = await self.store.find(batch=approval.batch, limit=1000)
-        if any(a.status in (ApprovalStatus.PENDING, ApprovalStatus.DECIDING) for a in batch):
-            return DecisionReport(approval)  # the others are still waiting for a decision
-        approved = any(a.status is ApprovalStatus.APPROVED for a in batch)
-        if approved and not await self.store.start_batch(approval.batch):
-            return DecisionReport(await self._current(approval))  # another caller runs it
-        running_elsewhere = any(a.status is ApprovalStatus.EXECUTING for a in batch)
-        if not approved and not rerun and running_elsewhere:
+                approval = await self._run_approved(approval, rerun=False)
+            elif approval.status is ApprovalStatus.EXECUTING:
+                approval = await self._run_approved(approval, rerun=rerun)
+        except ApprovalError:
+            # Moved on by another instance meanwhile (a recovering sweeper): it carries on.
             return DecisionReport(await self._current(approval))
+        return await self._resume_batch(approval)
+
+    async def _run_approved(self, approval: Approval, *, rerun: bool) -> Approval:
+        """Run the approved call(s) of ``approval`` now, as the requester, and finish it from
+        what the audit log says each write did; the results are stored for the resume."""
+        failure: str | None = None
+        try:
+            requester = await self._identities(approval.requester_subject)
+        except BrokerError as exc:
+            requester = Identity(approval.requester_subject, approval.requester_chat_user)
+            failure = f"the requester's access could not be confirmed: {exc}"
+        if failure is None:
+            failure = await self._requester_can_act(requester, [approval])
+        decisions = list(approval.decisions)
+        results: dict[str, Any] = {}
+        run_failure: str | None = None
+        if failure is None:
+            events = await self._write_events(approval) if rerun else []
+            for action, decision in zip(approval.actions, decisions, strict=True):
+                if decision.type == "reject":
+                    continue
+                if rerun and not self._safe_to_send(approval, action, events):
+                    continue  # it left opsbot before the crash: the audit log tells the rest
+                args = decision.args if decision.type == "edit" and decision.args else action.args
+                call = {"id": action.tool_call_id, "name": action.tool, "args": dict(args)}
+                try:
+                    results[action.tool_call_id] = await self._resumer.execute(
+                        requester, approval.thread_id, call, approval_id=approval.batch
+                    )
+                except NoPendingApprovalError:
+                    run_failure = "the thread is no longer waiting for this call, and no write is recorded"
+                except Exception as exc:  # recorded; the outcome comes from the audit log
+                    log.warning("approved call %s failed: %s", approval.approval_id, type(exc))
+                    run_failure = f"running the call failed ({error_outcome(exc)})"
+        reason: str | None
+        if failure is not None:
+            status, reason = ApprovalStatus.FAILED, failure
+        else:
+            status, reason = await self._write_outcome(approval, decisions, run_failure)
+        outcome: dict[str, Any] = {"reason": reason} if reason else {"result": status.value}
+        if results:
+            outcome[TOOL_RESULTS] = results
+        done = await self.store.finish(approval.approval_id, status, outcome, reason=reason)
+        await self._record_finished(done)
+        return done
+
+    async def _write_events(self, approval: Approval) -> list[Any]:
+        return await self.audit.query(
+            AuditQuery(
+                approval_id=approval.batch,
+                kinds=(EventKind.WRITE_PENDING, EventKind.WRITE_OUTCOME),
+                limit=1000,
+            )
+        )
+
+    @staticmethod
+    def _safe_to_send(approval: Approval, action: ActionRequest, events: list[Any]) -> bool:
+        """After a crash: send the call (again) only if it never left opsbot, or if its
+        idempotency key makes the server apply it at most once and no outcome is recorded."""
+        key = idempotency_key(approval.batch, action.tool_call_id)
+        mine = [e for e in events if e.idempotency_key in (key, f"nokey:{action.tool_call_id}")]
+        if not mine:
+            return True
+        keyed = any(e.idempotency_key == key for e in mine)
+        return keyed and not any(e.kind is EventKind.WRITE_OUTCOME for e in mine)
+
+    async def _resume_batch(self, approval: Approval) -> DecisionReport:
+        """Resume the paused run once every call of its step is decided and done (exactly one
+        caller does: ``store.claim_resume``); the model gets the stored results of the calls
+        that ran, and a refusal for the others. Otherwise this one waits."""
         batch = await self.store.find(batch=approval.batch, limit=1000)
-        result, finished = await self._execute(batch)
-        mine = next((a for a in finished if a.approval_id == approval.approval_id), None)
-        me = mine or await self._current(approval)
-        others = tuple(a for a in finished if a.approval_id != approval.approval_id)
-        return DecisionReport(me, result, others)
+        if not batch or any(a.status in OPEN_STATUSES for a in batch):
+            return DecisionReport(await self._current(approval))
+        now = self._clock()
+        if not await self.store.claim_resume(approval.batch, now, now - RESUME_LEASE):
+            return DecisionReport(await self._current(approval))
+        first = batch[0]
+        try:
+            requester = await self._identities(first.requester_subject)
+        except BrokerError:
+            requester = Identity(first.requester_subject, first.requester_chat_user)
+        decisions: list[dict[str, Any]] = []
+        recorded: dict[str, dict[str, Any]] = {}
+        for member in batch:
+            stored = member.outcome.get(TOOL_RESULTS) or {}
+            given = member.decisions or (ActionDecision("reject"),) * len(member.actions)
+            for action, decision in zip(member.actions, given, strict=False):
+                if decision.type == "reject":
+                    message = decision.message or "Not approved."
+                    decisions.append(
+                        ActionDecision("reject", message=message).to_hitl(action, None)
+                    )
+                elif action.tool_call_id in stored:
+                    recorded[action.tool_call_id] = stored[action.tool_call_id]
+                    decisions.append(decision.to_hitl(action, None))
+                else:
+                    why = member.outcome_reason or "it could not be run"
+                    refusal = ActionDecision("reject", message=f"Not executed: {why}")
+                    decisions.append(refusal.to_hitl(action, None))
+        result: Any = None
+        try:
+            result = await self._resumer.resume(
+                requester, first.thread_id, decisions, approval_id=first.batch, recorded=recorded
+            )
+        except NoPendingApprovalError:
+            pass  # resumed before (a crash after the resume, before it was recorded)
+        except Exception as exc:  # the writes stand; the requester is told from the records
+            log.warning("resume of batch %s failed: %s", first.batch, type(exc))
+        await self.store.finish_resume(first.batch, self._clock())
+        return DecisionReport(await self._current(approval), result)
 
     async def _current(self, approval: Approval) -> Approval:
         return await self.store.get(approval.approval_id) or approval
@@ -321,60 +448,6 @@ class ApprovalService:
                 detail={"message": decision.message} if decision.message else None,
             )
 
-    async def _execute(self, batch: list[Approval]) -> tuple[Any, list[Approval]]:
-        """Resume the thread with every call's decision, in order; finish the approvals
-        that ran (``executing``) from what the audit log says each write did."""
-        first = batch[0]
-        running = [a for a in batch if a.status is ApprovalStatus.EXECUTING]
-        failure: str | None = None
-        try:
-            requester = await self._identities(first.requester_subject)
-        except BrokerError as exc:
-            requester = Identity(first.requester_subject, first.requester_chat_user)
-            failure = f"the requester's access could not be confirmed: {exc}"
-        if running and failure is None:
-            failure = await self._requester_can_act(requester, running)
-        # One decision per call of the model step, in order (older rows: all in one record).
-        pairs = [(a, x, d) for a in batch for x, d in zip(a.actions, a.decisions, strict=False)]
-        decisions: list[dict[str, Any]] = []
-        for approval, action, decision in pairs:
-            if approval.status is not ApprovalStatus.EXECUTING:
-                message = decision.message if decision.type == "reject" else ""
-                decision = ActionDecision("reject", message=message or "Not approved.")
-            elif failure is not None:
-                decision = ActionDecision("reject", message=f"Not executed: {failure}")
-            decisions.append(decision.to_hitl(action, None))
-        result: Any = None
-        resume_failure: str | None = None
-        try:
-            result = await self._resumer.resume(
-                requester, first.thread_id, decisions, approval_id=first.batch
-            )
-        except NoPendingApprovalError:
-            # A retry after a crash: the thread already moved past the interrupt. The audit
-            # log (completed by the reconciler if need be) says whether the write happened.
-            resume_failure = "the thread was resumed before, and no write is recorded"
-        except Exception as exc:  # recorded; the outcome comes from the audit log
-            log.warning("resume of approval %s failed: %s", first.batch, type(exc))
-            resume_failure = f"resuming the thread failed ({error_outcome(exc)})"
-        finished: list[Approval] = []
-        for approval in running:
-            reason: str | None
-            if failure is not None:
-                status, reason = ApprovalStatus.FAILED, failure
-            else:
-                status, reason = await self._write_outcome(
-                    approval, list(approval.decisions), resume_failure
-                )
-            outcome: dict[str, Any] = {"reason": reason} if reason else {"result": status.value}
-            try:
-                done = await self.store.finish(approval.approval_id, status, outcome, reason=reason)
-            except ApprovalError:
-                continue  # finished meanwhile (a recovering instance)
-            await self._record_finished(done)
-            finished.append(done)
-        return result, finished
-
     async def _record_finished(self, done: Approval) -> None:
         await self.audit.record(
             EventKind.APPROVAL_FINISHED,
@@ -400,13 +473,7 @@ class ApprovalService:
         never left opsbot (its server unreachable at resume): then a ``write_pending`` record
         is added so ``opsbot reconcile`` settles it against the server's change log.
         """
-        events = await self.audit.query(
-            AuditQuery(
-                approval_id=approval.batch,
-                kinds=(EventKind.WRITE_PENDING, EventKind.WRITE_OUTCOME),
-                limit=1000,
-            )
-        )
+        events = await self._write_events(approval)
         failed: list[str] = []
         unknown: list[str] = []
         for index, (action, decision) in enumerate(zip(approval.actions, decisions, strict=True)):

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from approvals.errors import AlreadyDecidedError, ApprovalExpiredError, ApprovalNotFoundError
 from approvals.records import (
     EXPIRY_DECIDER,
+    OPEN_STATUSES,
     ActionDecision,
     ActionRequest,
     Approval,
@@ -100,9 +101,19 @@ class ApprovalStore(Protocol):
         batch (in batch order)."""
         ...
 
-    async def start_batch(self, batch: str) -> bool:
-        """Move every ``approved`` approval of ``batch`` to ``executing`` in one conditional
-        write; ``True`` for the one caller that moved them (it runs the batch)."""
+    async def claim_resume(self, batch: str, now: datetime, stale_before: datetime) -> bool:
+        """Claim the resume of ``batch``'s paused run (on its first approval) in one
+        conditional write: ``True`` for the one caller that may resume it. A claim older than
+        ``stale_before`` whose resume never finished (a crash) may be claimed again."""
+        ...
+
+    async def finish_resume(self, batch: str, now: datetime) -> None:
+        """Record that ``batch``'s run was resumed (or needs no resume any more)."""
+        ...
+
+    async def unresumed(self, claimed_before: datetime, limit: int = 100) -> list[Approval]:
+        """First approvals of batches that are decided to the end (no open state) and whose
+        run was not resumed: never claimed, or claimed before ``claimed_before``."""
         ...
 
 
@@ -133,6 +144,12 @@ def _stale(approval: Approval, stale_before: datetime) -> bool:
         and approval.decided_at is not None
         and approval.decided_at < stale_before
     )
+
+
+def _resumable(leader: Approval, stale_before: datetime) -> bool:
+    if leader.resumed_at is not None:
+        return False
+    return leader.resume_claimed_at is None or leader.resume_claimed_at < stale_before
 
 
 def _claimable(approval: Approval, decided_by: str, now: datetime) -> bool:
@@ -246,14 +263,36 @@ class MemoryApprovalStore:
         found.sort(key=lambda a: (a.created_at, a.batch_index, a.approval_id))
         return found[:limit]
 
-    async def start_batch(self, batch: str) -> bool:
+    async def claim_resume(self, batch: str, now: datetime, stale_before: datetime) -> bool:
         async with self._lock:
-            moved = False
-            for key, a in list(self._by_id.items()):
-                if a.batch == batch and a.status is ApprovalStatus.APPROVED:
-                    self._by_id[key] = dataclasses.replace(a, status=ApprovalStatus.EXECUTING)
-                    moved = True
-            return moved
+            leader = self._by_id.get(batch)
+            if leader is None or not _resumable(leader, stale_before):
+                return False
+            self._by_id[batch] = dataclasses.replace(leader, resume_claimed_at=now)
+            return True
+
+    async def finish_resume(self, batch: str, now: datetime) -> None:
+        async with self._lock:
+            leader = self._by_id.get(batch)
+            if leader is not None:
+                self._by_id[batch] = dataclasses.replace(leader, resumed_at=now)
+
+    async def unresumed(self, claimed_before: datetime, limit: int = 100) -> list[Approval]:
+        leaders = [
+            a
+            for a in self._by_id.values()
+            if a.approval_id == a.batch
+            and a.status not in OPEN_STATUSES
+            and _resumable(a, claimed_before)
+        ]
+        found = [
+            a
+            for a in sorted(leaders, key=lambda a: (a.created_at, a.approval_id))
+            if not any(
+                o.batch == a.batch and o.status in OPEN_STATUSES for o in self._by_id.values()
+            )
+        ]
+        return found[:limit]
 
 
 class SqlApprovalStore:
@@ -385,16 +424,45 @@ class SqlApprovalStore:
         found = [_from_row(r._mapping) for r in rows]
         return [a for a in found if batch is None or a.batch == batch]
 
-    async def start_batch(self, batch: str) -> bool:
+    async def claim_resume(self, batch: str, now: datetime, stale_before: datetime) -> bool:
         c = approvals_table.c
         statement = (
             update(approvals_table)
-            .where(or_(c.batch_id == batch, c.approval_id == batch))
-            .where(c.status == ApprovalStatus.APPROVED.value)
-            .values(status=ApprovalStatus.EXECUTING.value)
+            .where(c.approval_id == batch, c.resumed_at.is_(None))
+            .where(or_(c.resume_claimed_at.is_(None), c.resume_claimed_at < stale_before))
+            .values(resume_claimed_at=now)
         )
         async with self._engine.begin() as conn:
-            return bool((await conn.execute(statement)).rowcount)
+            return (await conn.execute(statement)).rowcount == 1
+
+    async def finish_resume(self, batch: str, now: datetime) -> None:
+        c = approvals_table.c
+        statement = update(approvals_table).where(c.approval_id == batch).values(resumed_at=now)
+        async with self._engine.begin() as conn:
+            await conn.execute(statement)
+
+    async def unresumed(self, claimed_before: datetime, limit: int = 100) -> list[Approval]:
+        c = approvals_table.c
+        open_values = [s.value for s in OPEN_STATUSES]
+        siblings = approvals_table.alias("siblings")
+        still_open = (
+            select(siblings.c.approval_id)
+            .where(siblings.c.batch_id == c.approval_id)
+            .where(siblings.c.status.in_(open_values))
+            .exists()
+        )
+        query = (
+            select(approvals_table)
+            .where(or_(c.batch_id.is_(None), c.batch_id == c.approval_id))
+            .where(c.status.not_in(open_values), c.resumed_at.is_(None))
+            .where(or_(c.resume_claimed_at.is_(None), c.resume_claimed_at < claimed_before))
+            .where(~still_open)
+            .order_by(c.created_at, c.approval_id)
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [_from_row(r._mapping) for r in rows]
 
 
 def _decision_to_json(d: ActionDecision) -> dict[str, Any]:
@@ -423,6 +491,8 @@ def _to_row(a: Approval) -> dict[str, Any]:
         "batch_id": a.batch_id or None,
         "batch_index": a.batch_index,
         "batch_size": a.batch_size,
+        "resume_claimed_at": a.resume_claimed_at,
+        "resumed_at": a.resumed_at,
     }
 
 
@@ -446,4 +516,6 @@ def _from_row(m: RowMapping) -> Approval:
         batch_id=m["batch_id"] or "",
         batch_index=m["batch_index"] or 0,
         batch_size=m["batch_size"] or 1,
+        resume_claimed_at=m["resume_claimed_at"],
+        resumed_at=m["resumed_at"],
     )

@@ -123,6 +123,9 @@ approvals = Table(
     Column("batch_id", String(64), nullable=True),
     Column("batch_index", Integer(), nullable=False, server_default="0"),
     Column("batch_size", Integer(), nullable=False, server_default="1"),
+    # The batch's run resumes once (on its first row): claimed, then finished (migration 0009).
+    Column("resume_claimed_at", UtcDateTime(), nullable=True),
+    Column("resumed_at", UtcDateTime(), nullable=True),
     Index("ix_approvals_batch_id", "batch_id"),
     Index("ix_approvals_status_expires_at", "status", "expires_at"),
     Index("ix_approvals_requester_subject", "requester_subject"),
@@ -168,6 +171,8 @@ account_links = Table(
     Column("refresh_token_encrypted", String(), nullable=False),
     Column("created_at", UtcDateTime(), nullable=False),
     Column("updated_at", UtcDateTime(), nullable=False),
+    # Set when the IdP refused the link's refresh at a click; cleared by a new link (0009).
+    Column("broken_at", UtcDateTime(), nullable=True),
     Index("ix_account_links_subject", "subject"),
 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -91,16 +92,36 @@ class CountingExecutor:
 
 @dataclass
 class FakeResumer:
-    """Stands in for ``Agent.resume``: runs approved/edited actions through the executor."""
+    """Stands in for ``Agent.execute``/``Agent.resume``: runs each approved call through the
+    executor on its decision; a resume runs only what no recorded result covers."""
 
     executor: CountingExecutor
     interrupts: dict[str, Interrupt] = field(default_factory=dict)
     resumes: list[tuple[str, str, list[dict[str, Any]]]] = field(default_factory=list)
+    # Each approved call run on its own decision, and the results each resume was fed.
+    executed: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    recorded: list[dict[str, Any]] = field(default_factory=list)
     fail_with: Exception | None = None
     # Audited like the agent's ``AuditObserver``: pending before, outcome after each write.
     audit: AuditLog | None = None
     # The server's answer per write: "success" or an ``error:<class>`` with a reason.
     answers: list[tuple[str, str | None]] = field(default_factory=list)
+
+    async def execute(
+        self,
+        identity: Identity,
+        thread_id: str,
+        call: dict[str, Any],
+        *,
+        approval_id: str,
+    ) -> dict[str, Any]:
+        """One approved call, now: audited, then applied (once per idempotency key)."""
+        self.executed.append((identity.subject, thread_id, dict(call)))
+        await asyncio.sleep(0)
+        if self.fail_with is not None:
+            raise self.fail_with
+        await self._write(identity, thread_id, call["name"], call["args"], call["id"], approval_id)
+        return {"type": "tool", "data": {"content": f"ran {call['name']}", "id": call["id"]}}
 
     async def resume(
         self,
@@ -109,35 +130,50 @@ class FakeResumer:
         decisions: list[dict[str, Any]],
         *,
         approval_id: str,
+        recorded: Mapping[str, Any] | None = None,
     ) -> Any:
         self.resumes.append((identity.subject, thread_id, decisions))
+        self.recorded.append(dict(recorded or {}))
         await asyncio.sleep(0)
         if self.fail_with is not None:
             raise self.fail_with
         interrupt = self.interrupts[thread_id]
         for request, decision in zip(interrupt.action_requests, decisions, strict=True):
-            if decision["type"] == "reject":
-                continue
+            if decision["type"] == "reject" or request.tool_call_id in (recorded or {}):
+                continue  # the graph feeds a recorded result instead of calling the tool
             args = decision["edited_action"]["args"] if decision["type"] == "edit" else request.args
-            key = idempotency_key(approval_id, request.tool_call_id)
-            pending = None
-            if self.audit is not None:
-                pending = await self.audit.write_pending(
-                    requester=identity.subject,
-                    thread_id=thread_id,
-                    tool=request.name,
-                    args=args,
-                    idempotency_key=key,
-                    approval_id=approval_id,
-                )
-            outcome, reason = self.answers.pop(0) if self.answers else ("success", None)
-            if outcome == "success":
-                self.executor.execute(identity.subject, request.name, args, key)
-            if pending is not None and self.audit is not None and outcome != "no-outcome":
-                await self.audit.write_outcome(
-                    pending, outcome=outcome, detail={"reason": reason} if reason else None
-                )
+            await self._write(
+                identity, thread_id, request.name, args, request.tool_call_id, approval_id
+            )
         return {"thread_id": thread_id, "decisions": decisions}
+
+    async def _write(
+        self,
+        identity: Identity,
+        thread_id: str,
+        tool: str,
+        args: dict[str, Any],
+        tool_call_id: str,
+        approval_id: str,
+    ) -> None:
+        key = idempotency_key(approval_id, tool_call_id)
+        pending = None
+        if self.audit is not None:
+            pending = await self.audit.write_pending(
+                requester=identity.subject,
+                thread_id=thread_id,
+                tool=tool,
+                args=args,
+                idempotency_key=key,
+                approval_id=approval_id,
+            )
+        outcome, reason = self.answers.pop(0) if self.answers else ("success", None)
+        if outcome == "success":
+            self.executor.execute(identity.subject, tool, args, key)
+        if pending is not None and self.audit is not None and outcome != "no-outcome":
+            await self.audit.write_outcome(
+                pending, outcome=outcome, detail={"reason": reason} if reason else None
+            )
 
 
 class YieldingStore:

@@ -201,12 +201,15 @@ async def test_a_revoked_requester_writes_nothing_and_the_approval_fails(
     assert "Not executed" in decisions[0]["message"]
 
 
-async def test_a_failed_resume_ends_failed_and_is_audited(harness: Harness) -> None:
+async def test_a_call_that_fails_before_leaving_opsbot_ends_failed_and_is_audited(
+    harness: Harness,
+) -> None:
     approval_id = await harness.open("alice")
     harness.resumer.fail_with = ConnectionError("checkpointer down")
     report = await harness.service.decide(identity("bob"), approval_id, APPROVE)
     assert report.approval.status is ApprovalStatus.FAILED
-    assert report.approval.outcome["reason"] == "resuming the thread failed (error:ConnectionError)"
+    assert report.approval.outcome["reason"] == "running the call failed (error:ConnectionError)"
+    assert harness.executor.executions == 0
     finished = await harness.sink.query(AuditQuery(kinds=(EventKind.APPROVAL_FINISHED,)))
     assert [e.outcome for e in finished] == ["failed"]
 
@@ -282,22 +285,27 @@ async def test_each_write_call_gets_its_own_approval_and_only_approved_ones_run(
 
     edit = ActionDecision("edit", args={"key": "PAY-7", "body": "edited"})
     edited = await harness.service.decide(identity("bob"), first.approval_id, edit)
+    # The approved (edited) call runs on its own decision, with the edited arguments ...
+    assert edited.approval.status is ApprovalStatus.SUCCEEDED
+    assert [args for _s, _t, args, _k in harness.executor.calls] == [
+        {"key": "PAY-7", "body": "edited"}
+    ]
     rejected = await harness.service.decide(
         identity("carol"), second.approval_id, ActionDecision("reject", message="no")
     )
-    # Decided, but the third call waits: nothing has run yet.
-    assert edited.approval.status is ApprovalStatus.APPROVED
     assert rejected.approval.status is ApprovalStatus.REJECTED
-    assert harness.executor.calls == []
+    # ... the rejected one never runs, and the run waits for the third.
+    assert len(harness.executor.calls) == 1
     assert harness.resumer.resumes == []
 
     last = await harness.service.decide(identity("bob"), third.approval_id, APPROVE)
     assert last.approval.status is ApprovalStatus.SUCCEEDED
-    assert [a.approval_id for a in last.siblings] == [first.approval_id]
-    assert last.siblings[0].status is ApprovalStatus.SUCCEEDED
-    # One resume with one decision per call, in order; the rejected call never ran.
+    assert last.result is not None  # this decision resumed the run
+    # One resume with one decision per call, in order, fed the two stored results: the
+    # resume ran nothing again.
     [(_who, _thread, decisions)] = harness.resumer.resumes
     assert [d["type"] for d in decisions] == ["edit", "reject", "approve"]
+    assert [sorted(r) for r in harness.resumer.recorded] == [["call-0", "call-2"]]
     assert [args for _s, _t, args, _k in harness.executor.calls] == [
         {"key": "PAY-7", "body": "edited"},
         {"key": "PAY-7", "body": "hi"},
@@ -308,18 +316,24 @@ async def test_each_write_call_gets_its_own_approval_and_only_approved_ones_run(
     assert stored.status is ApprovalStatus.REJECTED
 
 
-async def test_an_undecided_call_of_the_step_keeps_the_others_from_running(
+async def test_an_undecided_call_of_the_step_keeps_the_run_waiting_not_the_approved_call(
     harness: Harness,
 ) -> None:
     interrupt = make_interrupt(n_actions=2)
     harness.resumer.interrupts[interrupt.thread_id] = interrupt
     first, second = await harness.service.open_all(interrupt, identity("alice"))
-    await harness.service.decide(identity("bob"), first.approval_id, APPROVE)
-    assert harness.executor.calls == []
-    # The undecided one expires: the sweeper rejects it, and the approved one runs alone.
+    ran = await harness.service.decide(identity("bob"), first.approval_id, APPROVE)
+    # The approved call ran at once; the run waits for the undecided one.
+    assert ran.approval.status is ApprovalStatus.SUCCEEDED
+    assert len(harness.executor.calls) == 1
+    assert harness.resumer.resumes == []
+    # The undecided one expires: the sweeper rejects it, and the run resumes once, fed the
+    # stored result of the call that ran (not running it again).
     harness.clock.advance(hours=2)
     [expired] = await harness.service.sweep()
     assert expired.approval.approval_id == second.approval_id
     assert expired.approval.status is ApprovalStatus.EXPIRED
-    assert [a.status for a in expired.siblings] == [ApprovalStatus.SUCCEEDED]
+    assert expired.result is not None
+    [(_who, _thread, decisions)] = harness.resumer.resumes
+    assert [d["type"] for d in decisions] == ["approve", "reject"]
     assert len(harness.executor.calls) == 1
