@@ -1,9 +1,10 @@
 """Issue 18, several writes in one model turn — over HTTP against the running app with the REAL
 core (dev IdP, broker, reference MCP servers, agent with a scripted model, approvals and audit in
-SQL, on SQLite and PostgreSQL): three proposed writes post three cards; approving one and
-rejecting another leaves the third waiting with live buttons and each card showing its own
-state; the step resumes only when every call of it is decided, and then exactly the approved
-write runs (the ticketing server's own change log is the ground truth).
+SQL, on SQLite and PostgreSQL): three proposed writes post three cards; approving one runs that
+call at once (the ticketing server's own change log is the ground truth), rejecting another
+never runs it, the third waits with live buttons and each card shows its own state; the run
+resumes once, when the last call is decided, and the model's answer covers all three calls
+without a second execution.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def batch_model(messages: list[BaseMessage]) -> AIMessage:
         return calls(
             *(("ticketing_close_ticket", {"key": k, "resolution": "Batch fix"}) for k in keys)
         )
-    return _final("; ".join(str(m.content)[:80] for m in tool_results(messages)), [])
+    results = tool_results(messages)
+    return _final(f"{len(results)} results: " + "; ".join(str(m.content)[:80] for m in results), [])
 
 
 def _cards(env: SlackEnv) -> dict[str, dict[str, Any]]:
@@ -89,7 +91,18 @@ async def test_three_writes_three_cards_only_the_approved_one_runs(
             assert await _changes(agent_env.servers, key) == []  # nothing runs before a click
 
         await _click(env, "approval_approve", cards["PAY-101"])
-        await env.fake.wait_for("chat.update", where=card_decided, wait=60)
+        card_101 = cards["PAY-101"]["ts"]
+        await env.fake.wait_for(
+            "chat.update",
+            where=lambda p: (
+                p.get("ts") == card_101 and "Outcome:* :white_check_mark:" in _texts(p["blocks"])
+            ),
+            wait=60,
+        )
+        # The approved call ran on its own decision: the server's change log shows it now.
+        [approved] = await _changes(agent_env.servers, "PAY-101")
+        assert "Batch fix" in json.dumps(approved.change)
+
         await _click(env, "approval_reject", cards["PAY-102"])
         modal = (await env.fake.wait_for("views.open", wait=60))[0]["view"]
         assert modal["callback_id"] == "approval_reject_submit"
@@ -100,13 +113,13 @@ async def test_three_writes_three_cards_only_the_approved_one_runs(
         await env.fake.wait_for("chat.update", 2, where=card_decided, wait=60)
         await env.fake.settle(limit=60)
 
-        # The step resumes only once every pending call of it is decided: nothing ran yet.
-        for key in KEYS:
-            assert await _changes(agent_env.servers, key) == []
+        assert await _changes(agent_env.servers, "PAY-101") == [approved]
+        assert await _changes(agent_env.servers, "PAY-102") == []
+        assert await _changes(agent_env.servers, "PAY-103") == []
         mid = {k: env.fake.messages[(APPROVALS_CHANNEL_ID, c["ts"])] for k, c in cards.items()}
-        # Each card shows its own state: approved (waiting for the step), rejected with nothing
-        # run, and the third still waiting with live buttons.
-        assert "*Outcome:* :information_source: approved" in _texts(mid["PAY-101"]["blocks"])
+        # Each card shows its own state: done, rejected with nothing run, and the third still
+        # waiting with live buttons.
+        assert "*Outcome:* :white_check_mark:" in _texts(mid["PAY-101"]["blocks"])
         assert _buttons(mid["PAY-101"]) == {}
         assert "rejected, nothing was run" in _texts(mid["PAY-102"]["blocks"])
         assert _buttons(mid["PAY-102"]) == {}
@@ -116,31 +129,38 @@ async def test_three_writes_three_cards_only_the_approved_one_runs(
             "approval_edit",
             "approval_reject",
         }
+        # The run has not resumed: no answer from the model in the requester's thread yet.
+        assert not _answers(env)
 
-        # The third is rejected too: the step resumes and runs exactly the approved write.
+        # The third is rejected too: the run resumes once, fed the stored result.
         await _click(env, "approval_reject", cards["PAY-103"])
         modal = (await env.fake.wait_for("views.open", 2, wait=60))[1]["view"]
         status, body = await env.sender.post_interaction(
             view_submission(BOB.user_id, modal, {"reason": text_value("later")})
         )
         assert (status, body) == (200, "")
-        card_101 = cards["PAY-101"]["ts"]
-        await env.fake.wait_for(
-            "chat.update",
-            where=lambda p: (
-                p.get("ts") == card_101 and "Outcome:* :white_check_mark:" in _texts(p["blocks"])
-            ),
-            wait=60,
-        )
+        await env.fake.wait_for("chat.postMessage", where=_is_answer, wait=60)
         await env.fake.settle(limit=60)
-        # Ground truth: the ticketing server's own change log holds exactly the approved write.
-        approved = await _changes(agent_env.servers, "PAY-101")
-        assert len(approved) == 1
-        assert "Batch fix" in json.dumps(approved[0].change)
+        [answer] = _answers(env)
+        assert "3 results" in answer  # one answer per call of the step
+        # Ground truth: exactly the approved write, once — the resume did not send it again.
+        assert await _changes(agent_env.servers, "PAY-101") == [approved]
         assert await _changes(agent_env.servers, "PAY-102") == []
         assert await _changes(agent_env.servers, "PAY-103") == []
-        # The approved card now reads succeeded; the other two stay rejected.
         final = {k: env.fake.messages[(APPROVALS_CHANNEL_ID, c["ts"])] for k, c in cards.items()}
         assert "*Outcome:* :white_check_mark:" in _texts(final["PAY-101"]["blocks"])
         assert "rejected, nothing was run" in _texts(final["PAY-102"]["blocks"])
         assert "rejected, nothing was run" in _texts(final["PAY-103"]["blocks"])
+
+
+def _is_answer(params: dict[str, Any]) -> bool:
+    return params.get("channel") != "ops-approvals" and "results:" in json.dumps(params)
+
+
+def _answers(env: SlackEnv) -> list[str]:
+    """The model's answers posted outside the approvals channel."""
+    return [
+        json.dumps(c.params)
+        for c in env.fake.calls
+        if c.method in ("chat.postMessage", "chat.update") and _is_answer(c.params)
+    ]
