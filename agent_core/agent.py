@@ -270,50 +270,41 @@ class Agent:
     ) -> dict[str, Any]:
         """Run one approved call of the paused step now, as ``identity`` (the requester).
 
-        ``call`` is ``{"id", "name", "args"}``: the id must be a call the thread is waiting
-        on, the name that call's tool (an edit never changes it), the args its approved (or
-        edited, schema-checked) arguments. Fresh tokens, the idempotency key scoped by
-        ``approval_id``, the audit rows and the retry are those of a call the graph runs.
-        Returns the result stored for the resume (``approved_calls.dump_result``).
+        ``call`` is ``{"id", "name", "args", "proposed_args"}`` from the approval record of
+        a call the thread is waiting on: ``args`` are what the approver let run, checked
+        again here against the tool's current schema when they differ from the model's
+        ``proposed_args`` (an edit); the tool must still be allowlisted. The caller mints
+        the requester's fresh tokens right before (``approvals``); the idempotency key
+        scoped by ``approval_id``, the audit rows and the retry are those of a call the graph
+        runs. Reading the checkpoint is not needed (and costly under load): the resume
+        checks the decisions against the pending interrupt. Returns the result stored for
+        the resume (``approved_calls.dump_result``).
         """
         await self._threads.require_owner(thread_id, identity.subject)
-        pending = await self.pending(identity, thread_id)
-        if pending is None:
-            raise NoPendingApprovalError(f"thread {thread_id!r} is not waiting for a decision")
-        proposed = {a.tool_call_id: a for a in pending.action_requests}
-        original = proposed.get(str(call["id"]))
-        if original is None or original.name != call["name"]:
+        name = str(call["name"])
+        args = dict(call["args"])
+        if not self.is_allowed(name) or self.policy.is_read(name):
             raise InvalidDecisionError(
-                f"{call['name']} is not a call this thread is waiting on",
-                {"tool": "not a pending call of this thread"},
+                f"{name} is not an approvable write", {"tool": "not an approvable write"}
             )
-        server = original.server or str(call["name"]).split("_", 1)[0]
-        with contextlib.suppress(BrokerError):
-            await self._broker.invalidate(identity, server)
         sessions = self._sessions(identity)
         try:
             toolset = await self._toolset(sessions)
-            definition = toolset.by_name.get(original.name)
-            args = dict(call["args"])
-            if args != dict(original.args):
+            definition = toolset.by_name.get(name)
+            if args != dict(call.get("proposed_args", args)):
                 # Edited: the agent's one rule, against the tool's current schema.
                 args = check_edited_args(
-                    original.name,
-                    args,
-                    input_schema=self.tool_schema(original.name),
-                    allowed=self.is_allowed(original.name),
+                    name, args, input_schema=self.tool_schema(name), allowed=True
                 )
             # Its server down (or the tool gone): no template, so the call comes back as
             # "not run" without leaving opsbot, as it would in the graph.
             template = (
                 None
                 if definition is None
-                else self._tools.setdefault(original.name, build_tool(definition, self.policy))
+                else self._tools.setdefault(name, build_tool(definition, self.policy))
             )
             ctx = self._context(identity, thread_id, sessions, toolset, approval_id)
-            message = await run_call(
-                ctx, template, {"id": call["id"], "name": original.name, "args": args}
-            )
+            message = await run_call(ctx, template, {"id": call["id"], "name": name, "args": args})
             return dump_result(message)
         finally:
             await sessions.aclose()

@@ -46,11 +46,16 @@ from agent_core.errors import (
 from agent_core.health import ServerHealth, shared_ssl_context
 from agent_core.tools import DiscoveryCache, ServerTools, ToolDefinition
 from broker import Broker, Identity
+from infra.logging import quiet_mcp_streams
 
 __all__ = ["RunSessions", "ServerConfig", "SessionStats", "classify_failure"]
 
 CLIENT_INFO = Implementation(name="opsbot", version="0.1.0")
 T = TypeVar("T")
+
+# Every session's end makes the SDK log a closed SSE stream as an error with a traceback:
+# noise in every process that opens sessions (the bot, bench, tests), and costly to format.
+quiet_mcp_streams()
 
 
 class _Held:

@@ -81,7 +81,8 @@ class Resumer(Protocol):
         *,
         approval_id: str,
     ) -> dict[str, Any]:
-        """Run one approved call (``{"id", "name", "args"}``) now; its result, to store."""
+        """Run one approved call (``{"id", "name", "args", "proposed_args"}``) now, with the
+        requester's tokens (minted fresh just before); its result, to store."""
         ...
 
     async def resume(
@@ -330,13 +331,20 @@ class ApprovalService:
                 if rerun and not self._safe_to_send(approval, action, events):
                     continue  # it left opsbot before the crash: the audit log tells the rest
                 args = decision.args if decision.type == "edit" and decision.args else action.args
-                call = {"id": action.tool_call_id, "name": action.tool, "args": dict(args)}
+                call = {
+                    "id": action.tool_call_id,
+                    "name": action.tool,
+                    "args": dict(args),
+                    "proposed_args": dict(action.args),
+                }
                 try:
                     results[action.tool_call_id] = await self._resumer.execute(
                         requester, approval.thread_id, call, approval_id=approval.batch
                     )
                 except NoPendingApprovalError:
-                    run_failure = "the thread is no longer waiting for this call, and no write is recorded"
+                    run_failure = (
+                        "the thread is no longer waiting for this call, and no write is recorded"
+                    )
                 except Exception as exc:  # recorded; the outcome comes from the audit log
                     log.warning("approved call %s failed: %s", approval.approval_id, type(exc))
                     run_failure = f"running the call failed ({error_outcome(exc)})"

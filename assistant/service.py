@@ -61,7 +61,7 @@ from assistant.types import (
     UserStatus,
 )
 from audit.reconcile import Reconciler, ReconcileReport
-from broker.errors import AccessRevokedError, BrokerError, LinkingError
+from broker.errors import AccessRevokedError, BrokerError, LinkBrokenError, LinkingError
 from broker.types import ChatUser, Identity, IdentityService, LinkCompleter
 from infra.clock import Clock, utc_now
 from memory.chat import MemoryCommands, describe
@@ -73,6 +73,11 @@ MEMORY_DISABLED = "Memory is not enabled."
 ACCESS_REVOKED_TEXT = (
     "Your company account no longer lets opsbot act for you (access revoked or sign-in "
     "expired). Connect again with `/ops link`, or ask your administrator."
+)
+LINK_BROKEN_TEXT = (
+    "Your link to your company account is broken: your company sign-in was refused, so "
+    "your company account no longer lets opsbot act for you. Please reconnect with "
+    "`/ops link`."
 )
 UNCHECKED_TEXT = "Your company account could not be checked right now; please try again soon."
 _FAR = timedelta(days=3650)
@@ -317,6 +322,11 @@ class Assistant:
         or cannot be checked is a status with a ``problem``, not an error."""
         try:
             identity = await self._identities.resolve(chat_user, fresh=fresh)
+        except LinkBrokenError:
+            # Recorded when a refresh was refused (a click, a write): reconnect.
+            return UserStatus(
+                linked=False, login_url=await self.link_url(chat_user), problem=LINK_BROKEN_TEXT
+            )
         except AccessRevokedError:
             log.info("status: the IdP no longer honours the link of %s", chat_user.user_id)
             return UserStatus(

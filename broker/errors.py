@@ -5,6 +5,7 @@ Exception tree::
     BrokerError
     ├── NotLinkedError          the chat user has no account link
     ├── AccessRevokedError      the IdP refused: the user's access was revoked
+    │   └── LinkBrokenError     refused before, recorded on the link: reconnect first
     ├── ExchangeFailedError     token exchange for one server failed (names the server)
     ├── BrokerUnavailableError  the IdP or the broker service could not be reached
     ├── TokenVerificationError  a token failed validation (issuer, audience, expiry, signature)
@@ -28,6 +29,10 @@ class NotLinkedError(BrokerError):
 
 class AccessRevokedError(BrokerError):
     """The identity provider no longer issues tokens for this user."""
+
+
+class LinkBrokenError(AccessRevokedError):
+    """The link's refresh was refused before (recorded on the link): reconnect first."""
 
 
 class ExchangeFailedError(BrokerError):

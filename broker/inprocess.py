@@ -31,6 +31,7 @@ from broker.errors import (
     BrokerError,
     BrokerUnavailableError,
     ExchangeFailedError,
+    LinkBrokenError,
     NotLinkedError,
     TokenVerificationError,
 )
@@ -196,10 +197,17 @@ class InProcessBroker:
             raise NotLinkedError("this chat user has not connected their company account")
         if link.subject != identity.subject:
             raise NotLinkedError("this chat user is linked to a different company account")
+        if link.broken_at is not None:
+            raise LinkBrokenError(
+                f"{identity.subject!r}'s sign-in was refused before: connect the account again"
+            )
         try:
             response = await self._client.refresh(refresh_token)
         except TokenEndpointError as exc:
             if exc.error in _REVOKED_ERRORS:
+                # Kept on the link, so every instance (and /ops status, App Home) says
+                # "reconnect" until the person links again, without asking the IdP each time.
+                await self._links.mark_broken(chat_user, self._clock())
                 raise AccessRevokedError(
                     f"the identity provider refused to refresh {identity.subject!r}'s sign-in: "
                     "access was revoked or the sign-in expired; connect the account again"
@@ -251,6 +259,8 @@ class InProcessBroker:
         link = await self._links.get(chat_user)
         if link is None:
             return None
+        if link.broken_at is not None:
+            raise LinkBrokenError("this sign-in was refused before: connect the account again")
         identity = Identity(link.subject, chat_user, link.email)
         if fresh:
             self._subjects.invalidate(link.subject)

@@ -37,6 +37,9 @@ class AccountLink:
     subject: str
     email: str
     created_at: datetime
+    # When the IdP refused to refresh this link's sign-in: the person must reconnect. A new
+    # link (``save``) starts unbroken.
+    broken_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,10 @@ class LinkStore(Protocol):
         """Remove the link and its refresh token; ``True`` if there was one."""
         ...
 
+    async def mark_broken(self, chat_user: ChatUser, at: datetime) -> None:
+        """Record that the IdP refused the link's refresh (no-op when not linked)."""
+        ...
+
     async def add_login(self, login: PendingLogin) -> None: ...
 
     async def take_login(self, nonce: str, now: datetime) -> PendingLogin | None:
@@ -125,7 +132,13 @@ class MemoryLinkStore:
         self._lock = asyncio.Lock()
 
     async def save(self, link: AccountLink, refresh_token: str) -> None:
-        self._links[link.chat_user] = (link, self._cipher.encrypt(refresh_token))
+        fresh = replace(link, broken_at=None)
+        self._links[link.chat_user] = (fresh, self._cipher.encrypt(refresh_token))
+
+    async def mark_broken(self, chat_user: ChatUser, at: datetime) -> None:
+        entry = self._links.get(chat_user)
+        if entry is not None:
+            self._links[chat_user] = (replace(entry[0], broken_at=at), entry[1])
 
     async def get(self, chat_user: ChatUser) -> AccountLink | None:
         entry = self._links.get(chat_user)
@@ -204,7 +217,15 @@ class SqlLinkStore:
             )
         if row is None:
             return None
-        return AccountLink(chat_user, row["subject"], row["email"], row["created_at"])
+        return AccountLink(
+            chat_user, row["subject"], row["email"], row["created_at"], row["broken_at"]
+        )
+
+    async def mark_broken(self, chat_user: ChatUser, at: datetime) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                account_links.update().where(_key(chat_user)).values(broken_at=at, updated_at=at)
+            )
 
     async def links_for_subject(self, subject: str) -> list[AccountLink]:
         async with self._engine.connect() as conn:
@@ -225,6 +246,7 @@ class SqlLinkStore:
                 r["subject"],
                 r["email"],
                 r["created_at"],
+                r["broken_at"],
             )
             for r in rows
         ]

@@ -20,6 +20,7 @@ from broker.errors import (
     BrokerUnavailableError,
     ExchangeFailedError,
     InvalidStateError,
+    LinkBrokenError,
     LinkingError,
     NotLinkedError,
 )
@@ -81,6 +82,8 @@ class RemoteBroker:
         error, message = str(data.get("error")), str(data.get("message", ""))
         if error == "not_linked":
             raise NotLinkedError(message)
+        if error == "link_broken":
+            raise LinkBrokenError(message)
         if error == "access_revoked":
             raise AccessRevokedError(message)
         if error == "exchange_failed":

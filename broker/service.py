@@ -16,7 +16,7 @@ Routes (JSON bodies; chat users as ``{"platform", "team_id", "user_id"}``)::
     POST /v1/complete_link {state, code, iss?} -> {identity: {...}}   (the app's /oauth/callback)
     GET  /healthz
 
-Errors: ``{"error": not_linked|access_revoked|exchange_failed|unavailable|invalid_state|
+Errors: ``{"error": not_linked|access_revoked|link_broken|exchange_failed|unavailable|invalid_state|
 linking_failed|bad_request, "message", "server"?}`` with 404/403/502/503/400/502/400.
 """
 
@@ -39,6 +39,7 @@ from broker.errors import (
     BrokerUnavailableError,
     ExchangeFailedError,
     InvalidStateError,
+    LinkBrokenError,
     LinkingError,
     NotLinkedError,
 )
@@ -98,6 +99,8 @@ def error_json(exc: BrokerError) -> tuple[dict[str, Any], int]:
         return {"error": "linking_failed", "message": str(exc)}, 502
     if isinstance(exc, NotLinkedError):
         return {"error": "not_linked", "message": str(exc)}, 404
+    if isinstance(exc, LinkBrokenError):
+        return {"error": "link_broken", "message": str(exc)}, 403
     if isinstance(exc, AccessRevokedError):
         return {"error": "access_revoked", "message": str(exc)}, 403
     if isinstance(exc, ExchangeFailedError):

@@ -2,13 +2,61 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import structlog
 
 if TYPE_CHECKING:
     from infra.settings import Settings
+
+
+# The MCP SDK's streamable-HTTP transports log a full traceback at ERROR each time a
+# session's standalone SSE stream is closed under its writer, which is how every session ends.
+_MCP_STREAM_LOGGERS = ("mcp.client.streamable_http", "mcp.server.streamable_http")
+_SSE_WRITER_ERROR = "Error in standalone SSE writer"
+
+
+class _StreamCloseFilter(logging.Filter):
+    """Drops the SDK's "standalone SSE writer" error when it only reports a closed stream; any
+    other such error stays, as one line without a traceback (formatting it is costly)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(_SSE_WRITER_ERROR):
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        if type(exc).__name__ in ("ClosedResourceError", "BrokenResourceError", "EndOfStream"):
+            return False
+        record.msg = f"{_SSE_WRITER_ERROR}: {type(exc).__name__ if exc else 'no detail'}"
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
+def quiet_mcp_streams() -> None:
+    """Install the closed-stream filter on the MCP SDK's transport loggers (idempotent)."""
+    for name in _MCP_STREAM_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _StreamCloseFilter) for f in logger.filters):
+            logger.addFilter(_StreamCloseFilter())
+
+
+@contextlib.contextmanager
+def keep_root_handlers() -> Iterator[None]:
+    """Undo the handlers and level a library installs on the root logger meanwhile (FastMCP
+    calls ``logging.basicConfig`` with a rich handler and rich tracebacks): logging is the
+    application's to configure."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
 
 
 def configure_logging(settings: Settings, *, terminal: bool = False) -> None:
@@ -32,6 +80,7 @@ def configure_logging(settings: Settings, *, terminal: bool = False) -> None:
     # httpx logs every request at INFO: readiness probes (a few a second on an unready
     # instance) and MCP health checks would fill the log.
     logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
+    quiet_mcp_streams()
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -25,6 +25,7 @@ from mcp.types import ContentBlock, ToolAnnotations
 from pydantic import AnyHttpUrl, ValidationError
 from starlette.types import ASGIApp
 
+from infra.logging import keep_root_handlers, quiet_mcp_streams
 from mcp_servers.auth import JwksClient, JwtVerifier
 from mcp_servers.errors import ToolRefusedError
 from mcp_servers.gate import AuthGate
@@ -119,21 +120,25 @@ class ScopedServer:
             jwks=self.jwks,
             leeway_seconds=self.auth.leeway_seconds,
         )
-        self.mcp = _FastMCP(
-            self.name,
-            instructions=self.instructions,
-            token_verifier=self.verifier,
-            auth=AuthSettings(
-                issuer_url=AnyHttpUrl(self.auth.issuer),
-                resource_server_url=AnyHttpUrl(self.auth.audience),
-                required_scopes=[self.base_scope],
-                validate_token_resource=True,
-            ),
-            host=self.host,
-            # Also checked by the gate, before auth; the SDK checks again on the MCP route.
-            transport_security=self.transport_security,
-            streamable_http_path=urlparse(self.auth.audience).path.rstrip("/") or "/mcp",
-        )
+        # FastMCP configures the root logger (rich handler, rich tracebacks) when nothing has
+        # yet: the process that serves it decides how to log, not the server.
+        quiet_mcp_streams()
+        with keep_root_handlers():
+            self.mcp = _FastMCP(
+                self.name,
+                instructions=self.instructions,
+                token_verifier=self.verifier,
+                auth=AuthSettings(
+                    issuer_url=AnyHttpUrl(self.auth.issuer),
+                    resource_server_url=AnyHttpUrl(self.auth.audience),
+                    required_scopes=[self.base_scope],
+                    validate_token_resource=True,
+                ),
+                host=self.host,
+                # Also checked by the gate, before auth; the SDK checks again on the MCP route.
+                transport_security=self.transport_security,
+                streamable_http_path=urlparse(self.auth.audience).path.rstrip("/") or "/mcp",
+            )
 
     def tool(
         self,

@@ -212,6 +212,55 @@ async def test_an_approver_whose_link_was_revoked_is_refused_at_the_next_click(
         assert view is not None
         assert view.state == "pending"
         assert await closes(reference_servers) == []
+        # The link is marked broken: /ops status (and App Home, from the same status) say
+        # "reconnect", without asking the IdP again.
+        link = await harness.links.get(chat("bob"))
+        assert link is not None
+        assert link.broken_at is not None
+        status = await bot.status(chat("bob"))
+        assert not status.linked
+        assert status.problem is not None
+        assert "reconnect" in status.problem
+        assert status.login_url is not None
+        assert isinstance(await bot.decide(chat("bob"), approval_id, Approve()), LinkRequired)
+
+        # Linking again clears it: bob can decide again.
+        await dev_idp.restore("bob")
+        await harness.link("bob", chat("bob"))
+        relinked = await harness.links.get(chat("bob"))
+        assert relinked is not None
+        assert relinked.broken_at is None
+        assert (await bot.status(chat("bob"))).linked
+        done = await bot.decide(chat("bob"), approval_id, Approve())
+        assert isinstance(done, Decided)
+        assert done.state == "succeeded"
+        assert len(await closes(reference_servers)) == 1
+
+
+async def test_a_requester_whose_refresh_fails_at_the_click_is_marked_broken(
+    dev_idp: RunningIdp, reference_servers: ReferenceServers, sqlite_url: str
+) -> None:
+    clock = Clock()
+    audiences = {s.name: s.audience for s in reference_servers}
+    async with (
+        broker_for(dev_idp, audiences, clock) as harness,
+        app(harness, configs(reference_servers), sqlite_url, clock, close_model()) as (bot, _),
+    ):
+        reply = await bot.handle_message(chat("alice"), REF, CLOSE)
+        assert isinstance(reply, ApprovalRequested)
+        await dev_idp.revoke("alice")
+        clock.offset += timedelta(seconds=61)  # her cached sign-in is past its group max age
+        done = await bot.decide(chat("bob"), reply.approval.approval_id, Approve())
+        # Nothing written; the approval says why; alice's link says "reconnect".
+        assert isinstance(done, Decided)
+        assert done.state == "failed"
+        assert await closes(reference_servers) == []
+        link = await harness.links.get(chat("alice"))
+        assert link is not None
+        assert link.broken_at is not None
+        status = await bot.status(chat("alice"))
+        assert status.problem is not None
+        assert "reconnect" in status.problem
 
 
 # --- truthful outcomes --------------------------------------------------------------------

@@ -180,3 +180,5 @@ async def test_ops_status_after_the_idp_revoked_access_is_a_clear_private_messag
         assert status == 200
         view = (await fake_slack.wait_for("views.publish", published + 1))[-1]
         assert "no longer lets opsbot act for you" in _texts(view["view"]["blocks"])
+        # The refused refresh marked the link broken: App Home asks to reconnect.
+        assert "reconnect" in _texts(view["view"]["blocks"])

@@ -77,6 +77,27 @@ async def test_links_for_subject_and_rotation(store: LinkStore) -> None:
     assert await store.get(BOB) is None
 
 
+async def test_a_link_marked_broken_stays_broken_until_linked_again(store: LinkStore) -> None:
+    link = AccountLink(ALICE, "alice", "alice@example.com", NOW)
+    await store.save(link, REFRESH)
+    await store.save(AccountLink(BOB, "bob", "bob@example.com", NOW), REFRESH)
+    await store.mark_broken(ALICE, NOW + timedelta(minutes=5))
+    broken = await store.get(ALICE)
+    assert broken is not None
+    assert broken.broken_at == NOW + timedelta(minutes=5)
+    [listed] = await store.links_for_subject("alice")
+    assert listed.broken_at == NOW + timedelta(minutes=5)
+    other = await store.get(BOB)
+    assert other is not None
+    assert other.broken_at is None  # only that link
+    await store.mark_broken(ChatUser("slack", "T1", "U-nobody"), NOW)  # not linked: no-op
+    # Linking again (a new refresh token) clears it.
+    await store.save(AccountLink(ALICE, "alice", "alice@example.com", NOW), "a-new-refresh-token")
+    relinked = await store.get(ALICE)
+    assert relinked is not None
+    assert relinked.broken_at is None
+
+
 async def test_delete_removes_link_and_refresh_token(store: LinkStore) -> None:
     await store.save(AccountLink(ALICE, "alice", "a@example.com", NOW), REFRESH)
     assert await store.delete(ALICE) is True
