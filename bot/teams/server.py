@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -51,9 +52,10 @@ def messages_handler(bot: TeamsBot) -> Callable[[web.Request], Awaitable[web.Str
             claims = await bot.auth.verify(request.headers.get("Authorization"), activity)
         except Rejected as exc:
             return _refuse(401, f"unauthenticated: {exc.reason}", len(raw))
-        request["claims_identity"] = ClaimsIdentity(
-            claims, authentication_type="Bearer", security_token=None
-        )
+        with warnings.catch_warnings():
+            # The SDK reads this plain string key (aiohttp prefers typed keys).
+            warnings.simplefilter("ignore", web.NotAppKeyWarning)
+            request["claims_identity"] = ClaimsIdentity(claims, authentication_type="Bearer")
         delivery = Delivery()
         token = CURRENT_DELIVERY.set(delivery)
         try:
