@@ -88,10 +88,18 @@ class ConnectorCall:
     at: float = field(default_factory=time.perf_counter)
 
     @property
+    def message(self) -> dict[str, Any]:
+        """The activity posted: the body, or a new conversation's first activity."""
+        if self.kind == "create":
+            activity = self.body.get("activity")
+            return activity if isinstance(activity, dict) else {}
+        return self.body
+
+    @property
     def text(self) -> str:
         """Everything people would read: the text and every Adaptive Card's text, joined."""
-        parts = [str(self.body.get("text") or "")]
-        for attachment in self.body.get("attachments") or []:
+        parts = [str(self.message.get("text") or "")]
+        for attachment in self.message.get("attachments") or []:
             parts.append(json.dumps(attachment.get("content", {}), ensure_ascii=False))
         return "\n".join(p for p in parts if p)
 
@@ -99,7 +107,7 @@ class ConnectorCall:
     def cards(self) -> list[dict[str, Any]]:
         return [
             a.get("content") or {}
-            for a in self.body.get("attachments") or []
+            for a in self.message.get("attachments") or []
             if a.get("contentType") == "application/vnd.microsoft.card.adaptive"
         ]
 
@@ -296,7 +304,8 @@ class FakeTeams:
             c
             for c in self.calls
             if c.kind in ("reply", "send", "create")
-            and c.body.get("type", "message") == "message"
+            and c.message
+            and c.message.get("type", "message") == "message"
             and c.conversation_id.startswith(conversation_prefix)
         ]
 
