@@ -57,6 +57,12 @@ class DurableTeamsAdapter(TeamsAdapter):
             self.runner.notify()
         return True
 
+    async def idle(self) -> None:
+        """Wait for this instance's runs to finish (tests, bench)."""
+        await super().idle()
+        if self.runner is not None:
+            await self.runner.idle()
+
     async def run_job(self, job: Job) -> None:
         """Answer one accepted message, on whichever instance claimed it. A database
         connection error puts the job back in the queue; on its last attempt the person is
