@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,16 +41,27 @@ class Conversation:
     reference: dict[str, Any]
 
 
+_SQLITE_WRITERS: weakref.WeakKeyDictionary[AsyncEngine, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def write_lock(engine: AsyncEngine) -> contextlib.AbstractAsyncContextManager[Any]:
+    """SQLite has a single writer: this process's Teams writes queue here instead of in
+    SQLite's busy-wait backoff (multi-second tails under bursts). PostgreSQL: no lock."""
+    if engine.dialect.name != "sqlite":
+        return contextlib.nullcontext()
+    lock = _SQLITE_WRITERS.get(engine)
+    if lock is None:
+        lock = _SQLITE_WRITERS[engine] = asyncio.Lock()
+    return lock
+
+
 class SqlProcessedActivities:
     """Deduplication on the primary key of ``processed_events``: the insert is the claim."""
 
     def __init__(self, engine: AsyncEngine, clock: Clock = utc_now) -> None:
         self._engine = engine
         self._clock = clock
-        # SQLite has one writer: queue this process's claims (as Slack's store does).
-        self._write_lock: contextlib.AbstractAsyncContextManager[Any] = (
-            asyncio.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
-        )
+        self._write_lock = write_lock(engine)
 
     async def claim(self, delivery_id: str, conversation: Conversation | None = None) -> bool:
         """``True`` the first time ``delivery_id`` is seen, on any instance. With
@@ -125,7 +137,7 @@ class SqlConversations:
 
     async def save(self, conversation: Conversation) -> None:
         """Insert or refresh (Teams may move a conversation to another ``serviceUrl``)."""
-        async with self._engine.begin() as conn:
+        async with write_lock(self._engine), self._engine.begin() as conn:
             await save_conversation(conn, conversation, self._clock())
 
     async def get(self, ref: PlatformRef) -> Conversation | None:
