@@ -381,6 +381,13 @@ class ApprovalSettings(Section):
     audit_max_payload_bytes: int = Field(default=2048, ge=256)
     """Audit argument summaries larger than this (JSON bytes, after redaction) are stored as
     a hash."""
+    card_platforms: list[Literal["slack", "teams"]] = Field(default_factory=list)
+    """JSON list of chat platforms on which every approval's card is shown, whichever platform
+    it was requested on (e.g. ["slack", "teams"] when opsbot serves both). The first decision
+    wins and every copy shows it. Empty: a card only on the requester's platform."""
+    notice_poll_seconds: float = Field(default=2.0, gt=0)
+    """How often each adapter looks for approvals requested or decided on another platform
+    (notices published in this process are delivered at once)."""
 
 
 class SandboxSettings(Section):

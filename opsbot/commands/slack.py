@@ -153,7 +153,17 @@ async def serve_slack(
             background.append(
                 asyncio.create_task(
                     assistant.sweep_forever(
-                        settings.approvals.sweep_interval_seconds, bot.adapter.announce
+                        settings.approvals.sweep_interval_seconds,
+                        bot.adapter.announce,
+                        platform="slack",
+                    )
+                )
+            )
+            # Approvals requested or decided on another platform (Teams): Slack's copy.
+            background.append(
+                asyncio.create_task(
+                    assistant.notices_forever(
+                        "slack", settings.approvals.notice_poll_seconds, bot.adapter.on_notice
                     )
                 )
             )
