@@ -264,6 +264,48 @@ class SlackSettings(Section):
     """Web API retries on HTTP 500/503."""
 
 
+class TeamsSettings(Section):
+    """Microsoft Teams (an Azure Bot, single-tenant; /api/messages). The client secret is
+    OPSBOT_TEAMS__APP_PASSWORD."""
+
+    app_id: str | None = None
+    """The Azure Bot's Microsoft App ID (its Entra app registration's client id): the exact
+    `aud` of every inbound token, and the client id of the bot's outbound calls."""
+    app_password: SecretStr | None = None
+    """The Entra app registration's client secret (outbound calls to the Bot Connector)."""
+    tenant_id: str | None = None
+    """The bot's own Entra tenant (single-tenant bot): always served, and where the bot's
+    outbound tokens come from."""
+    allowed_tenant_ids: list[str] = Field(default_factory=list)
+    """JSON list of further tenants whose users may talk to the bot (default: none)."""
+    openid_metadata_url: str = "https://login.botframework.com/v1/.well-known/openidconfiguration"
+    """OpenID metadata of the Bot Connector's token issuer; its jwks_uri gives the keys."""
+    issuers: list[str] = Field(default_factory=lambda: ["https://api.botframework.com"])
+    """JSON list of accepted `iss` values of inbound tokens."""
+    clock_leeway_seconds: int = Field(default=300, ge=0, le=300)
+    """Clock skew allowed on inbound tokens' exp/nbf (at most Microsoft's 5 minutes)."""
+    token_url: str | None = None
+    """Token endpoint of the bot's outbound client-credentials grant; unset =
+    https://login.microsoftonline.com/{tenant_id}/oauth2/v2.0/token."""
+    token_scope: str = "https://api.botframework.com/.default"  # noqa: S105 - a scope
+    """Scope of the bot's outbound tokens (the Bot Connector)."""
+    approvals_conversation_id: str | None = None
+    """The Teams channel where approval cards go (its id, 19:...@thread.tacv2)."""
+    service_url_prefixes: list[str] = Field(default_factory=list)
+    """JSON list: if set, inbound activities must name a serviceUrl starting with one of these
+    (e.g. ["https://smba.trafficmanager.net/"]); the token's serviceurl claim is always
+    checked against the activity."""
+    max_body_bytes: int = Field(default=256 * 1024, ge=16 * 1024)
+    """POST /api/messages bodies above this get 413 before they are read further."""
+    max_message_chars: int = Field(default=4000, ge=1)
+    """Longer messages get a polite refusal (never echoed)."""
+    sso_connection_name: str | None = None
+    """Azure Bot OAuth connection for Teams SSO (manifest webApplicationInfo); unset = the
+    sign-in card only."""
+    app_domain: str | None = None
+    """opsbot's public host name, for the app manifest's validDomains (opsbot teams package)."""
+
+
 class RunSettings(Section):
     """Durable runs (infra.jobs): every accepted message is a job any instance runs."""
 
@@ -535,6 +577,7 @@ class Settings(BaseSettings):
     idp: IdpSettings = Field(default_factory=IdpSettings)
     broker: BrokerSettings = Field(default_factory=BrokerSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
+    teams: TeamsSettings = Field(default_factory=TeamsSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)

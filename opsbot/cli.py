@@ -28,6 +28,8 @@ COMMAND_MODULES = (
     "opsbot.commands.idp",
     "opsbot.commands.broker",
     "opsbot.commands.slack",
+    "opsbot.commands.teams",
+    "opsbot.commands.serve",
     "opsbot.commands.mcp",
     "opsbot.commands.audit",
     "opsbot.commands.tools",
@@ -38,7 +40,7 @@ COMMAND_MODULES = (
 )
 # Commands that need the database: a PostgreSQL server that does not answer stops them at once.
 DATABASE_COMMANDS = frozenset(
-    {"migrate", "slack", "sweep", "reconcile", "audit", "prune", "broker"}
+    {"migrate", "slack", "teams", "serve", "sweep", "reconcile", "audit", "prune", "broker"}
 )
 # Files opsbot creates (SQLite databases and their WAL, key files, the sandbox's data) are
 # readable by their owner only.

@@ -241,3 +241,20 @@ mcp_oauth_tokens = Table(
     Column("grant_encrypted", String(), nullable=False),
     Column("updated_at", UtcDateTime(), nullable=False),
 )
+
+# Teams conversation references (migration 0010): where to post proactively for a thread
+# (the Connector's serviceUrl and the full conversation id), keyed like ``threads`` by the
+# thread's ``PlatformRef`` (tenant, channel key, reply chain). No secrets: these are the
+# addresses Teams sent with the user's own message.
+teams_conversations = Table(
+    "teams_conversations",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("channel_key", String(64), primary_key=True),
+    Column("thread_key", String(64), primary_key=True),
+    Column("conversation_id", String(512), nullable=False),
+    Column("conversation_type", String(32), nullable=False),
+    Column("service_url", String(512), nullable=False),
+    Column("reference", JSON(), nullable=False),
+    Column("updated_at", UtcDateTime(), nullable=False),
+)

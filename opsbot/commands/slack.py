@@ -109,12 +109,14 @@ async def serve_slack(
     on_ready: Callable[[str], None] | None = None,
     assistant_factory: AssistantFactory | None = None,
     sock: socket.socket | None = None,
+    with_teams: bool = False,
 ) -> None:
     """Run the Slack app until ``stop`` is set: HTTP (``on_ready`` gets the base URL) or
     Socket Mode; plus the in-process expiry sweeper and pruning of processed event ids.
 
     HTTP mode listens on ``sock`` when given (bound by the caller, e.g. the sandbox, which
-    binds every port first), else on ``host:port``."""
+    binds every port first), else on ``host:port``. ``with_teams`` (``opsbot serve``) adds
+    the Teams app's ``/api/messages`` to the same aiohttp server, one process for both."""
     from bot.slack import SqlProcessedEvents, run_socket_mode, serve_http
     from infra.observability.health import SchemaWatch
     from infra.serving import bind_socket
@@ -141,7 +143,17 @@ async def serve_slack(
         async with (
             factory(settings) as assistant,
             open_configured_bot(settings, config, assistant, engine, socket_mode) as bot,
+            contextlib.AsyncExitStack() as platforms,
         ):
+            announce: Callable[[Any], Awaitable[None]] = bot.adapter.announce
+            linked: Callable[[ChatUser, str], Awaitable[None]] = bot.adapter.linked
+            extra_routes: list[Any] = []
+            if with_teams:
+                from opsbot.commands.teams import with_teams_app
+
+                announce, linked, extra_routes = await platforms.enter_async_context(
+                    with_teams_app(settings, assistant, engine, announce, linked)
+                )
             background = [
                 asyncio.create_task(
                     _prune_forever(
@@ -153,13 +165,12 @@ async def serve_slack(
             background.append(
                 asyncio.create_task(
                     assistant.sweep_forever(
-                        settings.approvals.sweep_interval_seconds,
-                        bot.adapter.announce,
-                        platform="slack",
+                        settings.approvals.sweep_interval_seconds, announce, platform="slack"
                     )
                 )
             )
-            # Approvals requested or decided on another platform (Teams): Slack's copy.
+            # Approvals requested or decided on another platform (Teams): Slack's copy. With
+            # Teams in this process (`opsbot serve`) it has its own loop for its copy.
             background.append(
                 asyncio.create_task(
                     assistant.notices_forever(
@@ -178,13 +189,17 @@ async def serve_slack(
                     # in-process, this process finishes account links; a remote broker
                     # service serves /oauth/callback itself
                     callback = (
-                        _link_callback(assistant, bot.adapter.linked)
+                        _link_callback(assistant, linked)
                         if settings.broker.mode == "inprocess"
                         else None
                     )
-                    routes = ops_routes(
-                        Readiness.from_settings(settings, engine, schema), refresh_runtime_gauges
-                    )
+                    routes = [
+                        *ops_routes(
+                            Readiness.from_settings(settings, engine, schema),
+                            refresh_runtime_gauges,
+                        ),
+                        *extra_routes,
+                    ]
                     async with serve_http(
                         bot.app,
                         sock or bind_socket(host, port),

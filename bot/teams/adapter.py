@@ -1,0 +1,234 @@
+"""The Teams side of a conversation: accept a message, answer it, deliver the reply.
+
+Business rules live in the core; this class only turns Teams activities into
+``AssistantPort`` calls and the results into Adaptive Cards posted through ``TeamsOutbound``.
+The message route (``bot.teams.app``) calls ``accept`` before Teams gets its 202: the
+delivery is claimed in the shared ``processed_events`` (activity id + conversation id), the
+conversation reference saved, and the run started (a task here; a job in
+``bot.teams.durable``).
+
+Example::
+
+    adapter = TeamsAdapter(config, assistant, outbound, processed, approvals)
+    if await adapter.accept(message):   # False for a redelivery
+        ...                             # the answer is posted from a task or a job
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+from bot.teams.approvals import TeamsApprovals
+from bot.teams.config import TeamsBotConfig
+from bot.teams.core import (
+    Answered,
+    ApprovalRequested,
+    AssistantPort,
+    ChatUser,
+    Decided,
+    LinkRequired,
+    Refused,
+    Reply,
+)
+from bot.teams.incoming import TeamsMessage
+from bot.teams.outbound import TeamsOutbound
+from bot.teams.render import (
+    answer_activities,
+    note_activity,
+    refusal_activity,
+    sign_in_activity,
+    typing_activity,
+)
+from bot.teams.store import Conversation, SqlProcessedActivities
+from infra.storage.faults import is_connection_error
+
+log = logging.getLogger(__name__)
+
+FAILURE_TEXT = (
+    "❌ Something went wrong on opsbot's side and the request was not completed. "
+    "Nothing was changed; please try again."
+)
+DATABASE_DOWN_TEXT = (
+    "⚠️ opsbot could not reach its database just now, so your request was not completed. "
+    "Please send it again in a minute."
+)
+TOO_LONG_TEXT = (
+    "That message is too long for me ({limit} characters at most). Please shorten it and "
+    "send it again."
+)
+SIGN_IN_SENT_TEXT = (
+    "I've sent you a sign-in link in a private chat with me. Ask again once you're connected."
+)
+
+
+class TeamsAdapter:
+    def __init__(
+        self,
+        config: TeamsBotConfig,
+        assistant: AssistantPort,
+        outbound: TeamsOutbound,
+        processed: SqlProcessedActivities,
+        approvals: TeamsApprovals,
+    ) -> None:
+        self.config = config
+        self.assistant = assistant
+        self.outbound = outbound
+        self.processed = processed
+        self.approvals = approvals
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- before the acknowledgement ---------------------------------------------------
+
+    async def accept(self, message: TeamsMessage) -> bool:
+        """Claim the delivery and start answering it; ``False`` for a redelivery (on any
+        instance). In-process runs live in this process: a crash loses a run in flight."""
+        if not await self.processed.claim(message.delivery_id):
+            return False
+        await self.outbound.conversations.save(conversation_of(message))
+        self._start(self.converse(message))
+        return True
+
+    def _start(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Cancel runs still in flight (in-process mode, at shutdown)."""
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def idle(self) -> None:
+        """Wait for this process's runs to finish (tests, bench)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # -- after it ---------------------------------------------------------------------
+
+    async def converse(self, message: TeamsMessage) -> None:
+        try:
+            await self.answer(message)
+        except Exception:
+            log.exception("answering a Teams message failed")
+
+    async def answer(
+        self, message: TeamsMessage, *, retry_on_connection_error: bool = False
+    ) -> None:
+        """Show typing while the core works, then deliver its reply in the conversation."""
+        conversation = conversation_of(message)
+        if len(message.text) > self.config.max_message_chars:
+            await self._post(conversation, [note_activity(self._too_long())])
+            return
+        typing = asyncio.ensure_future(self._keep_typing(conversation))
+        try:
+            reply = await self.assistant.handle_message(
+                message.chat_user, message.ref, message.text
+            )
+        except Exception as exc:
+            lost = is_connection_error(exc)
+            if retry_on_connection_error and lost:
+                raise
+            if lost:
+                log.warning(
+                    "database unreachable while answering a Teams message; asked to retry: %s",
+                    type(exc).__name__,
+                )
+            else:
+                log.exception("assistant failed on a Teams message")
+            await _stop(typing)
+            await self._post(
+                conversation, [note_activity(DATABASE_DOWN_TEXT if lost else FAILURE_TEXT)]
+            )
+            return
+        await _stop(typing)
+        await self.deliver(reply, message)
+
+    def _too_long(self) -> str:
+        return TOO_LONG_TEXT.format(limit=self.config.max_message_chars)
+
+    async def _keep_typing(self, conversation: Conversation) -> None:
+        """Teams shows "typing" for a few seconds: send it again until the answer is ready."""
+        while True:
+            try:
+                await self.outbound.send(conversation, [typing_activity()])
+            except Exception as exc:  # an indicator is never worth failing the answer for
+                log.info("typing indicator not sent: %s", type(exc).__name__)
+            await asyncio.sleep(self.config.typing_every_seconds)
+
+    async def deliver(self, reply: Reply, message: TeamsMessage) -> None:
+        conversation = conversation_of(message)
+        if isinstance(reply, LinkRequired):
+            await self.sign_in(message, reply.login_url)
+            return
+        if isinstance(reply, Refused):
+            await self._post(conversation, [refusal_activity(reply.reason)])
+            return
+        if isinstance(reply, Answered):
+            await self._post(conversation, answer_activities(reply.answer))
+            return
+        await self._waiting(reply, message, conversation)
+
+    async def _waiting(
+        self, reply: ApprovalRequested, message: TeamsMessage, conversation: Conversation
+    ) -> None:
+        activities: list[dict[str, Any]] = []
+        if reply.answer_so_far is not None and reply.answer_so_far.answer:
+            activities.extend(answer_activities(reply.answer_so_far))
+        approval = reply.approval
+        activities.append(
+            note_activity(
+                f"⏳ {approval.server} · {approval.tool} needs approval by an approver "
+                f"(expires {approval.expires_at:%Y-%m-%d %H:%M} UTC). I'll post the result here."
+            )
+        )
+        await self._post(conversation, activities)
+        await self.approvals.post_cards(reply, message)
+
+    async def sign_in(self, message: TeamsMessage, login_url: str) -> None:
+        """The sign-in card goes to the person alone: in their personal chat with opsbot. In a
+        channel the thread only hears that a link was sent privately."""
+        card = sign_in_activity(login_url)
+        if message.is_personal:
+            await self._post(conversation_of(message), [card])
+            return
+        await self.outbound.personal_chat(
+            message.service_url, message.chat_user.team_id, message.user_mri, [card]
+        )
+        await self._post(conversation_of(message), [note_activity(SIGN_IN_SENT_TEXT)])
+
+    async def _post(self, conversation: Conversation, activities: list[dict[str, Any]]) -> None:
+        await self.outbound.send(conversation, activities)
+
+    # -- notices not caused by a Teams request ----------------------------------------
+
+    async def announce(self, decided: Decided) -> None:
+        """The expiry sweeper's (and other platforms') decisions: update the cards."""
+        await self.approvals.announce(decided)
+
+    async def linked(self, chat_user: ChatUser, who: str) -> None:
+        """An account link just completed (``/oauth/callback``); nothing to update in Teams
+        (the sign-in card is a plain link)."""
+        log.info("Teams user linked as %s", who)
+
+
+def conversation_of(message: TeamsMessage) -> Conversation:
+    return Conversation(
+        ref=message.ref,
+        conversation_id=message.conversation_id,
+        conversation_type=message.conversation_type,
+        service_url=message.service_url,
+        reference=message.reference,
+    )
+
+
+async def _stop(task: asyncio.Future[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

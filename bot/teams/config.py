@@ -1,0 +1,52 @@
+"""The Teams adapter's configuration (built from ``infra.settings.TeamsSettings`` by the CLI)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.teams.auth import AuthConfig
+
+BOT_FRAMEWORK_ISSUER = "https://api.botframework.com"
+BOT_FRAMEWORK_METADATA = "https://login.botframework.com/v1/.well-known/openidconfiguration"
+
+
+@dataclass(frozen=True, slots=True)
+class TeamsBotConfig:
+    app_id: str
+    app_password: str
+    tenant_id: str
+    allowed_tenant_ids: frozenset[str] = frozenset()
+    openid_metadata_url: str = BOT_FRAMEWORK_METADATA
+    issuers: frozenset[str] = frozenset({BOT_FRAMEWORK_ISSUER})
+    clock_leeway_seconds: int = 300
+    token_url: str | None = None
+    token_scope: str = "https://api.botframework.com/.default"  # noqa: S105 - a scope
+    approvals_conversation_id: str | None = None
+    service_url_prefixes: tuple[str, ...] = ()
+    max_body_bytes: int = 256 * 1024
+    max_message_chars: int = 4000
+    # Teams shows a typing indicator for about 3 s: it is sent again while a run goes on.
+    typing_every_seconds: float = 3.0
+    working_text: str = "Working on it…"
+
+    @property
+    def served_tenants(self) -> frozenset[str]:
+        """The bot's own tenant (always) and the allowed ones."""
+        return self.allowed_tenant_ids | {self.tenant_id}
+
+    @property
+    def resolved_token_url(self) -> str:
+        return (
+            self.token_url
+            or f"https://login.microsoftonline.com/{self.tenant_id}/oauth2/v2.0/token"
+        )
+
+    def auth_config(self) -> AuthConfig:
+        return AuthConfig(
+            app_id=self.app_id,
+            openid_metadata_url=self.openid_metadata_url,
+            issuers=self.issuers,
+            tenant_ids=self.served_tenants,
+            leeway_seconds=self.clock_leeway_seconds,
+            service_url_prefixes=self.service_url_prefixes,
+        )

@@ -1,0 +1,123 @@
+"""``POST /api/messages``: size cap, opsbot's own authentication, then the Agents SDK.
+
+The order matters: the body is read with a cap (413), parsed (400), authenticated
+(``bot.teams.auth``: 401 and one log line for any failure; nothing else runs), and only then
+handed to ``CloudAdapter.process`` with the verified claims as its ``ClaimsIdentity``.
+
+Example::
+
+    app = web.Application()
+    app.add_routes(teams_routes(bot))
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import warnings
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from microsoft_agents.hosting.core.authorization import ClaimsIdentity
+
+from bot.teams.app import CURRENT_DELIVERY, Delivery, TeamsBot
+from bot.teams.auth import Rejected
+
+MESSAGES_PATH = "/api/messages"
+log = logging.getLogger(__name__)
+
+
+def teams_routes(bot: TeamsBot) -> list[web.RouteDef]:
+    return [web.post(MESSAGES_PATH, messages_handler(bot))]
+
+
+def messages_handler(bot: TeamsBot) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    limit = bot.config.max_body_bytes
+
+    async def messages(request: web.Request) -> web.StreamResponse:
+        if (request.content_length or 0) > limit:
+            return _refuse(413, "request body too large", request.content_length)
+        raw = await _read_capped(request, limit)
+        if raw is None:
+            return _refuse(413, "request body too large", request.content_length)
+        try:
+            activity = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            activity = None
+        if not isinstance(activity, dict):
+            # Authenticate first when we can: an unauthenticated caller learns nothing, but
+            # without an activity there is no serviceUrl to check the token against.
+            return _refuse(400, "malformed activity: not a JSON object", len(raw))
+        try:
+            claims = await bot.auth.verify(request.headers.get("Authorization"), activity)
+        except Rejected as exc:
+            return _refuse(401, f"unauthenticated: {exc.reason}", len(raw))
+        with warnings.catch_warnings():
+            # The SDK reads this plain string key (aiohttp prefers typed keys).
+            warnings.simplefilter("ignore", web.NotAppKeyWarning)
+            request["claims_identity"] = ClaimsIdentity(claims, authentication_type="Bearer")
+        delivery = Delivery()
+        token = CURRENT_DELIVERY.set(delivery)
+        try:
+            response = await bot.cloud.process(request, bot.app)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            # A shape the SDK's models refuse (pydantic's ValidationError is a ValueError).
+            return _refuse(400, f"malformed activity: {type(exc).__name__}", len(raw))
+        finally:
+            CURRENT_DELIVERY.reset(token)
+        if delivery.unavailable:
+            return web.Response(status=503, text="unavailable")
+        return response or web.Response(status=202)
+
+    return messages
+
+
+async def _read_capped(request: web.Request, limit: int) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    # The SDK reads the body again through request.json(): hand it the bytes already read.
+    request._read_bytes = body
+    return body
+
+
+def _refuse(status: int, why: str, size: int | None) -> web.Response:
+    """One warning line (no traceback) and a short plain answer that reveals nothing."""
+    log.warning("POST %s refused with %d: %s (%s bytes)", MESSAGES_PATH, status, why[:300], size)
+    return web.Response(status=status, text=why.split(":", 1)[0])
+
+
+OAUTH_CALLBACK_PATH = "/oauth/callback"
+# Finishes an account link from the IdP's redirect (state, code, RFC 9207 iss) → who.
+LinkCallback = Callable[[str, str, str | None], Awaitable[str]]
+
+
+def link_callback_route(link_callback: LinkCallback) -> web.RouteDef:
+    """``GET /oauth/callback`` when Teams runs alone (with Slack, Slack's server has it)."""
+
+    async def callback(request: web.Request) -> web.Response:
+        state, code = request.query.get("state", ""), request.query.get("code", "")
+        if not state or not code:
+            return _page(400, "This link is incomplete. Ask opsbot again in Teams for a new one.")
+        try:
+            who = await link_callback(state, code, request.query.get("iss"))
+        except Exception:
+            log.warning("account link could not be completed", exc_info=True)
+            return _page(
+                400,
+                "This link has expired or was already used. Ask opsbot again in Teams.",
+            )
+        return _page(200, f"Connected as {who}. You can go back to Teams.")
+
+    return web.get(OAUTH_CALLBACK_PATH, callback)
+
+
+def _page(status: int, message: str) -> web.Response:
+    body = f"<!doctype html><title>opsbot</title><p>{html.escape(message, quote=False)}</p>"
+    return web.Response(status=status, text=body, content_type="text/html")

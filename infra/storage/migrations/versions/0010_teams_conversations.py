@@ -1,0 +1,37 @@
+"""teams_conversations: the Teams conversation reference (serviceUrl, conversation id) of each
+thread, for proactive messages.
+
+Revision ID: 0010
+Revises: 0008
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0010"
+down_revision = "0008"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "teams_conversations",
+        sa.Column("tenant_id", sa.String(64), nullable=False),
+        sa.Column("channel_key", sa.String(64), nullable=False),
+        sa.Column("thread_key", sa.String(64), nullable=False),
+        sa.Column("conversation_id", sa.String(512), nullable=False),
+        sa.Column("conversation_type", sa.String(32), nullable=False),
+        sa.Column("service_url", sa.String(512), nullable=False),
+        sa.Column("reference", sa.JSON(), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint(
+            "tenant_id", "channel_key", "thread_key", name="pk_teams_conversations"
+        ),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("teams_conversations")

@@ -1,0 +1,310 @@
+"""``opsbot teams``: run the Teams app alone (``POST /api/messages`` on ``$PORT``), or
+``opsbot teams package``: write the Teams app package (manifest v1.30 and icons) as a zip.
+``opsbot serve`` (``opsbot.commands.serve``) runs Slack and Teams in one process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from bot.teams import TeamsBot, TeamsBotConfig
+    from bot.teams.core import AssistantPort, ChatUser
+    from infra.settings import Settings
+
+    AssistantFactory = Callable[[Settings], AbstractAsyncContextManager[AssistantPort]]
+
+log = logging.getLogger(__name__)
+PRUNE_EVERY_SECONDS = 3600
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "teams",
+        help="run the Teams app (POST /api/messages on $PORT), or `package` its app manifest",
+    )
+    parser.add_argument(
+        "action",
+        nargs="?",
+        choices=["serve", "package"],
+        default="serve",
+        help="serve (default), or package: write the Teams app package zip",
+    )
+    parser.add_argument("--host", default="0.0.0.0", help="interface to bind")  # noqa: S104
+    parser.add_argument("--port", type=int, default=None, help="port (default $PORT)")
+    parser.add_argument(
+        "--out", type=Path, default=Path("opsbot-teams.zip"), help="package: the zip to write"
+    )
+    parser.add_argument("--version-string", default="1.0.0", help="package: the app's version")
+    parser.set_defaults(handler=handle, check=check)
+
+
+def check(args: argparse.Namespace, settings: Settings) -> None:
+    from opsbot.config_check import ConfigError, require_link_key
+
+    if args.action == "package":
+        if not settings.teams.app_id:
+            raise ConfigError("OPSBOT_TEAMS__APP_ID", "not set: the app package names the bot")
+        return
+    require_teams(settings)
+    if settings.broker.mode == "inprocess":
+        require_link_key(settings)
+
+
+def require_teams(settings: Settings) -> None:
+    """The Azure Bot's app id, client secret and tenant."""
+    from opsbot.config_check import ConfigError
+
+    teams = settings.teams
+    secret = teams.app_password.get_secret_value() if teams.app_password else ""
+    for name, value in (
+        ("OPSBOT_TEAMS__APP_ID", teams.app_id),
+        ("OPSBOT_TEAMS__APP_PASSWORD", secret),
+        ("OPSBOT_TEAMS__TENANT_ID", teams.tenant_id),
+    ):
+        if not value or not value.strip():
+            raise ConfigError(name, "not set: the Teams app (an Azure Bot) needs it")
+
+
+def teams_config(settings: Settings) -> TeamsBotConfig:
+    from bot.teams import TeamsBotConfig
+
+    teams = settings.teams
+    if not teams.app_id or not teams.app_password or not teams.tenant_id:
+        raise SystemExit("OPSBOT_TEAMS__APP_ID, __APP_PASSWORD and __TENANT_ID must be set")
+    return TeamsBotConfig(
+        app_id=teams.app_id,
+        app_password=teams.app_password.get_secret_value(),
+        tenant_id=teams.tenant_id,
+        allowed_tenant_ids=frozenset(teams.allowed_tenant_ids),
+        openid_metadata_url=teams.openid_metadata_url,
+        issuers=frozenset(teams.issuers),
+        clock_leeway_seconds=teams.clock_leeway_seconds,
+        token_url=teams.token_url,
+        token_scope=teams.token_scope,
+        approvals_conversation_id=teams.approvals_conversation_id,
+        approvals_service_url=teams.approvals_service_url,
+        service_url_prefixes=tuple(teams.service_url_prefixes),
+        max_body_bytes=teams.max_body_bytes,
+        max_message_chars=teams.max_message_chars,
+    )
+
+
+async def handle(args: argparse.Namespace, settings: Settings) -> int:
+    if args.action == "package":
+        from bot.teams.manifest import write_package
+
+        assert settings.teams.app_id is not None
+        path = write_package(
+            args.out,
+            settings.teams.app_id,
+            domain=settings.teams.app_domain,
+            version=args.version_string,
+        )
+        print(f"wrote {path}")
+        return 0
+    from infra.serving import shutdown_event
+
+    port = settings.port if args.port is None else args.port
+    await serve_teams(settings, host=args.host, port=port, stop=shutdown_event())
+    return 0
+
+
+def open_configured_teams_bot(
+    settings: Settings, config: TeamsBotConfig, assistant: Any, engine: Any
+) -> AbstractAsyncContextManager[TeamsBot]:
+    """The bot with durable runs (``infra.jobs``) unless ``OPSBOT_RUNS__DURABLE=false``."""
+    from bot.teams import open_teams_bot
+    from bot.teams.durable import open_durable_teams_bot
+    from infra.jobs import RunLimits
+
+    runs = settings.runs
+    if not runs.durable:
+        return open_teams_bot(config, assistant, engine)
+    return open_durable_teams_bot(
+        config,
+        assistant,
+        engine,
+        limits=RunLimits(runs.global_runs, runs.per_user_runs),
+        lease=timedelta(seconds=runs.lease_seconds),
+        poll_seconds=runs.poll_seconds,
+    )
+
+
+@contextlib.asynccontextmanager
+async def teams_background(settings: Settings, bot: TeamsBot, engine: Any) -> AsyncIterator[None]:
+    """Pruning of processed Teams deliveries, and Teams' copy of approvals requested or
+    decided on another platform (Slack, or the sweeper of another process), while the block
+    runs."""
+    from bot.teams.store import SqlProcessedActivities
+
+    keep = timedelta(hours=settings.slack.event_retention_hours)
+    tasks = [
+        asyncio.create_task(_prune_forever(SqlProcessedActivities(engine), keep)),
+        asyncio.create_task(
+            bot.adapter.assistant.notices_forever(
+                "teams", settings.approvals.notice_poll_seconds, bot.adapter.approvals.on_notice
+            )
+        ),
+    ]
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def serve_teams(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    stop: asyncio.Event,
+    on_ready: Callable[[str], None] | None = None,
+    assistant_factory: AssistantFactory | None = None,
+    sock: socket.socket | None = None,
+) -> None:
+    """Run the Teams app alone until ``stop`` is set: ``/api/messages``, the account-link
+    callback (in-process broker), ``/healthz``, ``/readyz``, ``/metrics``, the expiry sweeper."""
+    from aiohttp import web
+
+    from bot.teams import teams_routes
+    from bot.teams.server import link_callback_route
+    from infra.observability.health import SchemaWatch
+    from infra.serving import bind_socket, socket_url
+    from infra.storage import create_engine
+    from opsbot.observability import Readiness, ops_routes, refresh_runtime_gauges, request_metrics
+    from opsbot.wiring import open_assistant
+
+    config = teams_config(settings)
+    factory = assistant_factory or open_assistant
+    engine = create_engine(settings.resolved_database_url)
+    schema = SchemaWatch(engine)
+    with contextlib.suppress(Exception):
+        await schema.check()
+    try:
+        async with (
+            factory(settings) as assistant,
+            open_configured_teams_bot(settings, config, assistant, engine) as bot,
+            teams_background(settings, bot, engine),
+        ):
+            sweeper = asyncio.create_task(
+                assistant.sweep_forever(
+                    settings.approvals.sweep_interval_seconds,
+                    bot.adapter.announce,
+                    platform="teams",
+                )
+            )
+            routes: list[web.RouteDef] = [
+                *teams_routes(bot),
+                *ops_routes(
+                    Readiness.from_settings(settings, engine, schema), refresh_runtime_gauges
+                ),
+                web.get("/healthz", _health),
+            ]
+            if settings.broker.mode == "inprocess":
+                routes.append(link_callback_route(link_callback(assistant, bot.adapter.linked)))
+            application = web.Application(middlewares=[request_metrics])
+            application.add_routes(routes)
+            runner = web.AppRunner(application, access_log=None, handle_signals=False)
+            await runner.setup()
+            listening = sock or bind_socket(host, port)
+            await web.SockSite(runner, listening).start()
+            url = socket_url(listening)
+            try:
+                log.info("opsbot teams: listening on %s/api/messages", url)
+                if on_ready is not None:
+                    on_ready(url)
+                await stop.wait()
+            finally:
+                sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
+                await runner.cleanup()
+                listening.close()
+    finally:
+        await engine.dispose()
+
+
+async def _health(_request: web.Request) -> web.Response:
+    from aiohttp import web
+
+    return web.json_response({"ok": True})
+
+
+def link_callback(
+    assistant: AssistantPort, linked: Callable[[ChatUser, str], Awaitable[None]]
+) -> Callable[[str, str, str | None], Awaitable[str]]:
+    """Finish an account link from the IdP's redirect and tell the chat side."""
+
+    async def complete(state: str, code: str, iss: str | None) -> str:
+        result = await assistant.complete_link(state, code, iss=iss)
+        try:
+            await linked(result.chat_user, result.who)
+        except Exception:  # the link itself is done
+            log.warning("could not update the chat after linking", exc_info=True)
+        return result.who
+
+    return complete
+
+
+async def _prune_forever(store: Any, keep: timedelta) -> None:
+    while True:
+        try:
+            removed = await store.prune(keep)
+            log.info("pruned %d processed Teams deliveries", removed)
+        except Exception as exc:
+            from sqlalchemy.exc import DBAPIError
+
+            log.warning(
+                "pruning processed Teams deliveries failed: %s",
+                type(exc).__name__,
+                exc_info=not isinstance(exc, DBAPIError),
+            )
+        await asyncio.sleep(PRUNE_EVERY_SECONDS)
+
+
+@contextlib.asynccontextmanager
+async def with_teams_app(
+    settings: Settings,
+    assistant: Any,
+    engine: Any,
+    announce: Callable[[Any], Awaitable[None]],
+    linked: Callable[[ChatUser, str], Awaitable[None]],
+) -> AsyncIterator[
+    tuple[
+        Callable[[Any], Awaitable[None]],
+        Callable[[ChatUser, str], Awaitable[None]],
+        list[web.RouteDef],
+    ]
+]:
+    """The Teams bot beside another platform's (``opsbot serve``): that platform's sweeper
+    notice unchanged (the core sends Teams its copy of each decision as a notice, delivered
+    by ``teams_background``), the combined link notice (the platform of the linked chat
+    user), and Teams' routes for the shared server."""
+    from bot.teams import teams_routes
+
+    config = teams_config(settings)
+    async with (
+        open_configured_teams_bot(settings, config, assistant, engine) as bot,
+        teams_background(settings, bot, engine),
+    ):
+
+        async def linked_on_its_platform(chat_user: ChatUser, who: str) -> None:
+            target = bot.adapter.linked if chat_user.platform == "teams" else linked
+            await target(chat_user, who)
+
+        yield announce, linked_on_its_platform, teams_routes(bot)

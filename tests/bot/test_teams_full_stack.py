@@ -1,0 +1,148 @@
+"""``opsbot serve`` as deployed, built only from Settings: Slack and Teams in one aiohttp
+process (``/slack/events`` and ``/api/messages`` on one port), with the real core (SQL link
+store, in-process broker, the offline demo model, durable runs), the dev IdP, the reference
+MCP servers, the fake Slack and the fake Teams channel.
+
+A person who uses both platforms links once per chat account through the same IdP login and
+is then one identity: the same subject, the same rights, answers read as them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import httpx
+import pytest
+from sqlalchemy import select
+
+from infra.settings import (
+    BrokerSettings,
+    IdpSettings,
+    McpServerSettings,
+    Settings,
+    TeamsSettings,
+)
+from infra.storage import create_engine
+from infra.storage.schema import account_links
+from mcp_servers import ReferenceServers
+from opsbot.commands.slack import serve_slack
+from testing.identity import RunningIdp, sign_in_at_login_page
+from testing.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack, SlackSender, mention
+from testing.teams import APP_ID, APP_PASSWORD, TENANT_ID, FakeTeams, new_user
+from tests.bot.test_slack_full_stack import _link_from_slack
+
+ALICE = new_user("Alice")
+
+
+@pytest.fixture
+def mcp_trusted_issuer(dev_idp: RunningIdp) -> tuple[str, str | None]:
+    return dev_idp.issuer, dev_idp.jwks_url
+
+
+@pytest.fixture
+async def app_url(
+    fake_slack: FakeSlack,
+    fake_teams: FakeTeams,
+    dev_idp: RunningIdp,
+    reference_servers: ReferenceServers,
+    sqlite_url: str,
+    tmp_path: Path,
+) -> AsyncIterator[str]:
+    for server in reference_servers:
+        dev_idp.provider.set_audience(server.name, server.audience)
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        slack_bot_token=BOT_TOKEN,
+        slack_signing_secret=SIGNING_SECRET,
+        slack_api_url=fake_slack.url,
+        teams=TeamsSettings(
+            app_id=APP_ID,
+            app_password=APP_PASSWORD,  # type: ignore[arg-type]
+            tenant_id=TENANT_ID,
+            openid_metadata_url=fake_teams.openid_metadata_url,
+            token_url=fake_teams.token_url,
+        ),
+        database_url=sqlite_url,
+        data_dir=tmp_path,
+        model="demo",
+        idp=IdpSettings(
+            issuer=dev_idp.issuer,
+            client_id=dev_idp.client_id,
+            client_secret=dev_idp.client_secret,  # type: ignore[arg-type]
+        ),
+        mcp_servers=[
+            McpServerSettings(name=s.name, url=s.url, audience=s.audience)
+            for s in reference_servers
+        ],
+        broker=BrokerSettings(link_callback_url="http://127.0.0.1:9/oauth/callback"),
+    )
+    ready: asyncio.Queue[str] = asyncio.Queue()
+    stop = asyncio.Event()
+    server = asyncio.create_task(
+        serve_slack(
+            settings,
+            socket_mode=False,
+            host="127.0.0.1",
+            port=0,
+            stop=stop,
+            on_ready=ready.put_nowait,
+            with_teams=True,
+        )
+    )
+    try:
+        yield await asyncio.wait_for(ready.get(), 30)
+    finally:
+        stop.set()
+        await asyncio.wait_for(server, 30)
+
+
+async def test_one_person_links_on_both_platforms_and_asks_in_teams(
+    app_url: str, fake_slack: FakeSlack, fake_teams: FakeTeams, sqlite_url: str
+) -> None:
+    async with aiohttp.ClientSession() as session:
+        sender = SlackSender(app_url, session=session)
+        await _link_from_slack(sender, app_url, "U0ALICE", "alice", fake_slack)
+
+        # In Teams she is not linked yet: the sign-in card reaches her alone.
+        status, _ = await fake_teams.post_activity(
+            app_url, fake_teams.mention(ALICE, "show ticket PAY-101"), session=session
+        )
+        assert status == 202
+        personal = fake_teams.personal_conversation_id(ALICE)
+        (card,) = await fake_teams.wait_for(
+            "posted", where=lambda c: c.conversation_id == personal, wait=60
+        )
+        (login_url,) = [a["url"] for c in card.cards for a in c.get("actions", []) if a.get("url")]
+        async with httpx.AsyncClient() as http:
+            reply = await sign_in_at_login_page(http, login_url, "alice")
+            page = await http.get(f"{app_url}/oauth/callback", params=reply)
+        assert page.status_code == 200, page.text
+        assert "Connected as" in page.text
+
+        # Now she asks again, in a new thread, and is answered as herself with the source.
+        ask = fake_teams.mention(ALICE, "show ticket PAY-101")
+        status, _ = await fake_teams.post_activity(app_url, ask, session=session)
+        assert status == 202
+        conversation = ask["conversation"]["id"]
+        (answer,) = await fake_teams.wait_for(
+            "posted", where=lambda c: c.conversation_id == conversation and bool(c.cards), wait=60
+        )
+        assert "PAY-101" in answer.text
+
+        # And Slack still works from the same process.
+        status, _ = await sender.post_event(mention("U0ALICE", "show ticket PAY-101", ts="9.1"))
+        assert status == 200
+        await fake_slack.wait_for("chat.update", wait=60)
+
+    engine = create_engine(sqlite_url)
+    try:
+        async with engine.connect() as conn:
+            links = (await conn.execute(select(account_links))).mappings().all()
+    finally:
+        await engine.dispose()
+    assert {(link["platform"], link["subject"]) for link in links} == {
+        ("slack", links[0]["subject"]),
+        ("teams", links[0]["subject"]),
+    }
