@@ -291,6 +291,10 @@ class TeamsSettings(Section):
     """Scope of the bot's outbound tokens (the Bot Connector)."""
     approvals_conversation_id: str | None = None
     """The Teams channel where approval cards go (its id, 19:...@thread.tacv2)."""
+    approvals_service_url: str | None = None
+    """The Bot Connector serviceUrl of your tenant's region (e.g. https://smba.trafficmanager.net/amer/),
+    used to post approval cards requested on another platform before any Teams activity has
+    shown it; unset: the serviceUrl of the latest Teams activity."""
     service_url_prefixes: list[str] = Field(default_factory=list)
     """JSON list: if set, inbound activities must name a serviceUrl starting with one of these
     (e.g. ["https://smba.trafficmanager.net/"]); the token's serviceurl claim is always

@@ -78,6 +78,8 @@ class FakeAssistant:
     memory: dict[ChatUser, str] = field(default_factory=dict)
     # Cross-platform notices waiting per platform (tests put them with ``notify_platform``).
     notices: dict[str, list[ApprovalNotice]] = field(default_factory=dict)
+    # The platform each linked (team, user) is on (people are keyed without it).
+    platforms: dict[tuple[str, str], str] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -85,6 +87,7 @@ class FakeAssistant:
         self.people[(chat_user.team_id, chat_user.user_id)] = Person(
             subject, f"{subject}@example.com", frozenset(groups or ())
         )
+        self.platforms[(chat_user.team_id, chat_user.user_id)] = chat_user.platform
 
     def _person(self, chat_user: ChatUser) -> Person | None:
         return self.people.get((chat_user.team_id, chat_user.user_id))
@@ -210,7 +213,7 @@ class FakeAssistant:
         if view is None:
             return []
         approvers = [
-            ChatUser("slack", team, user)
+            ChatUser(self.platforms.get((team, user), "slack"), team, user)
             for (team, user), person in self.people.items()
             if "ticket-leads" in person.groups
         ]

@@ -33,8 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from assistant.outcomes import describe_state, normalise_state
-from assistant.types import ApprovalView, Decided
+from bot.teams.core import ApprovalView, Decided, describe_state, normalise_state
 
 Card = dict[str, Any]
 
@@ -434,7 +433,7 @@ def edit_card(
 
 def decision_of(view: ApprovalView) -> str:
     """``approved | edited | rejected | expired | withdrawn`` from the record's state."""
-    state = normalise_state(view.state or view.status)
+    state = normalise_state(view.status or view.state)
     if state in ("rejected", "expired", "withdrawn"):
         return state
     return "edited" if view.edited_by else "approved"
@@ -461,7 +460,7 @@ def decided_card(
         reason = decided.outcome_reason
     elif view is not None:
         decision, by = decision_of(view), view.decided_by or ""
-        state, reason = view.state or view.status, view.outcome_reason
+        state, reason = view.status or view.state, view.outcome_reason
     else:
         raise ValueError("decided_card needs the approval's view or its decision")
     key = normalise_state(state)
@@ -491,10 +490,12 @@ def decided_card(
     return card if view is None else _fits(card, [b for b in body[:-1] if "inlines" in b], view)
 
 
-def deciding_card(view: ApprovalView, who: str) -> Card:
+def deciding_card(view: ApprovalView, who: str, verb: str = "Approving") -> Card:
     """The clicker's card while the decision runs: facts, "Approving… (bob)", no buttons."""
-    body = [*_body(view), _text(f"⏳ **Approving…** ({_escape_md(who)})", separator=True)]
-    return _card(body, fallback_text=f"Approving… ({who}): {view.server} · {view.tool}")
+    status = _text(f"⏳ **{_escape_md(verb)}…** ({_escape_md(who)})", separator=True)
+    return _card(
+        [*_body(view), status], fallback_text=f"{verb}… ({who}): {view.server} · {view.tool}"
+    )
 
 
 def notice_card(text: str, view: ApprovalView | None = None) -> Card:

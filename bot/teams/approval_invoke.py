@@ -27,7 +27,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from assistant.types import Approve, ChatUser, Decision, Reject
 from bot.teams.approval_cards import (
     ARG_INPUT_PREFIX,
     CONTENT_TYPE,
@@ -43,6 +42,7 @@ from bot.teams.approval_cards import (
 from bot.teams.approval_cards import (
     Field as InputField,
 )
+from bot.teams.core import Approve, ChatUser, Decision, Reject
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ class _Model(BaseModel):
 
 class _From(_Model):
     id: str = ""
+    name: str = ""
     aad_object_id: str = Field(default="", alias="aadObjectId", max_length=128)
 
 
@@ -105,6 +106,7 @@ class CardAction:
     version: str
     clicker: ChatUser
     clicker_mri: str
+    clicker_name: str
     conversation_id: str
     reply_to_id: str | None
     automatic: bool
@@ -176,6 +178,7 @@ def read_card_action(activity: Mapping[str, Any]) -> CardAction | BadAction:
         version=version,
         clicker=ChatUser("teams", tenant, user),
         clicker_mri=invoke.from_.id,
+        clicker_name=invoke.from_.name[:100],
         conversation_id=invoke.conversation.id,
         reply_to_id=invoke.reply_to_id,
         automatic=invoke.value.trigger == "automatic",

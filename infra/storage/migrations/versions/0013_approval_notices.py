@@ -2,7 +2,7 @@
 the durable queue through which a decision taken on one platform reaches the others.
 
 Revision ID: 0013
-Revises: 0008
+Revises: 0010 (written against 0008; chained after the teams branch's 0010 at its merge)
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0013"
-down_revision = "0008"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
