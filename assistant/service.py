@@ -35,11 +35,13 @@ from approvals.errors import (
 from approvals.records import EXPIRY_DECIDER, ActionDecision, Approval, ApprovalStatus
 from approvals.rules import check_decider
 from approvals.service import ApprovalService, DecisionReport
+from assistant.fanout import ApprovalFanout
 from assistant.outcomes import reason_of, state_of
 from assistant.types import (
     AlreadyDecided,
     Answer,
     Answered,
+    ApprovalNotice,
     ApprovalRequested,
     ApprovalSummary,
     ApprovalView,
@@ -129,7 +131,11 @@ class Assistant:
         recovery: Recovery | None = None,
         links: LinkCompleter | None = None,
         people: Callable[[], Awaitable[list[ChatUser]]] | None = None,
+        fanout: ApprovalFanout | None = None,
     ) -> None:
+        # Cross-platform approvals: cards mirrored on other platforms, decisions shown on
+        # every platform's copy. None: each approval lives on its requester's platform only.
+        self._fanout = fanout
         self._identities = identities
         self._links = links  # finishes account links (/oauth/callback); None: served elsewhere
         # Every linked chat user (to find an approval's eligible approvers for App Home).
@@ -201,7 +207,10 @@ class Assistant:
             return NotAuthorised(exc.reason)
         except ApprovalNotFoundError:
             return NotAuthorised("There is no such approval.")
-        return await self._decided(report)
+        decided = await self._decided(report)
+        # The clicker's adapter shows it on its own card; every other platform is told.
+        await self._publish_decided([decided], origin=approver.platform)
+        return decided
 
     async def sweep(self) -> list[Decided]:
         """Expire overdue approvals, then finish those a crash interrupted (see ``recover``);
@@ -225,26 +234,73 @@ class Assistant:
         return Recovered(reconciled, [await self._decided(r) for r in reports])
 
     async def sweep_forever(
-        self, interval: float, notify: Callable[[Decided], Awaitable[None]]
+        self,
+        interval: float,
+        notify: Callable[[Decided], Awaitable[None]],
+        *,
+        platform: str | None = None,
     ) -> None:
         """The in-process sweeper: every ``interval`` seconds, expire and tell each requester.
+        ``platform``: the platform ``notify`` shows decisions on (others get notices).
 
         Runs until cancelled; a failing pass is logged and retried on the next tick.
         """
         while True:
             try:
-                await self.sweep_and_notify(notify)
+                await self.sweep_and_notify(notify, platform=platform)
             except Exception as exc:  # the next tick retries
                 log.warning("sweep failed: %s", type(exc).__name__)
             await asyncio.sleep(interval)
 
     async def sweep_and_notify(
-        self, notify: Callable[[Decided], Awaitable[None]] | None
+        self,
+        notify: Callable[[Decided], Awaitable[None]] | None,
+        *,
+        platform: str | None = None,
     ) -> list[Decided]:
-        """One sweep; each result is passed to ``notify`` (see ``notify_each``)."""
+        """One sweep; each result is passed to ``notify`` (see ``notify_each``), the adapter
+        of ``platform``; every other platform showing the approval gets a notice."""
         decided = await self.sweep()
+        await self._publish_decided(decided, origin=platform if notify is not None else None)
         await notify_each(decided, notify)
         return decided
+
+    # --- cross-platform approvals -----------------------------------------------------
+
+    async def deliver_notices(
+        self, platform: str, handle: Callable[[ApprovalNotice], Awaitable[None]]
+    ) -> int:
+        if self._fanout is None:
+            return 0
+        return await self._fanout.deliver(platform, handle)
+
+    async def notices_forever(
+        self,
+        platform: str,
+        interval: float,
+        handle: Callable[[ApprovalNotice], Awaitable[None]],
+    ) -> None:
+        if self._fanout is None:
+            await asyncio.Event().wait()  # nothing will ever come: wait to be cancelled
+            return
+        await self._fanout.forever(platform, interval, handle)
+
+    async def _publish_decided(self, decided: list[Decided], origin: str | None) -> None:
+        if self._fanout is None or not decided:
+            return
+        try:
+            await self._fanout.decided(decided, origin)
+        except Exception as exc:  # the decision stands; its other cards stay stale (logged)
+            log.error("decision not announced to other platforms: %s", type(exc).__name__)
+
+    async def _publish_requested(self, approval_ids: list[str], requester: Identity) -> None:
+        if self._fanout is None:
+            return
+        origin = requester.chat_user.platform if requester.chat_user is not None else ""
+        try:
+            await self._fanout.requested(approval_ids, origin)
+        except Exception as exc:  # the requester's own card is still posted
+            log.error("approval not mirrored to other platforms: %s", type(exc).__name__)
 
     async def approval_view(self, approval_id: str) -> ApprovalView | None:
         approval = await self._approvals.store.get(approval_id)
@@ -378,6 +434,7 @@ class Assistant:
     async def _reply(self, result: Any, requester: Identity) -> Reply:
         if isinstance(result, core.Interrupt):
             opened = await self._approvals.open_all(result, requester)
+            await self._publish_requested([a.approval_id for a in opened], requester)
             summaries = tuple(
                 ApprovalSummary(a.approval_id, a.actions[0].tool, a.actions[0].server, a.expires_at)
                 for a in opened

@@ -23,6 +23,7 @@ __all__ = [
     "AlreadyDecided",
     "Answer",
     "Answered",
+    "ApprovalNotice",
     "ApprovalRequested",
     "ApprovalSummary",
     "ApprovalView",
@@ -198,6 +199,23 @@ class Decided:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalNotice:
+    """What this platform must show of an approval handled on another platform (an approval
+    may have a card on Slack and on Teams; the first decision wins everywhere).
+
+    ``kind`` ``"post"``: requested elsewhere: post this platform's card (render the approval's
+    current state: it may be decided already). ``"decided"``: decided elsewhere (or by the
+    sweeper): update this platform's card with ``decided``, and tell the requester if their
+    thread (``decided.requester_ref``) is on this platform.
+    """
+
+    notice_id: str
+    kind: str
+    approval_id: str
+    decided: Decided | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AlreadyDecided:
     """Another decision won; ``by`` is who made it."""
 
@@ -278,10 +296,34 @@ class AssistantPort(Protocol):
         ...
 
     async def sweep_forever(
-        self, interval: float, notify: Callable[[Decided], Awaitable[None]]
+        self,
+        interval: float,
+        notify: Callable[[Decided], Awaitable[None]],
+        *,
+        platform: str | None = None,
     ) -> None:
         """Every ``interval`` seconds, expire overdue approvals and pass each result to
-        ``notify`` (the adapter's ``announce``); runs until cancelled."""
+        ``notify`` (the adapter's ``announce``); runs until cancelled. ``platform``: whose
+        adapter ``notify`` is (the other platforms get an ``ApprovalNotice``)."""
+        ...
+
+    # --- cross-platform approvals: decisions taken on another platform -------------------
+
+    async def deliver_notices(
+        self, platform: str, handle: Callable[[ApprovalNotice], Awaitable[None]]
+    ) -> int:
+        """Hand each of ``platform``'s pending ``ApprovalNotice``s to ``handle`` once (across
+        instances); returns how many were delivered. A raising ``handle`` is retried later."""
+        ...
+
+    async def notices_forever(
+        self,
+        platform: str,
+        interval: float,
+        handle: Callable[[ApprovalNotice], Awaitable[None]],
+    ) -> None:
+        """``deliver_notices`` until cancelled: at once for notices this process published,
+        every ``interval`` seconds for other instances'."""
         ...
 
     # --- user memory: when it is disabled, ``remembered`` is None and commands say so ----

@@ -291,6 +291,10 @@ class TeamsSettings(Section):
     """Scope of the bot's outbound tokens (the Bot Connector)."""
     approvals_conversation_id: str | None = None
     """The Teams channel where approval cards go (its id, 19:...@thread.tacv2)."""
+    approvals_service_url: str | None = None
+    """The Bot Connector serviceUrl of your tenant's region (e.g. https://smba.trafficmanager.net/amer/),
+    used to post approval cards requested on another platform before any Teams activity has
+    shown it; unset: the serviceUrl of the latest Teams activity."""
     service_url_prefixes: list[str] = Field(default_factory=list)
     """JSON list: if set, inbound activities must name a serviceUrl starting with one of these
     (e.g. ["https://smba.trafficmanager.net/"]); the token's serviceurl claim is always
@@ -423,6 +427,13 @@ class ApprovalSettings(Section):
     audit_max_payload_bytes: int = Field(default=2048, ge=256)
     """Audit argument summaries larger than this (JSON bytes, after redaction) are stored as
     a hash."""
+    card_platforms: list[Literal["slack", "teams"]] = Field(default_factory=list)
+    """JSON list of chat platforms on which every approval's card is shown, whichever platform
+    it was requested on (e.g. ["slack", "teams"] when opsbot serves both). The first decision
+    wins and every copy shows it. Empty: a card only on the requester's platform."""
+    notice_poll_seconds: float = Field(default=2.0, gt=0)
+    """How often each adapter looks for approvals requested or decided on another platform
+    (notices published in this process are delivered at once)."""
 
 
 class SandboxSettings(Section):

@@ -30,6 +30,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
     from agent_core.checkpointer import open_checkpointer
     from agent_core.factory import build_agent
     from approvals.store import SqlApprovalStore
+    from assistant.fanout import ApprovalFanout, SqlApprovalNotices
     from audit import AuditLog, AuditObserver, SqlAuditSink
     from broker.factory import open_identity_service
     from broker.local import LocalIdentityService
@@ -89,6 +90,11 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                     recovery=recovery,
                     links=local,
                     people=functools.partial(linked_chat_users, engine),
+                    fanout=ApprovalFanout(
+                        SqlApprovalNotices(engine, clock),
+                        card_platforms=frozenset(settings.approvals.card_platforms),
+                        clock=clock,
+                    ),
                 )
     finally:
         await engine.dispose()

@@ -18,6 +18,7 @@ from assistant.types import (
     AlreadyDecided,
     Answer,
     Answered,
+    ApprovalNotice,
     ApprovalRequested,
     ApprovalSummary,
     ApprovalView,
@@ -75,6 +76,10 @@ class FakeAssistant:
     run_delay: float = 0.0
     decide_delay: float = 0.0
     memory: dict[ChatUser, str] = field(default_factory=dict)
+    # Cross-platform notices waiting per platform (tests put them with ``notify_platform``).
+    notices: dict[str, list[ApprovalNotice]] = field(default_factory=dict)
+    # The platform each linked (team, user) is on (people are keyed without it).
+    platforms: dict[tuple[str, str], str] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -82,6 +87,7 @@ class FakeAssistant:
         self.people[(chat_user.team_id, chat_user.user_id)] = Person(
             subject, f"{subject}@example.com", frozenset(groups or ())
         )
+        self.platforms[(chat_user.team_id, chat_user.user_id)] = chat_user.platform
 
     def _person(self, chat_user: ChatUser) -> Person | None:
         return self.people.get((chat_user.team_id, chat_user.user_id))
@@ -207,7 +213,7 @@ class FakeAssistant:
         if view is None:
             return []
         approvers = [
-            ChatUser("slack", team, user)
+            ChatUser(self.platforms.get((team, user), "slack"), team, user)
             for (team, user), person in self.people.items()
             if "ticket-leads" in person.groups
         ]
@@ -230,10 +236,35 @@ class FakeAssistant:
         raise InvalidStateError("the fake core issues no login states")
 
     async def sweep_forever(
-        self, interval: float, notify: Callable[[Decided], Awaitable[None]]
+        self,
+        interval: float,
+        notify: Callable[[Decided], Awaitable[None]],
+        *,
+        platform: str | None = None,
     ) -> None:
         """Nothing expires on its own here (tests decide); idles until cancelled."""
         await asyncio.Event().wait()
+
+    def notify_platform(self, platform: str, notice: ApprovalNotice) -> None:
+        self.notices.setdefault(platform, []).append(notice)
+
+    async def deliver_notices(
+        self, platform: str, handle: Callable[[ApprovalNotice], Awaitable[None]]
+    ) -> int:
+        waiting = self.notices.pop(platform, [])
+        for notice in waiting:
+            await handle(notice)
+        return len(waiting)
+
+    async def notices_forever(
+        self,
+        platform: str,
+        interval: float,
+        handle: Callable[[ApprovalNotice], Awaitable[None]],
+    ) -> None:
+        while True:
+            await self.deliver_notices(platform, handle)
+            await asyncio.sleep(interval)
 
     async def memory_command(self, chat_user: ChatUser, text: str) -> str:
         if self._person(chat_user) is None:

@@ -18,6 +18,7 @@ from bot.slack.cards import (
 from bot.slack.core import (
     AlreadyDecided,
     Answered,
+    ApprovalNotice,
     ChatUser,
     Decided,
     DecisionOutcome,
@@ -65,6 +66,47 @@ class DecisionViews(HomeViews):
             (str(response["channel"]), str(response["ts"])),
             (requester_channel, requester_thread_ts),
             note_ts,
+        )
+
+    async def on_notice(self, notice: ApprovalNotice) -> None:
+        """An approval handled on another platform (Teams): post Slack's copy of its card, or
+        show the decision taken there on it. Raising makes the core deliver it again later."""
+        if notice.kind == "post":
+            await self.post_mirror_card(notice.approval_id)
+        elif notice.kind == "decided" and notice.decided is not None:
+            await self.announce(notice.decided)
+        else:
+            log.warning("unknown approval notice %s ignored", notice.kind)
+
+    async def post_mirror_card(self, approval_id: str) -> None:
+        """Slack's copy of a card for an approval requested on another platform: its current
+        state (it may be decided already), no requester thread here."""
+        if await self.approval_messages.get(approval_id) is not None:
+            return  # posted before (a notice delivered twice)
+        view = await self.assistant.approval_view(approval_id)
+        if view is None:
+            log.warning("approval %s vanished before its Slack copy was posted", approval_id)
+            return
+        if view.status == "pending":
+            card = approval_card(view)
+        else:
+            card = decided_card(
+                view,
+                approval_id,
+                _decision_of(view.status, view.edited_by),
+                view.decided_by or "",
+                view.status,
+                state=view.status,
+                reason=view.outcome_reason,
+            )
+        response = await self.client.chat_postMessage(
+            channel=self.config.approvals_channel, text=card.text, blocks=card.blocks
+        )
+        await self.approval_messages.save(
+            approval_id,
+            self.home_team or "",
+            (str(response["channel"]), str(response["ts"])),
+            ("", ""),
         )
 
     async def show_deciding(
@@ -119,13 +161,7 @@ class DecisionViews(HomeViews):
             card = approval_card(view)
         elif is_settled(view.status):
             status = normalise_state(view.status)
-            decision = (
-                status
-                if status in ("expired", "rejected")
-                else "edited"
-                if view.edited_by
-                else "approved"
-            )
+            decision = _decision_of(status, view.edited_by)
             card = decided_card(
                 view,
                 approval_id,
@@ -217,13 +253,16 @@ class DecisionViews(HomeViews):
     async def _tell_requester(
         self, outcome: Decided, stored: ApprovalMessages | None, by: str
     ) -> None:
-        if stored is not None:
+        ref = outcome.requester_ref
+        if ref is not None and ref.platform != "slack":
+            return  # the requester is on another platform: its adapter tells them
+        if stored is not None and stored.requester_channel_id:
             target: tuple[str, str] | None = (
                 stored.requester_channel_id,
                 stored.requester_thread_ts,
             )
-        elif outcome.requester_ref is not None:
-            target = (outcome.requester_ref.channel_id, outcome.requester_ref.thread_ts)
+        elif ref is not None:
+            target = (ref.channel_id, ref.thread_ts)
         else:
             target = None
         if target is None:
@@ -274,6 +313,13 @@ class DecisionViews(HomeViews):
         await self.client.chat_update(
             channel=channel, ts=card_ts, text=card.text, blocks=card.blocks
         )
+
+
+def _decision_of(status: str, edited_by: str | None) -> str:
+    status = normalise_state(status)
+    if status in ("expired", "rejected", "withdrawn"):
+        return status
+    return "edited" if edited_by else "approved"
 
 
 def _outcome_text(outcome: Decided) -> str:

@@ -81,12 +81,19 @@ class ApprovalMessages:
     requester_thread_ts: str
     created_at: datetime
     requester_note_ts: str | None = None
+    service_url: str | None = None  # Teams: where the card's updates go
 
 
 class SqlApprovalMessages:
-    def __init__(self, engine: AsyncEngine, clock: Clock = utc_now) -> None:
+    """Card locations of one platform (one row per approval and platform: an approval shown
+    on Slack and on Teams has a row for each)."""
+
+    def __init__(
+        self, engine: AsyncEngine, clock: Clock = utc_now, *, platform: str = PLATFORM
+    ) -> None:
         self._engine = engine
         self._clock = clock
+        self._platform = platform
 
     async def save(
         self,
@@ -95,22 +102,25 @@ class SqlApprovalMessages:
         card: tuple[str, str],
         requester: tuple[str, str],
         note_ts: str | None = None,
+        *,
+        service_url: str | None = None,
     ) -> None:
-        """Remember the card (channel, ts), the requester thread (channel, thread_ts) and the
-        "needs approval" note in it; the first save wins, so a retried post never points the
-        approval at a second card."""
+        """Remember the card (channel, ts), the requester thread (channel, thread_ts; empty
+        for a card mirrored from another platform) and the "needs approval" note in it; the
+        first save wins, so a retried post never points the approval at a second card."""
         try:
             async with self._engine.begin() as conn:
                 await conn.execute(
                     chat_approval_messages.insert().values(
                         approval_id=approval_id,
-                        platform=PLATFORM,
+                        platform=self._platform,
                         team_id=team_id,
                         card_channel_id=card[0],
                         card_ts=card[1],
                         requester_channel_id=requester[0],
                         requester_thread_ts=requester[1],
                         requester_note_ts=note_ts,
+                        service_url=service_url,
                         created_at=self._clock(),
                     )
                 )
@@ -123,7 +133,7 @@ class SqlApprovalMessages:
             row = (
                 await conn.execute(
                     select(chat_approval_messages).where(
-                        c.approval_id == approval_id, c.platform == PLATFORM
+                        c.approval_id == approval_id, c.platform == self._platform
                     )
                 )
             ).first()
@@ -139,4 +149,5 @@ class SqlApprovalMessages:
             requester_thread_ts=m["requester_thread_ts"],
             created_at=m["created_at"],
             requester_note_ts=m["requester_note_ts"],
+            service_url=m["service_url"],
         )

@@ -30,6 +30,7 @@ from microsoft_agents.hosting.core.authorization import Connections
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.teams.adapter import TeamsAdapter
+from bot.teams.approval_store import SqlTeamsCards
 from bot.teams.approvals import TeamsApprovals
 from bot.teams.auth import ConnectorAuth
 from bot.teams.clients import PooledClientFactory
@@ -188,7 +189,14 @@ async def open_teams_bot(
         factory = PooledClientFactory(connections)
         cloud = make_cloud_adapter(factory)
         outbound = TeamsOutbound(cloud, config.app_id, SqlConversations(engine, clock))
-        approvals = TeamsApprovals(outbound, config.approvals_conversation_id)
+        approvals = TeamsApprovals(
+            outbound,
+            config.approvals_conversation_id,
+            assistant=assistant,
+            cards=SqlTeamsCards(engine, clock),
+            tenant_id=config.tenant_id,
+            service_url=config.approvals_service_url,
+        )
         adapter = adapter_class(
             config,
             assistant,

@@ -22,6 +22,9 @@ class TeamsBotConfig:
     token_url: str | None = None
     token_scope: str = "https://api.botframework.com/.default"  # noqa: S105 - a scope
     approvals_conversation_id: str | None = None
+    # The serviceUrl to post approval cards through before any Teams activity has shown one
+    # (a card mirrored from Slack right after start-up); unset: the latest one seen.
+    approvals_service_url: str | None = None
     service_url_prefixes: tuple[str, ...] = ()
     max_body_bytes: int = 256 * 1024
     max_message_chars: int = 4000

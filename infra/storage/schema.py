@@ -87,19 +87,46 @@ processed_events = Table(
     Index("ix_processed_events_received_at", "received_at"),
 )
 
+# One card per approval and platform (migration 0013): an approval shown on Slack and on Teams
+# has a row for each, so a decision taken on one can update the other. Teams conversation ids
+# (``19:…@thread.tacv2;messageid=…``) are longer than Slack's, hence 255. The requester's
+# columns are empty on a platform that only mirrors the card (the requester is elsewhere).
 chat_approval_messages = Table(
     "chat_approval_messages",
     metadata,
     Column("approval_id", String(64), primary_key=True),
-    Column("platform", String(32), nullable=False),
+    Column("platform", String(32), primary_key=True),
     Column("team_id", String(64), nullable=False),
-    Column("card_channel_id", String(64), nullable=False),
-    Column("card_ts", String(64), nullable=False),
-    Column("requester_channel_id", String(64), nullable=False),
-    Column("requester_thread_ts", String(64), nullable=False),
+    Column("card_channel_id", String(255), nullable=False),
+    Column("card_ts", String(255), nullable=False),
+    Column("requester_channel_id", String(255), nullable=False),
+    Column("requester_thread_ts", String(255), nullable=False),
     Column("created_at", UtcDateTime(), nullable=False),
     # The requester's "needs approval" note, updated in place when the decision lands.
-    Column("requester_note_ts", String(64), nullable=True),
+    Column("requester_note_ts", String(255), nullable=True),
+    # Teams: the serviceUrl the card was posted through (its update goes there); Slack: NULL.
+    Column("service_url", String(512), nullable=True),
+)
+
+# Approval notices (migration 0013): what another platform's adapter must show, durable so
+# that any instance of that adapter delivers each notice once: ``post`` a card for an approval
+# requested elsewhere, or show a ``decided`` one (payload: the ``Decided``, as JSON). Claimed
+# with a lease like ``run_jobs``; ``notice_id`` makes publishing idempotent.
+approval_notices = Table(
+    "approval_notices",
+    metadata,
+    Column("notice_id", String(191), primary_key=True),
+    Column("approval_id", String(64), nullable=False),
+    Column("platform", String(32), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("payload", JSON(), nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer(), nullable=False),
+    Column("owner", String(64), nullable=True),
+    Column("lease_until", UtcDateTime(), nullable=True),
+    Column("created_at", UtcDateTime(), nullable=False),
+    Column("done_at", UtcDateTime(), nullable=True),
+    Index("ix_approval_notices_platform_status", "platform", "status", "created_at"),
 )
 
 # Approvals: one row per interrupt. The atomic claim is a conditional UPDATE on `status`.

@@ -164,7 +164,18 @@ async def serve_slack(
             ]
             background.append(
                 asyncio.create_task(
-                    assistant.sweep_forever(settings.approvals.sweep_interval_seconds, announce)
+                    assistant.sweep_forever(
+                        settings.approvals.sweep_interval_seconds, announce, platform="slack"
+                    )
+                )
+            )
+            # Approvals requested or decided on another platform (Teams): Slack's copy. With
+            # Teams in this process (`opsbot serve`) it has its own loop for its copy.
+            background.append(
+                asyncio.create_task(
+                    assistant.notices_forever(
+                        "slack", settings.approvals.notice_poll_seconds, bot.adapter.on_notice
+                    )
                 )
             )
             try:

@@ -50,7 +50,9 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     async with open_assistant(settings) as assistant, slack_notices(settings, assistant) as tell:
         while True:
-            decided = await assistant.sweep_and_notify(tell)
+            decided = await assistant.sweep_and_notify(
+                tell, platform="slack" if tell is not None else None
+            )
             for one in decided:
                 print(
                     json.dumps(

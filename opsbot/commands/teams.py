@@ -93,6 +93,7 @@ def teams_config(settings: Settings) -> TeamsBotConfig:
         token_url=teams.token_url,
         token_scope=teams.token_scope,
         approvals_conversation_id=teams.approvals_conversation_id,
+        approvals_service_url=teams.approvals_service_url,
         service_url_prefixes=tuple(teams.service_url_prefixes),
         max_body_bytes=teams.max_body_bytes,
         max_message_chars=teams.max_message_chars,
@@ -142,17 +143,28 @@ def open_configured_teams_bot(
 
 @contextlib.asynccontextmanager
 async def teams_background(settings: Settings, bot: TeamsBot, engine: Any) -> AsyncIterator[None]:
-    """Pruning of processed Teams deliveries, while the block runs."""
+    """Pruning of processed Teams deliveries, and Teams' copy of approvals requested or
+    decided on another platform (Slack, or the sweeper of another process), while the block
+    runs."""
     from bot.teams.store import SqlProcessedActivities
 
     keep = timedelta(hours=settings.slack.event_retention_hours)
-    task = asyncio.create_task(_prune_forever(SqlProcessedActivities(engine), keep))
+    tasks = [
+        asyncio.create_task(_prune_forever(SqlProcessedActivities(engine), keep)),
+        asyncio.create_task(
+            bot.adapter.assistant.notices_forever(
+                "teams", settings.approvals.notice_poll_seconds, bot.adapter.approvals.on_notice
+            )
+        ),
+    ]
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 async def serve_teams(
@@ -191,7 +203,9 @@ async def serve_teams(
         ):
             sweeper = asyncio.create_task(
                 assistant.sweep_forever(
-                    settings.approvals.sweep_interval_seconds, bot.adapter.announce
+                    settings.approvals.sweep_interval_seconds,
+                    bot.adapter.announce,
+                    platform="teams",
                 )
             )
             routes: list[web.RouteDef] = [
@@ -277,9 +291,10 @@ async def with_teams_app(
         list[web.RouteDef],
     ]
 ]:
-    """The Teams bot beside another platform's (``opsbot serve``): the combined sweeper
-    notice (every platform hears each decision), the combined link notice (the platform of
-    the linked chat user), and Teams' routes for the shared server."""
+    """The Teams bot beside another platform's (``opsbot serve``): that platform's sweeper
+    notice unchanged (the core sends Teams its copy of each decision as a notice, delivered
+    by ``teams_background``), the combined link notice (the platform of the linked chat
+    user), and Teams' routes for the shared server."""
     from bot.teams import teams_routes
 
     config = teams_config(settings)
@@ -288,15 +303,8 @@ async def with_teams_app(
         teams_background(settings, bot, engine),
     ):
 
-        async def announce_everywhere(decided: Any) -> None:
-            for notify in (announce, bot.adapter.announce):
-                try:
-                    await notify(decided)
-                except Exception:
-                    log.warning("a platform could not be told of a decision", exc_info=True)
-
         async def linked_on_its_platform(chat_user: ChatUser, who: str) -> None:
             target = bot.adapter.linked if chat_user.platform == "teams" else linked
             await target(chat_user, who)
 
-        yield announce_everywhere, linked_on_its_platform, teams_routes(bot)
+        yield announce, linked_on_its_platform, teams_routes(bot)

@@ -33,7 +33,11 @@ class SweepingAssistant(FakeAssistant):
     expire_now: asyncio.Event
 
     async def sweep_forever(
-        self, interval: float, notify: Callable[[Decided], Awaitable[None]]
+        self,
+        interval: float,
+        notify: Callable[[Decided], Awaitable[None]],
+        *,
+        platform: str | None = None,
     ) -> None:
         await self.expire_now.wait()
         for approval_id, view in list(self.approvals.items()):

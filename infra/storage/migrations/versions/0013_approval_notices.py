@@ -1,0 +1,76 @@
+"""Cross-platform approvals: one card row per approval *and platform*, and approval_notices,
+the durable queue through which a decision taken on one platform reaches the others.
+
+Revision ID: 0013
+Revises: 0010 (written against 0008; chained after the teams branch's 0010 at its merge)
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0013"
+down_revision = "0010"
+branch_labels = None
+depends_on = None
+
+_WIDENED = (
+    "card_channel_id",
+    "card_ts",
+    "requester_channel_id",
+    "requester_thread_ts",
+    "requester_note_ts",
+)
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("chat_approval_messages") as batch:
+        batch.drop_constraint("pk_chat_approval_messages", type_="primary")
+        batch.create_primary_key("pk_chat_approval_messages", ["approval_id", "platform"])
+        for column in _WIDENED:
+            batch.alter_column(
+                column,
+                existing_type=sa.String(64),
+                type_=sa.String(255),
+                existing_nullable=column == "requester_note_ts",
+            )
+        batch.add_column(sa.Column("service_url", sa.String(512), nullable=True))
+    op.create_table(
+        "approval_notices",
+        sa.Column("notice_id", sa.String(191), nullable=False),
+        sa.Column("approval_id", sa.String(64), nullable=False),
+        sa.Column("platform", sa.String(32), nullable=False),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("payload", sa.JSON(), nullable=True),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("attempts", sa.Integer(), nullable=False),
+        sa.Column("owner", sa.String(64), nullable=True),
+        sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("done_at", sa.DateTime(timezone=True), nullable=True),
+        sa.PrimaryKeyConstraint("notice_id", name="pk_approval_notices"),
+    )
+    op.create_index(
+        "ix_approval_notices_platform_status",
+        "approval_notices",
+        ["platform", "status", "created_at"],
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_approval_notices_platform_status", table_name="approval_notices")
+    op.drop_table("approval_notices")
+    # A second platform's rows cannot survive the old single-column key.
+    op.execute("DELETE FROM chat_approval_messages WHERE platform <> 'slack'")
+    with op.batch_alter_table("chat_approval_messages") as batch:
+        batch.drop_column("service_url")
+        for column in _WIDENED:
+            batch.alter_column(
+                column,
+                existing_type=sa.String(255),
+                type_=sa.String(64),
+                existing_nullable=column == "requester_note_ts",
+            )
+        batch.drop_constraint("pk_chat_approval_messages", type_="primary")
+        batch.create_primary_key("pk_chat_approval_messages", ["approval_id"])
