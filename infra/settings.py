@@ -280,6 +280,23 @@ class RunSettings(Section):
     """How often an idle worker looks for runs enqueued by other instances."""
 
 
+class PoolSettings(Section):
+    """Database connection pools of one opsbot process (PostgreSQL). The connections an
+    instance holds are at most ack + app + jobs + checkpointer + memory (README, Scaling):
+    keep instances × that under the server's max_connections."""
+
+    ack: int = Field(default=2, ge=1)
+    """The Slack ack path's own pool: stores an accepted message while agents hold theirs."""
+    app: int = Field(default=3, ge=1)
+    """opsbot's tables for the agent side (threads, approvals, audit, links)."""
+    jobs: int = Field(default=2, ge=1)
+    """The job runner's claims, leases and progress, and the Slack adapter's records."""
+    checkpointer: int = Field(default=4, ge=1)
+    """The LangGraph checkpointer (one connection per checkpoint write in flight)."""
+    memory: int = Field(default=1, ge=1)
+    """The user-memory store (read once per run, written by /ops memory)."""
+
+
 class ModelPrice(BaseModel):
     """What a model costs, in US dollars per million tokens (for the cost-per-request metric)."""
 
@@ -532,6 +549,7 @@ class Settings(BaseSettings):
     approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     runs: RunSettings = Field(default_factory=RunSettings)
+    pools: PoolSettings = Field(default_factory=PoolSettings)
 
     slack_bot_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN", "slack_bot_token")
