@@ -262,6 +262,10 @@ class SlackSettings(Section):
     """Web API retries on HTTP 429 (honouring Retry-After)."""
     server_error_retries: int = 2
     """Web API retries on HTTP 500/503."""
+    ack_on_own_loop: bool = True
+    """With durable runs, Slack's HTTP is served and messages are stored on a thread, event
+    loop and database pool of their own (bot.slack.front), so an ack never waits for agent
+    steps. False: everything on the main loop (for comparison: bench slack_ack --compare)."""
 
 
 class RunSettings(Section):

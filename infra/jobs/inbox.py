@@ -21,21 +21,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from sqlalchemy import event
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from infra.clock import Clock, utc_now
 from infra.jobs.queue import JobStatus
+from infra.storage.engine import SQLITE_BUSY_TIMEOUT_MS
 from infra.storage.faults import is_connection_error
 from infra.storage.schema import processed_events, run_jobs
 
 # Enough to take a whole burst in one commit, small enough that one transaction stays short.
 MAX_BATCH = 64
+# How long a SQLite writer tries to get the file's write lock before it gives up (the
+# engine's own busy timeout).
+SQLITE_LOCK_WAIT = SQLITE_BUSY_TIMEOUT_MS / 1000
+
+
+def _no_busy_wait(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout=0")
+    cursor.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +79,11 @@ class JobInbox:
     ) -> None:
         self.engine = engine
         self._clock = clock
-        sqlite_file = engine.dialect.name == "sqlite"
-        self._insert = sqlite.insert if sqlite_file else postgresql.insert
-        self._writers = 1 if sqlite_file else max(1, writers)
+        self._sqlite = engine.dialect.name == "sqlite"
+        self._insert = sqlite.insert if self._sqlite else postgresql.insert
+        self._writers = 1 if self._sqlite else max(1, writers)
+        if self._sqlite:
+            event.listen(engine.sync_engine, "connect", _no_busy_wait)
         self._max_batch = max_batch
         self._waiting: asyncio.Queue[_Waiting] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
@@ -89,9 +103,7 @@ class JobInbox:
                 batch.append(self._waiting.get_nowait())
             live = [(d, f) for d, f in batch if not f.cancelled()]
             try:
-                async with self.engine.begin() as conn:
-                    results = [await self._store(conn, d) for d, _ in live]
-                self.batches += 1
+                results = await self._write([d for d, _ in live])
             except asyncio.CancelledError:
                 for _, done in live:
                     if not done.done():
@@ -100,8 +112,8 @@ class JobInbox:
             except Exception as exc:
                 if len(live) > 1 and not is_connection_error(exc):
                     # One bad delivery must not fail the others: write each on its own.
-                    for one in live:
-                        await self._write_alone(*one)
+                    for delivery, done in live:
+                        await self._settle(done, self._write([delivery]))
                     continue
                 for _, done in live:
                     if not done.done():
@@ -111,40 +123,85 @@ class JobInbox:
                 if not done.done():
                     done.set_result(first)
 
-    async def _write_alone(self, delivery: Delivery, done: asyncio.Future[bool]) -> None:
+    @staticmethod
+    async def _settle(done: asyncio.Future[bool], write: Awaitable[list[bool]]) -> None:
         try:
-            async with self.engine.begin() as conn:
-                first = await self._store(conn, delivery)
+            [first] = await write
         except Exception as exc:
             if not done.done():
                 done.set_exception(exc)
             return
-        self.batches += 1
         if not done.done():
             done.set_result(first)
 
-    async def _store(self, conn: AsyncConnection, delivery: Delivery) -> bool:
+    async def _write(self, deliveries: Sequence[Delivery]) -> list[bool]:
+        """One transaction, two statements whatever the batch size: each round trip to the
+        database waits for the GIL again on a busy process."""
+        if self._sqlite:
+            return await self._on_sqlite(deliveries)
+        async with self.engine.begin() as conn:
+            return await self._store(conn, deliveries)
+
+    async def _on_sqlite(self, deliveries: Sequence[Delivery]) -> list[bool]:
+        # This engine's busy timeout is 0: while another connection writes, SQLite says
+        # "locked" at once and the writer tries again a millisecond later. (SQLite's own
+        # busy handler sleeps up to 100 ms between tries, and with agents writing all the
+        # time an ack waited seconds for its turn.)
+        deadline = asyncio.get_running_loop().time() + SQLITE_LOCK_WAIT
+        while True:
+            try:
+                async with self.engine.begin() as conn:
+                    return await self._store(conn, deliveries)
+            except OperationalError as exc:
+                locked = "locked" in str(exc.orig) or "busy" in str(exc.orig)
+                if not locked or asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.001)
+
+    async def _store(self, conn: AsyncConnection, deliveries: Sequence[Delivery]) -> list[bool]:
         now = self._clock()
-        job = await conn.execute(
+        jobs: dict[str, Delivery] = {}
+        events: dict[str, str] = {}
+        for d in deliveries:  # a redelivery in the same batch is the second: not first
+            jobs.setdefault(d.job_id, d)
+            if d.event_id:
+                events.setdefault(d.event_id, d.platform)
+        stored = await conn.execute(
             self._insert(run_jobs)
             .values(
-                job_id=delivery.job_id,
-                kind=delivery.kind,
-                user_key=delivery.user_key,
-                payload=dict(delivery.payload),
-                status=JobStatus.QUEUED.value,
-                attempts=0,
-                created_at=now,
+                [
+                    {
+                        "job_id": d.job_id,
+                        "kind": d.kind,
+                        "user_key": d.user_key,
+                        "payload": dict(d.payload),
+                        "status": JobStatus.QUEUED.value,
+                        "attempts": 0,
+                        "created_at": now,
+                    }
+                    for d in jobs.values()
+                ]
             )
             .on_conflict_do_nothing(index_elements=["job_id"])
+            .returning(run_jobs.c.job_id)
         )
-        if delivery.event_id:
+        new = {str(job_id) for (job_id,) in stored.all()}
+        if events:
             await conn.execute(
                 self._insert(processed_events)
-                .values(event_id=delivery.event_id, platform=delivery.platform, received_at=now)
+                .values(
+                    [
+                        {"event_id": e, "platform": platform, "received_at": now}
+                        for e, platform in events.items()
+                    ]
+                )
                 .on_conflict_do_nothing(index_elements=["event_id"])
             )
-        return job.rowcount == 1
+        firsts = []
+        for d in deliveries:
+            firsts.append(d.job_id in new)
+            new.discard(d.job_id)
+        return firsts
 
     async def __aenter__(self) -> JobInbox:
         loop = asyncio.get_running_loop()

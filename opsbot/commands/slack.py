@@ -213,7 +213,7 @@ def _ack_front(settings: Settings, adapter: Any) -> Any:
     from bot.slack.durable import DurableSlackAdapter
     from bot.slack.front import AckFront
 
-    if not isinstance(adapter, DurableSlackAdapter):
+    if not isinstance(adapter, DurableSlackAdapter) or not settings.slack.ack_on_own_loop:
         return None
     return AckFront(adapter, settings.resolved_database_url, pool_size=settings.pools.ack)
 
