@@ -138,9 +138,12 @@ class JobInbox:
         """One transaction, two statements whatever the batch size: each round trip to the
         database waits for the GIL again on a busy process."""
         if self._sqlite:
-            return await self._on_sqlite(deliveries)
-        async with self.engine.begin() as conn:
-            return await self._store(conn, deliveries)
+            firsts = await self._on_sqlite(deliveries)
+        else:
+            async with self.engine.begin() as conn:
+                firsts = await self._store(conn, deliveries)
+        self.batches += 1
+        return firsts
 
     async def _on_sqlite(self, deliveries: Sequence[Delivery]) -> list[bool]:
         # This engine's busy timeout is 0: while another connection writes, SQLite says
