@@ -232,6 +232,7 @@ async def post_all(
     concurrency: int,
     *,
     retries: Iterable[Event] = (),
+    starts: dict[str, float] | None = None,
 ) -> tuple[list[float], list[int], float]:
     """POST each event (round-robin over ``urls``) with ``concurrency`` in flight, from the
     sender's own loop; ack latencies (ms), statuses and the wall time (s)."""
@@ -247,6 +248,8 @@ async def post_all(
             ) -> tuple[float, int]:
                 async with gate:
                     started = time.perf_counter()
+                    if starts is not None and retry is None:
+                        starts[eid] = started
                     status, _ = await senders[k % len(senders)].post_event(
                         ev, event_id=eid, retry_num=retry
                     )
@@ -285,6 +288,24 @@ def lost(fake: FakeSlack, events: Sequence[Event]) -> int:
         if len(replies) != 1 or len(answered) != 1 or [updates[k] for k in keys] != [1]:
             missing += 1
     return missing
+
+
+def answer_seconds(
+    fake: FakeSlack, events: Sequence[Event], starts: Mapping[str, float]
+) -> dict[str, float]:
+    """Per answered event id: seconds from its POST to the update that put its answer in its
+    thread (one process's clock: the fake Slack records when each call arrived)."""
+    answered_at: dict[tuple[str, str], float] = {}
+    for call in fake.calls:
+        if call.method == "chat.update":
+            answered_at[(str(call.params.get("channel")), str(call.params.get("ts")))] = call.at
+    seconds: dict[str, float] = {}
+    for eid, event in events:
+        for message in fake.thread(event["channel"], event["ts"]):
+            at = answered_at.get((str(message["channel"]), str(message["ts"])))
+            if at is not None and eid in starts:
+                seconds[eid] = at - starts[eid]
+    return seconds
 
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
