@@ -1,153 +1,234 @@
-"""Slack ack latency: N signed events POSTed concurrently to the running app over HTTP.
+"""Slack ack latency of a real ``opsbot slack`` process, with agent turns running beside it.
 
-Each event is delivered once, and a share of them a second time as Slack's retry (same
-``event_id``, ``X-Slack-Retry-Num``). Reports p50/p99 time to the HTTP ack and ``lost``:
-events that did not get exactly one answer in their thread (must be 0).
+The app runs as deployed (its own process, durable runs, the offline demo model against the
+dev IdP and the reference MCP servers; ``bench._fleet``). Every event is a question the demo
+model answers with one MCP read, so every acked event becomes a real agent turn. Phases:
 
-    uv run python -m bench slack_ack                       # N=300, 50 in flight, PostgreSQL
-    uv run python -m bench slack_ack --database-url sqlite
-    uv run python -m bench slack_ack --n 1000 --database-url postgresql://...
+1. ``single``: 20 events, one in flight (the runs they start go on meanwhile);
+2. ``burst``: ``--n`` events with ``--burst`` in flight, once the app is idle;
+3. ``--with-agent``: ``--burst`` questions first, and once their turns are running, ``--n``
+   more with ``--burst`` in flight: the ack while agent turns run.
+
+``p50_ack_ms``/``p99_ack_ms`` are those of the last phase run. ``loop_lag_p99_ms`` is the lag
+of the loop that acks (``opsbot_event_loop_lag_seconds{loop="ack"}`` over that phase, read
+from ``/metrics`` as Prometheus would); ``main_loop_lag_p99_ms`` that of the loop running
+the agent turns. ``lost``: events (of all phases, with 20 % redelivered as Slack retries)
+not answered exactly once. ``--db both`` runs SQLite and PostgreSQL; the top-level figures
+are then the worse of the two.
+
+    uv run python -m bench slack_ack --burst 50 --with-agent --db both
+    uv run python -m bench slack_ack --n 100 --db sqlite
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
-import tempfile
 import time
-from collections import Counter
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
-
-from bench._support import OtherLoop, percentile, postgres_reachable, throwaway_postgres
-from bot.slack import SlackBotConfig, open_app, serve_http
-from broker.types import ChatUser
-from infra.serving import bind_socket
-from infra.storage import create_engine, migrate
-from testing.fake_assistant import FakeAssistant
-from testing.slack import (
-    BOT_TOKEN,
-    SIGNING_SECRET,
-    TEAM_ID,
-    FakeSlack,
-    SlackSender,
-    mention,
-    start_fake_slack,
+from bench._fleet import (
+    Services,
+    app_env,
+    histogram_quantile,
+    link_users,
+    lost,
+    open_services,
+    opsbot_command,
+    opsbot_slack,
+    post_all,
+    questions,
+    scrape,
+    wait_answered,
 )
+from bench._support import percentile, postgres_reachable, throwaway_postgres
 
-DEFAULT_N = 300
-DEFAULT_CONCURRENCY = 50
+DEFAULT_N = 200
+DEFAULT_BURST = 50
+SINGLE = 20
 RETRY_SHARE = 0.2
-USERS = 20
+USERS = 5
+LAG = "opsbot_event_loop_lag_seconds"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--n", type=int, default=DEFAULT_N, help="distinct events")
+    parser.add_argument("--n", type=int, default=DEFAULT_N, help="events per measured burst")
+    parser.add_argument("--burst", type=int, default=DEFAULT_BURST, help="requests in flight")
     parser.add_argument(
-        "--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="requests in flight"
+        "--with-agent",
+        action="store_true",
+        help="also measure a burst while agent turns (started just before) are running",
     )
     parser.add_argument(
-        "--database-url",
+        "--db",
+        choices=["sqlite", "postgres", "both"],
         default=None,
-        help="default: a throwaway PostgreSQL database on the test server if reachable, "
-        "else SQLite; 'sqlite' forces a throwaway SQLite file",
+        help="default: PostgreSQL if the test server is reachable, else SQLite",
+    )
+    parser.add_argument("--database-url", default=None, help="a PostgreSQL URL to use as is")
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="run each database first with the ack on the main loop "
+        "(OPSBOT_SLACK__ACK_ON_OWN_LOOP=false, as before) and report it under 'before'",
+    )
+    parser.add_argument(
+        "--per-user-runs", type=int, default=10, help="OPSBOT_RUNS__PER_USER_RUNS of the app"
     )
 
 
-async def run(args: Any) -> dict[str, Any]:
-    n = int(getattr(args, "n", None) or DEFAULT_N)
-    concurrency = int(getattr(args, "concurrency", None) or DEFAULT_CONCURRENCY)
-    database_url = getattr(args, "database_url", None)
-    if database_url == "sqlite" or (database_url is None and not postgres_reachable()):
-        with tempfile.TemporaryDirectory() as tmp:
-            return await _bench(n, concurrency, f"sqlite:///{Path(tmp) / 'bench.db'}")
-    if database_url:
-        return await _bench(n, concurrency, database_url)
-    with throwaway_postgres() as url:
-        return await _bench(n, concurrency, url)
+async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
+    n = int(getattr(args, "n", 0) or DEFAULT_N)
+    burst = int(getattr(args, "burst", 0) or DEFAULT_BURST)
+    with_agent = bool(getattr(args, "with_agent", False))
+    per_user = int(getattr(args, "per_user_runs", 0) or 10)
+    db = getattr(args, "db", None) or ("postgres" if postgres_reachable() else "sqlite")
+    url = getattr(args, "database_url", None)
+    compare = bool(getattr(args, "compare", False))
+    backends = ["sqlite", "postgres"] if db == "both" else [db]
+    by_db: dict[str, dict[str, Any]] = {}
+    async with open_services() as services:
+        for backend in backends:
+            before = None
+            if compare:
+                async with _database(backend, url, services) as database_url:
+                    before = await _bench(
+                        services, database_url, n, burst, with_agent, per_user, own_loop=False
+                    )
+            async with _database(backend, url, services) as database_url:
+                by_db[backend] = await _bench(
+                    services, database_url, n, burst, with_agent, per_user
+                )
+            if before is not None:
+                by_db[backend]["before"] = before
+    if len(by_db) == 1:
+        return {"name": "slack_ack", **next(iter(by_db.values()))}
+    worst: dict[str, Any] = {"name": "slack_ack", "database": "both"}
+    for key in ("p50_ack_ms", "p99_ack_ms", "loop_lag_p99_ms", "main_loop_lag_p99_ms", "lost"):
+        values = [r[key] for r in by_db.values() if r.get(key) is not None]
+        worst[key] = max(values) if values else None
+    worst["by_database"] = by_db
+    return worst
 
 
-async def _bench(n: int, concurrency: int, database_url: str) -> dict[str, Any]:
-    slack_side = OtherLoop()
-    fake = FakeSlack()
-    runner = await slack_side.call(start_fake_slack(fake))
-    engine = create_engine(database_url)
-    await migrate(engine)
-    assistant = FakeAssistant(run_delay=0.05)  # a run takes a while; the ack must not wait
-    for i in range(USERS):
-        assistant.link(ChatUser("slack", TEAM_ID, f"U{i:04d}"), f"user{i}")
-    config = SlackBotConfig(bot_token=BOT_TOKEN, signing_secret=SIGNING_SECRET, api_url=fake.url)
-    events = [
-        (
-            f"EvBENCH{i:06d}",
-            mention(f"U{i % USERS:04d}", f"q{i}", channel=f"C{i % 7}", ts=f"1700001000.{i:06d}"),
-        )
-        for i in range(n)
-    ]
-    retries = events[: int(n * RETRY_SHARE)]
+@contextlib.asynccontextmanager
+async def _database(backend: str, url: str | None, services: Services) -> AsyncIterator[str]:
+    if backend == "sqlite":
+        path = services.data_dir / f"ack-{time.monotonic_ns()}.db"
+        yield f"sqlite:///{path}"
+    elif url:
+        yield url
+    else:
+        with throwaway_postgres("opsbot_bench_ack") as pg_url:
+            yield pg_url
 
-    async def deliver(app_url: str) -> tuple[list[tuple[float, int]], float]:
-        connector = aiohttp.TCPConnector(limit=200)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            sender = SlackSender(app_url, session=session)
-            # Warm-up: Bolt's first request calls auth.test.
-            await sender.post_event(mention("U0000", "warm", ts="1.0"), event_id="EvWARM")
-            await fake.wait_for("chat.update")
 
-            in_flight = asyncio.Semaphore(concurrency)
+async def _bench(
+    services: Services,
+    database_url: str,
+    n: int,
+    burst: int,
+    with_agent: bool,
+    per_user: int,
+    *,
+    own_loop: bool = True,
+) -> dict[str, Any]:
+    env = app_env(
+        database_url,
+        services,
+        OPSBOT_RUNS__PER_USER_RUNS=str(per_user),
+        OPSBOT_SLACK__ACK_ON_OWN_LOOP=str(own_loop).lower(),
+    )
+    await opsbot_command(env, "migrate")
+    result: dict[str, Any] = {
+        "database": database_url.split(":", 1)[0],
+        "n_events": n,
+        "burst": burst,
+        "with_agent": with_agent,
+        "ack_on_own_loop": own_loop,
+    }
+    stamp = time.time() // 1
+    async with opsbot_slack(env) as app:
+        users = await link_users(services, app.url, USERS)
+        everything = []
 
-            async def post(
-                event_id: str, event: dict[str, Any], retry: int | None
-            ) -> tuple[float, int]:
-                async with in_flight:
-                    started = time.perf_counter()
-                    status, _ = await sender.post_event(event, event_id=event_id, retry_num=retry)
-                    return (time.perf_counter() - started) * 1000, status
-
-            wall = time.perf_counter()
-            results = await asyncio.gather(
-                *(post(eid, ev, None) for eid, ev in events),
-                *(post(eid, ev, 1) for eid, ev in retries),
+        async def phase(
+            name: str, events: list[Any], concurrency: int
+        ) -> tuple[list[float], dict[str, float | None]]:
+            before = await scrape(app.url)
+            retries = events[: int(len(events) * RETRY_SHARE)]
+            acks, statuses, wall = await post_all(
+                services, [app.url], events, concurrency, retries=retries
             )
-            wall_ms = (time.perf_counter() - wall) * 1000
-            await fake.wait_for("chat.update", n + 1, wait=120)
-            await fake.settle(quiet=0.5, limit=120)
-            return list(results), wall_ms
+            after = await scrape(app.url)
+            everything.extend(events)
+            result[f"{name}_non_200"] = sum(1 for s in statuses if s != 200)
+            result[f"{name}_wall_s"] = round(wall, 2)
+            # Without its own loop the ack runs on the main loop: that loop's lag is the ack's.
+            lag = {
+                loop: histogram_quantile(
+                    before, after, LAG, 0.99, loop=loop if own_loop else "main"
+                )
+                for loop in ("ack", "main")
+            }
+            return acks, lag
 
-    try:
-        async with (
-            open_app(config, assistant, engine) as app,
-            serve_http(app, bind_socket("127.0.0.1", 0)) as app_url,
-        ):
-            results, wall_ms = await slack_side.call(deliver(app_url))
-        updates = Counter((str(u["channel"]), str(u["ts"])) for u in fake.calls_to("chat.update"))
-        lost = 0
-        for _eid, event in events:
-            replies = fake.thread(event["channel"], event["ts"])
-            answered = [m for m in replies if m["text"] != config.working_text]
-            keys = [(m["channel"], m["ts"]) for m in replies]
-            if len(replies) != 1 or len(answered) != 1 or [updates[k] for k in keys] != [1]:
-                lost += 1
-        latencies = [ms for ms, _ in results]
-        return {
-            "name": "slack_ack",
-            "n_events": n,
-            "concurrency": concurrency,
-            "retries": len(retries),
-            "requests": len(results),
-            "database": database_url.split(":", 1)[0],
-            "p50_ack_ms": round(statistics.median(latencies), 2),
-            "p99_ack_ms": round(percentile(latencies, 0.99), 2),
-            "max_ack_ms": round(max(latencies), 2),
-            "wall_ms": round(wall_ms, 1),
-            "non_200": sum(1 for _, status in results if status != 200),
-            "core_runs": len(assistant.messages) - 1,
-            "lost": lost,
-        }
-    finally:
-        await engine.dispose()
-        await slack_side.call(runner.cleanup())
-        slack_side.close()
+        warm = questions("WARM", 2, users, stamp)
+        await post_all(services, [app.url], warm, 1)
+        await wait_answered(services, warm, 60)
+
+        acks, _ = await phase("single", questions("ONE", SINGLE, users, stamp + 1e4), 1)
+        result["single_p50_ack_ms"] = round(statistics.median(acks), 2)
+        result["single_p99_ack_ms"] = round(percentile(acks, 0.99), 2)
+        await wait_answered(services, everything, 300)
+
+        acks, lag = await phase("burst", questions("BURST", n, users, stamp + 2e4), burst)
+        _figures(result, "burst", acks, lag)
+        result["burst_drain_s"] = round(await wait_answered(services, everything, 600), 2)
+        last = "burst"
+
+        if with_agent:
+            primer = questions("PRIME", burst, users, stamp + 3e4)
+            await post_all(services, [app.url], primer, burst)
+            everything.extend(primer)
+            await _until_turns_run(services, primer)
+            acks, lag = await phase("agent", questions("AGENT", n, users, stamp + 4e4), burst)
+            _figures(result, "agent", acks, lag)
+            result["agent_drain_s"] = round(await wait_answered(services, everything, 900), 2)
+            last = "agent"
+
+        for key in ("p50_ack_ms", "p99_ack_ms", "loop_lag_p99_ms", "main_loop_lag_p99_ms"):
+            result[key] = result[f"{last}_{key}"]
+        result["agent_turns"] = len(everything)
+        result["lost"] = lost(services.fake_slack, everything)
+    return result
+
+
+def _figures(
+    result: dict[str, Any], name: str, acks: list[float], lag: dict[str, float | None]
+) -> None:
+    result[f"{name}_p50_ack_ms"] = round(statistics.median(acks), 2)
+    result[f"{name}_p99_ack_ms"] = round(percentile(acks, 0.99), 2)
+    result[f"{name}_max_ack_ms"] = round(max(acks), 2)
+    ack, main = lag["ack"], lag["main"]
+    result[f"{name}_loop_lag_p99_ms"] = None if ack is None else round(ack * 1000, 1)
+    result[f"{name}_main_loop_lag_p99_ms"] = None if main is None else round(main * 1000, 1)
+
+
+async def _until_turns_run(services: Services, primer: list[Any], bound: float = 60.0) -> None:
+    """Until some of ``primer``'s turns have started (their working indicator is posted)."""
+    threads = {(ev["channel"], ev["ts"]) for _, ev in primer}
+    started = time.perf_counter()
+    fake = services.fake_slack
+    while time.perf_counter() - started < bound:
+        posted = sum(
+            1
+            for m in fake.calls_to("chat.postMessage")
+            if (m.get("channel"), m.get("thread_ts")) in threads
+        )
+        if posted >= min(10, len(primer)):
+            return
+        await asyncio.sleep(0.05)

@@ -262,6 +262,10 @@ class SlackSettings(Section):
     """Web API retries on HTTP 429 (honouring Retry-After)."""
     server_error_retries: int = 2
     """Web API retries on HTTP 500/503."""
+    ack_on_own_loop: bool = True
+    """With durable runs, Slack's HTTP is served and messages are stored on a thread, event
+    loop and database pool of their own (bot.slack.front), so an ack never waits for agent
+    steps. False: everything on the main loop (for comparison: bench slack_ack --compare)."""
 
 
 class TeamsSettings(Section):
@@ -324,6 +328,23 @@ class RunSettings(Section):
     over by another instance after this. The embedded SQLite default recovers at start."""
     poll_seconds: float = Field(default=1.0, gt=0)
     """How often an idle worker looks for runs enqueued by other instances."""
+
+
+class PoolSettings(Section):
+    """Database connection pools of one opsbot process (PostgreSQL). The connections an
+    instance holds are at most ack + app + jobs + checkpointer + memory (README, Scaling):
+    keep instances × that under the server's max_connections."""
+
+    ack: int = Field(default=2, ge=1)
+    """The Slack ack path's own pool: stores an accepted message while agents hold theirs."""
+    app: int = Field(default=3, ge=1)
+    """opsbot's tables for the agent side (threads, approvals, audit, links)."""
+    jobs: int = Field(default=2, ge=1)
+    """The job runner's claims, leases and progress, and the Slack adapter's records."""
+    checkpointer: int = Field(default=4, ge=1)
+    """The LangGraph checkpointer (one connection per checkpoint write in flight)."""
+    memory: int = Field(default=1, ge=1)
+    """The user-memory store (read once per run, written by /ops memory)."""
 
 
 class ModelPrice(BaseModel):
@@ -586,6 +607,7 @@ class Settings(BaseSettings):
     approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     runs: RunSettings = Field(default_factory=RunSettings)
+    pools: PoolSettings = Field(default_factory=PoolSettings)
 
     slack_bot_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN", "slack_bot_token")

@@ -173,15 +173,18 @@ class UserMemory:
 
 
 @contextlib.asynccontextmanager
-async def open_memory_store(url: str) -> AsyncIterator[BaseStore]:
-    """The LangGraph store for ``url``: PostgreSQL, SQLite, or in-memory (``memory://``)."""
+async def open_memory_store(url: str, *, pool_size: int = 1) -> AsyncIterator[BaseStore]:
+    """The LangGraph store for ``url``: PostgreSQL (on a pool of ``pool_size``), SQLite, or
+    in-memory (``memory://``)."""
     if url == MEMORY_URL:
         yield InMemoryStore()
         return
     if url.startswith("postgresql"):
         # The shared pool helper: checked connections, so a database restart does not leave
         # dead ones behind; set-up one instance at a time (``opsbot migrate`` runs it too).
-        async with open_set_up(url, AsyncPostgresStore, max_size=4, name="user-memory") as store:
+        async with open_set_up(
+            url, AsyncPostgresStore, max_size=pool_size, name="user-memory"
+        ) as store:
             yield store
         return
     path = sqlite_file(url, "a memory store")

@@ -75,7 +75,9 @@ async def open_operations(
         if not settings.memory.enabled:
             yield Operations(settings, tracing, instrumentation, None)
             return
-        async with open_memory_store(settings.resolved_database_url) as store:
+        async with open_memory_store(
+            settings.resolved_database_url, pool_size=settings.pools.memory
+        ) as store:
             memory = MemoryCommands(UserMemory(store), identities)
             yield Operations(settings, tracing, instrumentation, memory)
     finally:

@@ -39,11 +39,14 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
 
     url = settings.resolved_database_url
     grace = timedelta(seconds=settings.approvals.reconcile_grace_seconds)
-    engine = create_engine(url)
+    pools = settings.pools
+    # Bounded pools (settings.pools): an instance's share of PostgreSQL's connections is
+    # known in advance (README, Scaling).
+    engine = create_engine(url, pool_name="app", pool_size=pools.app, max_overflow=pools.app)
     try:
         async with (
             open_identity_service(settings, engine, clock=clock) as identities,
-            open_checkpointer(url) as saver,
+            open_checkpointer(url, pool_size=pools.checkpointer) as saver,
             open_operations(settings, identities) as ops,
         ):
             audit = AuditLog(

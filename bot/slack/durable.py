@@ -36,10 +36,23 @@ from bot.slack.core import AssistantPort
 from bot.slack.incoming import Progress, UserMessage
 from bot.slack.store import SqlApprovalMessages
 from infra.clock import Clock, utc_now
-from infra.jobs import Job, JobRunner, RunLimits, SqlJobQueue, through_outage
+from infra.jobs import Delivery, Job, JobRunner, RunLimits, SqlJobQueue, through_outage
 
 log = logging.getLogger(__name__)
 JOB_KIND = "slack_message"
+
+
+def message_job(message: UserMessage, delivery_id: str) -> Delivery:
+    """The job a message becomes (the ack path's inbox and ``accept`` both store this). The
+    job id is the delivery's, so a redelivery that reaches any instance is recognised."""
+    return Delivery(
+        job_id=f"slack-{delivery_id or secrets.token_urlsafe(12)}",
+        kind=JOB_KIND,
+        user_key=message.user_key,
+        payload={"message": message.to_payload(), "progress": Progress().to_payload()},
+        event_id=delivery_id or None,
+        platform="slack",
+    )
 
 
 class DurableSlackAdapter(SlackAdapter):
@@ -59,9 +72,8 @@ class DurableSlackAdapter(SlackAdapter):
         """Persist the message as a job before Slack is acknowledged (if this raises, Slack
         gets no ack and delivers again). The job id is the delivery's, so a redelivery that
         reaches any instance is recognised here."""
-        job_id = f"slack-{delivery_id or secrets.token_urlsafe(12)}"
-        payload = {"message": message.to_payload(), "progress": Progress().to_payload()}
-        return await self.queue.enqueue(job_id, JOB_KIND, message.user_key, payload)
+        job = message_job(message, delivery_id)
+        return await self.queue.enqueue(job.job_id, job.kind, job.user_key, job.payload)
 
     async def converse(self, message: UserMessage) -> None:
         """After the ack: the job is stored already; wake this instance's worker for it."""

@@ -18,8 +18,10 @@ import json
 import logging
 import re
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -31,11 +33,14 @@ from slack_bolt.adapter.socket_mode.async_internals import (
 )
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 
+from bot.slack.front import AckFront
 from bot.slack.incoming import Ignored, Malformed, screen
+from infra.loop_thread import LoopThread, on_loop
 from infra.serving import socket_url
 
 EVENTS_PATH = "/slack/events"
@@ -43,6 +48,7 @@ OAUTH_CALLBACK_PATH = "/oauth/callback"
 # Slack's payloads are a few KB; a modal with 100 full blocks stays under 512 KiB.
 DEFAULT_MAX_BODY_BYTES = 512 * 1024
 SIGNATURE_MAX_AGE_SECONDS = 5 * 60
+ACK_SWITCH_INTERVAL = 0.001
 log = logging.getLogger(__name__)
 
 
@@ -59,14 +65,19 @@ def web_application(
     middlewares: Sequence[Middleware] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     clock: Callable[[], float] = time.time,
+    front: AckFront | None = None,
+    dispatch: Callable[[AsyncBoltRequest], Awaitable[BoltResponse]] | None = None,
 ) -> web.Application:
     """The app's web server; ``routes``/``middlewares`` add operations endpoints
     (``/metrics``, ``/readyz``) and request metrics from ``opsbot.observability``.
 
     ``POST /slack/events`` checks, in order, the body's size (413), Slack's signature and
     timestamp (401), and the payload (``bot.slack.incoming.screen``: 400 if malformed, an
-    empty 200 if of a kind opsbot does not handle) before Bolt parses anything."""
+    empty 200 if of a kind opsbot does not handle) before Bolt parses anything. Then
+    ``front`` may accept a message itself (``bot.slack.front``); the rest goes to Bolt
+    through ``dispatch`` (default: ``app.async_dispatch`` on this loop)."""
     secret = _signing_secret(app).encode()
+    to_bolt = dispatch or app.async_dispatch
 
     async def events(request: web.Request) -> web.Response:
         if (request.content_length or 0) > max_body_bytes:
@@ -87,6 +98,10 @@ def web_application(
             return web.Response(status=200, text="")
         if isinstance(screened, Malformed):
             return _refuse(400, f"malformed Slack {screened.kind}: {screened.problem}", len(raw))
+        if front is not None:
+            accepted = await front.try_accept(screened.body)
+            if accepted is not None:
+                return accepted
         try:
             bolt_request = AsyncBoltRequest(
                 body=text, query=request.query_string, headers=dict(headers)
@@ -94,7 +109,7 @@ def web_application(
         except (TypeError, ValueError, AttributeError, KeyError) as exc:
             # A shape the models above let through but Bolt cannot read: still the sender's.
             return _refuse(400, f"malformed Slack {screened.kind}: {type(exc).__name__}", len(raw))
-        return await to_aiohttp_response(await app.async_dispatch(bolt_request))
+        return await to_aiohttp_response(await to_bolt(bolt_request))
 
     async def health(_request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
@@ -184,8 +199,25 @@ async def serve_http(
     routes: Sequence[web.RouteDef] = (),
     middlewares: Sequence[Middleware] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    front: AckFront | None = None,
 ) -> AsyncIterator[str]:
-    """Serve ``app`` on a pre-bound socket until the block exits; yields the base URL."""
+    """Serve ``app`` on a pre-bound socket until the block exits; yields the base URL.
+
+    With ``front`` (durable runs), HTTP is served on a thread and loop of its own
+    (``slack-ack``), where ``front`` accepts messages; Bolt, the routes' handlers and the link
+    callback still run on this (the calling) loop, reached from there."""
+    if front is not None:
+        async with _serve_on_ack_loop(
+            app,
+            sock,
+            front,
+            link_callback,
+            routes=routes,
+            middlewares=middlewares,
+            max_body_bytes=max_body_bytes,
+        ) as url:
+            yield url
+        return
     runner = web.AppRunner(
         web_application(
             app,
@@ -205,6 +237,80 @@ async def serve_http(
     finally:
         await runner.cleanup()
         sock.close()
+
+
+@contextlib.asynccontextmanager
+async def _serve_on_ack_loop(
+    app: AsyncApp,
+    sock: socket.socket,
+    front: AckFront,
+    link_callback: LinkCallback | None,
+    *,
+    routes: Sequence[web.RouteDef],
+    middlewares: Sequence[Middleware],
+    max_body_bytes: int,
+) -> AsyncIterator[str]:
+    main = asyncio.get_running_loop()
+
+    def on_main(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Any:
+        # A GET handler reads only the request's URL: safe to run on the main loop.
+        async def forwarded(request: web.Request) -> web.StreamResponse:
+            return await on_loop(main, handler(request))  # type: ignore[arg-type]
+
+        return forwarded
+
+    async def dispatch(request: AsyncBoltRequest) -> BoltResponse:
+        return await on_loop(main, app.async_dispatch(request))
+
+    callback: LinkCallback | None = None
+    if link_callback is not None:
+        linked = link_callback
+
+        async def callback(state: str, code: str, iss: str | None) -> str:
+            return await on_loop(main, linked(state, code, iss))  # type: ignore[arg-type]
+
+    forwarded_routes = [
+        web.RouteDef(r.method, r.path, on_main(r.handler), r.kwargs)
+        for r in routes
+        if isinstance(r, web.RouteDef)
+    ]
+
+    async def start(stack: contextlib.AsyncExitStack) -> str:
+        await stack.enter_async_context(front.opened(main))
+        runner = web.AppRunner(
+            web_application(
+                app,
+                callback,
+                routes=forwarded_routes,
+                middlewares=middlewares,
+                max_body_bytes=max_body_bytes,
+                front=front,
+                dispatch=dispatch,
+            ),
+            access_log=None,
+            handle_signals=False,
+        )
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        await web.SockSite(runner, sock).start()
+        return socket_url(sock)
+
+    # A thread waiting for the GIL asks the holder to let go after the switch interval. The
+    # ack thread waits for it after every socket read and every database round trip, while
+    # the main thread runs agent steps: 1 ms instead of Python's 5 ms keeps those waits short.
+    # Threads that do not contend are not switched any more often.
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(switch_interval, ACK_SWITCH_INTERVAL))
+    try:
+        async with LoopThread("slack-ack") as thread:
+            stack = contextlib.AsyncExitStack()
+            try:
+                yield await thread.run(start(stack))
+            finally:
+                await thread.run(stack.aclose())
+                sock.close()
+    finally:
+        sys.setswitchinterval(switch_interval)
 
 
 class ScreenedSocketModeHandler(AsyncSocketModeHandler):

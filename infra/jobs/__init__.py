@@ -17,14 +17,17 @@ Example::
         ...
 """
 
+from infra.jobs.inbox import Delivery, JobInbox
 from infra.jobs.queue import DuplicateJobError, Job, JobError, JobStatus, SqlJobQueue
 from infra.jobs.runner import JobHandler, JobRunner, RunLimits, through_outage
 
 __all__ = [
+    "Delivery",
     "DuplicateJobError",
     "Job",
     "JobError",
     "JobHandler",
+    "JobInbox",
     "JobRunner",
     "JobStatus",
     "RunLimits",

@@ -35,6 +35,15 @@ RUN_ERRORS = Counter(
     registry=REGISTRY,
 )
 
+LOOP_LAG = Histogram(
+    "opsbot_event_loop_lag_seconds",
+    "How late the event loop ran a callback that was due (sampled), by loop: main (agent "
+    "runs) or ack (the Slack ack path on its own thread).",
+    ["loop"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    registry=REGISTRY,
+)
+
 # --- tools ---------------------------------------------------------------------------------
 TOOL_CALLS = Counter(
     "opsbot_tool_calls",
@@ -163,6 +172,7 @@ __all__ = [
     "FALLBACKS",
     "HTTP_REQUESTS",
     "INTERRUPTS",
+    "LOOP_LAG",
     "MODEL_CALLS",
     "MODEL_ERRORS",
     "PII_REDACTIONS",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -62,14 +63,31 @@ def sqlite_file(url: str, what: str) -> Path:
     return path
 
 
-def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
-    """An async engine for ``url``; a SQLite file's directory is created on demand."""
+def application_name(pool: str) -> str:
+    """What PostgreSQL shows in ``pg_stat_activity.application_name`` for this process's
+    ``pool``: ``opsbot-<pid>-<pool>``, so an operator (and ``bench scale``) can count the
+    connections each instance and each of its pools holds."""
+    return f"opsbot-{os.getpid()}-{pool}"[:63]
+
+
+def create_engine(url: str, *, pool_name: str = "app", **kwargs: Any) -> AsyncEngine:
+    """An async engine for ``url``; a SQLite file's directory is created on demand.
+    On PostgreSQL its connections are named ``application_name(pool_name)``; ``pool_size``
+    and ``max_overflow`` size PostgreSQL's pool only (SQLite keeps SQLAlchemy's: its
+    connections are files, not server connections, and one writer at a time anyway)."""
     path = sqlite_path(url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-    if make_url(url).get_backend_name() != "sqlite":
+    if make_url(url).get_backend_name() == "sqlite":
+        kwargs.pop("pool_size", None)
+        kwargs.pop("max_overflow", None)
+    else:
         # After a database restart, pooled connections are dead: test each on checkout.
         kwargs.setdefault("pool_pre_ping", True)
+        if "application_name" not in make_url(url).query:
+            connect_args = dict(kwargs.pop("connect_args", {}))
+            connect_args.setdefault("application_name", application_name(pool_name))
+            kwargs["connect_args"] = connect_args
     engine = create_async_engine(async_url(url), **kwargs)
     if make_url(url).get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)

@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from infra.storage.engine import sync_url
+from infra.storage.engine import application_name, sync_url
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,8 @@ async def open_pool(
     from psycopg.rows import dict_row
 
     kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
+    if name and "application_name" not in url:
+        kwargs["application_name"] = application_name(name)
     if dict_rows:
         kwargs["row_factory"] = dict_row
     check = _SweepingCheck()

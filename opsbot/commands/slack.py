@@ -119,6 +119,7 @@ async def serve_slack(
     the Teams app's ``/api/messages`` to the same aiohttp server, one process for both."""
     from bot.slack import SqlProcessedEvents, run_socket_mode, serve_http
     from infra.observability.health import SchemaWatch
+    from infra.observability.loop import LoopLagMonitor
     from infra.serving import bind_socket
     from infra.storage import create_engine
     from opsbot.observability import (
@@ -133,7 +134,13 @@ async def serve_slack(
     if socket_mode and not config.app_token:
         raise SystemExit("--socket-mode needs SLACK_APP_TOKEN")
     factory = assistant_factory or open_assistant
-    engine = create_engine(settings.resolved_database_url)
+    jobs_pool = settings.pools.jobs
+    engine = create_engine(
+        settings.resolved_database_url,
+        pool_name="jobs",
+        pool_size=jobs_pool,
+        max_overflow=jobs_pool,
+    )
     schema = SchemaWatch(engine)
     # Not migrated: say so now, once, and serve unready (/readyz 503) until `opsbot migrate`
     # has run; this process never migrates on its own (nor crashes for it).
@@ -155,12 +162,13 @@ async def serve_slack(
                     with_teams_app(settings, assistant, engine, announce, linked)
                 )
             background = [
+                asyncio.create_task(LoopLagMonitor("main").run_forever()),
                 asyncio.create_task(
                     _prune_forever(
                         SqlProcessedEvents(engine),
                         timedelta(hours=settings.slack.event_retention_hours),
                     )
-                )
+                ),
             ]
             background.append(
                 asyncio.create_task(
@@ -207,6 +215,7 @@ async def serve_slack(
                         routes=routes,
                         middlewares=[request_metrics],
                         max_body_bytes=settings.slack.max_body_bytes,
+                        front=_ack_front(settings, bot.adapter),
                     ) as url:
                         log.info("opsbot slack: listening on %s/slack/events", url)
                         if on_ready is not None:
@@ -220,6 +229,18 @@ async def serve_slack(
                         await task
     finally:
         await engine.dispose()
+
+
+def _ack_front(settings: Settings, adapter: Any) -> Any:
+    """With durable runs, Slack is acked on a thread, loop and pool of its own
+    (``bot.slack.front``); without them the answer runs in process and there is nothing to
+    store first."""
+    from bot.slack.durable import DurableSlackAdapter
+    from bot.slack.front import AckFront
+
+    if not isinstance(adapter, DurableSlackAdapter) or not settings.slack.ack_on_own_loop:
+        return None
+    return AckFront(adapter, settings.resolved_database_url, pool_size=settings.pools.ack)
 
 
 def _link_callback(

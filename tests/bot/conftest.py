@@ -12,7 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.slack import SlackBotConfig, open_bot, serve_http
 from bot.slack.core import AssistantPort, ChatUser
-from bot.slack.durable import open_durable_bot
+from bot.slack.durable import DurableSlackAdapter, open_durable_bot
+from bot.slack.front import AckFront
 from infra.serving import bind_socket
 from infra.storage import create_engine
 from testing.fake_assistant import FakeAssistant
@@ -65,7 +66,9 @@ def fake_assistant() -> FakeAssistant:
 @pytest.fixture(params=["in_process", "durable"])
 def run_app(request: pytest.FixtureRequest, fake_slack: FakeSlack, sqlite_url: str) -> RunApp:
     """``async with run_app(assistant) as env``: the app serving HTTP on a fresh port, with
-    messages answered in process or as durable jobs (every test here runs both ways)."""
+    messages answered in process or as durable jobs (every test here runs both ways). Durable
+    runs are served as in production: acked on the front's own thread, loop and pool
+    (``bot.slack.front``)."""
     durable = request.param == "durable"
 
     @asynccontextmanager
@@ -82,7 +85,11 @@ def run_app(request: pytest.FixtureRequest, fake_slack: FakeSlack, sqlite_url: s
         try:
             async with (
                 opened as bot,
-                serve_http(bot.app, bind_socket("127.0.0.1", 0)) as url,
+                serve_http(
+                    bot.app,
+                    bind_socket("127.0.0.1", 0),
+                    front=_front(bot.adapter, database_url or sqlite_url),
+                ) as url,
                 aiohttp.ClientSession() as session,
             ):
                 sender = SlackSender(url, session=session)
@@ -91,6 +98,10 @@ def run_app(request: pytest.FixtureRequest, fake_slack: FakeSlack, sqlite_url: s
             await engine.dispose()
 
     return run
+
+
+def _front(adapter: object, database_url: str) -> AckFront | None:
+    return AckFront(adapter, database_url) if isinstance(adapter, DurableSlackAdapter) else None
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from bot.slack.store import SqlProcessedEvents
+from infra.jobs.inbox import JobInbox
 from infra.jobs.queue import SqlJobQueue
 from testing.fake_assistant import FakeAssistant
 from testing.slack import mention
@@ -20,7 +21,9 @@ class Outage:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.down = False
-        for cls, name in ((SqlProcessedEvents, "claim"), (SqlJobQueue, "enqueue")):
+        # The main loop's writes, and the ack front's (its inbox stores each delivery).
+        writes = ((SqlProcessedEvents, "claim"), (SqlJobQueue, "enqueue"), (JobInbox, "_store"))
+        for cls, name in writes:
             self._wrap(monkeypatch, cls, name)
 
     def _wrap(self, monkeypatch: pytest.MonkeyPatch, cls: type, name: str) -> None:

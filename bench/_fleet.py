@@ -1,0 +1,351 @@
+"""Real ``opsbot slack`` processes and what they talk to, for ``bench slack_ack`` and
+``bench scale`` (not a bench: the leading underscore hides it).
+
+The dev IdP and the reference MCP servers run on a thread of their own, the fake Slack Web
+API on another and the signed-event sender on a third, so none of them runs on the loop that
+measures; each app is a separate process configured only through its environment, as
+deployed (durable runs, the offline demo model, the in-process broker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+from cryptography.fernet import Fernet
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench._support import OtherLoop
+from mcp_servers import ReferenceServers, start_reference_servers
+from testing.identity import RunningIdp, sign_in_at_login_page, start_dev_idp
+from testing.slack import (
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    FakeSlack,
+    SlackSender,
+    mention,
+    start_fake_slack,
+)
+
+WORKING_TEXT = "Working on it…"  # bot.slack.config.SlackBotConfig.working_text
+# The dev IdP's people; Slack user U0000 is alice, U0001 bob, ...
+USERNAMES = ("alice", "bob", "carol", "dave", "erin")
+_LISTENING = re.compile(r"listening on (http://\S+?)/slack/events")
+Event = tuple[str, dict[str, Any]]
+
+
+@dataclass
+class Services:
+    fake_slack: FakeSlack
+    idp: RunningIdp
+    servers: ReferenceServers
+    data_dir: Path
+    slack_loop: OtherLoop
+    services_loop: OtherLoop
+    sender_loop: OtherLoop
+    link_key: str = field(default_factory=lambda: Fernet.generate_key().decode())
+
+    async def on_slack(self, coro: Any) -> Any:
+        return await self.slack_loop.call(coro)
+
+
+@contextlib.asynccontextmanager
+async def open_services() -> AsyncIterator[Services]:
+    slack_loop, services_loop, sender_loop = OtherLoop(), OtherLoop(), OtherLoop()
+    fake = FakeSlack()
+    runner = await slack_loop.call(start_fake_slack(fake))
+    stack = contextlib.AsyncExitStack()
+    with tempfile.TemporaryDirectory() as tmp:
+
+        async def start() -> tuple[RunningIdp, ReferenceServers]:
+            idp = await stack.enter_async_context(start_dev_idp())
+            servers = await stack.enter_async_context(
+                start_reference_servers(
+                    issuer=idp.issuer, jwks_url=idp.jwks_url, data_dir=Path(tmp) / "mcp"
+                )
+            )
+            for server in servers:
+                idp.provider.set_audience(server.name, server.audience)
+            return idp, servers
+
+        try:
+            idp, servers = await services_loop.call(start())
+            yield Services(fake, idp, servers, Path(tmp), slack_loop, services_loop, sender_loop)
+        finally:
+            await services_loop.call(stack.aclose())
+            await slack_loop.call(runner.cleanup())
+            for loop in (slack_loop, services_loop, sender_loop):
+                loop.close()
+
+
+def app_env(database_url: str, services: Services, **extra: str) -> dict[str, str]:
+    """An ``opsbot slack`` process's environment: the parent's minus any opsbot or Slack
+    settings, plus these."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPSBOT_", "SLACK_", "PORT"))}
+    env.update(
+        OPSBOT_DATABASE_URL=database_url,
+        OPSBOT_DATA_DIR=str(services.data_dir / "app"),
+        OPSBOT_MODEL="demo",
+        OPSBOT_LOG_LEVEL="WARNING",
+        OPSBOT_IDP__ISSUER=services.idp.issuer,
+        OPSBOT_IDP__CLIENT_ID=services.idp.client_id,
+        OPSBOT_IDP__CLIENT_SECRET=services.idp.client_secret,
+        OPSBOT_MCP_SERVERS=json.dumps(
+            [{"name": s.name, "url": s.url, "audience": s.audience} for s in services.servers]
+        ),
+        OPSBOT_BROKER__LINK_CALLBACK_URL="http://127.0.0.1:9/oauth/callback",
+        OPSBOT_BROKER__LINK_ENCRYPTION_KEY=services.link_key,
+        OPSBOT_RUNS__POLL_SECONDS="0.2",
+        SLACK_BOT_TOKEN=BOT_TOKEN,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=services.fake_slack.url,
+    )
+    env.update(extra)
+    return env
+
+
+@dataclass
+class AppProcess:
+    url: str
+    proc: asyncio.subprocess.Process
+    lines: list[str]
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+async def opsbot_command(env: Mapping[str, str], *args: str, bound: float = 120.0) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "opsbot.cli", *args,
+        env=dict(env), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), bound)
+    if proc.returncode != 0:
+        raise RuntimeError(f"opsbot {' '.join(args)} failed:\n{out.decode(errors='replace')}")
+    return out.decode(errors="replace")
+
+
+@contextlib.asynccontextmanager
+async def opsbot_slack(
+    env: Mapping[str, str], *, bound: float = 120.0
+) -> AsyncIterator[AppProcess]:
+    """``opsbot slack`` on a free loopback port; SIGTERM (then SIGKILL) on exit."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "opsbot.cli", "slack", "--host", "127.0.0.1", "--port", "0",
+        env={**env, "OPSBOT_LOG_LEVEL": "INFO"},
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    lines: list[str] = []
+    assert proc.stderr is not None
+    stderr = proc.stderr
+
+    async def collect() -> None:
+        while line := await stderr.readline():
+            lines.append(line.decode(errors="replace").rstrip())
+
+    reader = asyncio.create_task(collect())
+    try:
+        url = await asyncio.wait_for(_listening(proc, lines), bound)
+        yield AppProcess(url, proc, lines)
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 20)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        await reader
+
+
+async def _listening(proc: asyncio.subprocess.Process, lines: list[str]) -> str:
+    while True:  # another process's log: polled, nothing to await on
+        for line in lines:
+            if found := _LISTENING.search(line):
+                return found.group(1)
+        if proc.returncode is not None:
+            raise RuntimeError(
+                f"opsbot slack exited with {proc.returncode}:\n" + "\n".join(lines[-30:])
+            )
+        await asyncio.sleep(0.05)
+
+
+async def link_users(services: Services, app_url: str, count: int) -> list[str]:
+    """``/ops link`` for Slack users U0000.. as the IdP's people; their Slack ids."""
+
+    async def link_all() -> list[str]:
+        users = []
+        async with aiohttp.ClientSession() as session, httpx.AsyncClient(timeout=30) as http:
+            sender = SlackSender(app_url, session=session)
+            for i in range(count):
+                user = f"U{i:04d}"
+                status, body = await sender.post_command("link", user=user)
+                if status != 200:
+                    raise RuntimeError(f"/ops link answered {status}: {body[:200]}")
+                login_url = json.loads(body)["blocks"][1]["elements"][0]["url"]
+                reply = await sign_in_at_login_page(http, login_url, USERNAMES[i % len(USERNAMES)])
+                page = await http.get(f"{app_url}/oauth/callback", params=reply)
+                if page.status_code != 200:
+                    raise RuntimeError(f"linking {user} failed: {page.text[:200]}")
+                users.append(user)
+        return users
+
+    return list(await services.sender_loop.call(link_all()))
+
+
+def questions(prefix: str, n: int, users: Sequence[str], start: float) -> list[Event]:
+    """``n`` mentions asking the demo model for a ticket (one MCP read each), each in its own
+    thread, round-robin over ``users``."""
+    return [
+        (
+            f"Ev{prefix}{i:06d}",
+            mention(
+                users[i % len(users)],
+                f"show ticket PAY-10{1 + i % 4}",
+                channel=f"C{i % 7}",
+                ts=f"{start + i:.0f}.{i:06d}",
+            ),
+        )
+        for i in range(n)
+    ]
+
+
+async def post_all(
+    services: Services,
+    urls: Sequence[str],
+    events: Sequence[Event],
+    concurrency: int,
+    *,
+    retries: Iterable[Event] = (),
+    starts: dict[str, float] | None = None,
+) -> tuple[list[float], list[int], float]:
+    """POST each event (round-robin over ``urls``) with ``concurrency`` in flight, from the
+    sender's own loop; ack latencies (ms), statuses and the wall time (s)."""
+
+    async def go() -> tuple[list[float], list[int], float]:
+        connector = aiohttp.TCPConnector(limit=concurrency * 2 + 10)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            senders = [SlackSender(u, session=session) for u in urls]
+            gate = asyncio.Semaphore(concurrency)
+
+            async def post(
+                k: int, eid: str, ev: dict[str, Any], retry: int | None
+            ) -> tuple[float, int]:
+                async with gate:
+                    started = time.perf_counter()
+                    if starts is not None and retry is None:
+                        starts[eid] = started
+                    status, _ = await senders[k % len(senders)].post_event(
+                        ev, event_id=eid, retry_num=retry
+                    )
+                    return (time.perf_counter() - started) * 1000, status
+
+            jobs = [post(k, eid, ev, None) for k, (eid, ev) in enumerate(events)]
+            jobs += [post(k + 1, eid, ev, 1) for k, (eid, ev) in enumerate(retries)]
+            started = time.perf_counter()
+            results = await asyncio.gather(*jobs)
+            return [ms for ms, _ in results], [s for _, s in results], time.perf_counter() - started
+
+    result: tuple[list[float], list[int], float] = await services.sender_loop.call(go())
+    return result
+
+
+async def wait_answered(services: Services, events: Sequence[Event], bound: float) -> float:
+    """Wait until every event's thread has its answer (or ``bound`` s); seconds waited."""
+    started = time.perf_counter()
+    deadline = started + bound
+    while time.perf_counter() < deadline:
+        if lost(services.fake_slack, events) == 0:
+            break
+        await asyncio.sleep(0.2)
+    await services.on_slack(services.fake_slack.settle(quiet=0.5, limit=60))
+    return time.perf_counter() - started
+
+
+def lost(fake: FakeSlack, events: Sequence[Event]) -> int:
+    """Events whose thread does not hold exactly one answer, updated exactly once."""
+    updates = Counter((str(u["channel"]), str(u["ts"])) for u in fake.calls_to("chat.update"))
+    missing = 0
+    for _eid, event in events:
+        replies = fake.thread(event["channel"], event["ts"])
+        answered = [m for m in replies if m.get("text") != WORKING_TEXT]
+        keys = [(m["channel"], m["ts"]) for m in replies]
+        if len(replies) != 1 or len(answered) != 1 or [updates[k] for k in keys] != [1]:
+            missing += 1
+    return missing
+
+
+def answer_seconds(
+    fake: FakeSlack, events: Sequence[Event], starts: Mapping[str, float]
+) -> dict[str, float]:
+    """Per answered event id: seconds from its POST to the update that put its answer in its
+    thread (one process's clock: the fake Slack records when each call arrived)."""
+    answered_at: dict[tuple[str, str], float] = {}
+    for call in fake.calls:
+        if call.method == "chat.update":
+            answered_at[(str(call.params.get("channel")), str(call.params.get("ts")))] = call.at
+    seconds: dict[str, float] = {}
+    for eid, event in events:
+        for message in fake.thread(event["channel"], event["ts"]):
+            at = answered_at.get((str(message["channel"]), str(message["ts"])))
+            if at is not None and eid in starts:
+                seconds[eid] = at - starts[eid]
+    return seconds
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+async def scrape(url: str) -> Samples:
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.get(f"{url}/metrics")
+    response.raise_for_status()
+    samples: Samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples
+
+
+def histogram_quantile(
+    before: Samples, after: Samples, name: str, q: float, **labels: str
+) -> float | None:
+    """The ``q`` quantile of what histogram ``name`` observed between two scrapes, as
+    Prometheus' ``histogram_quantile`` computes it (linear within the bucket)."""
+    buckets: list[tuple[float, float]] = []
+    for (sample, sample_labels), value in after.items():
+        if sample != f"{name}_bucket":
+            continue
+        got = dict(sample_labels)
+        if any(got.get(k) != v for k, v in labels.items()):
+            continue
+        bound = float(got["le"])
+        buckets.append((bound, value - before.get((sample, sample_labels), 0.0)))
+    buckets.sort()
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound == float("inf"):
+                return lower_bound
+            share = (rank - lower_count) / (count - lower_count) if count > lower_count else 0.0
+            return lower_bound + (bound - lower_bound) * share
+        lower_bound, lower_count = bound, count
+    return lower_bound

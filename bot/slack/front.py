@@ -1,0 +1,127 @@
+"""The ack path on its own: a user's message is stored and acknowledged on a thread, an event
+loop and database connections that no agent run ever holds.
+
+``serve_http(..., front=AckFront(adapter, url))`` serves Slack's HTTP on the ``slack-ack``
+loop (``infra.loop_thread``). For an Events API message (a mention or a DM) this module does
+on that loop what the team, accept and dedup middleware do on the main loop: check the team,
+store the message as a queued job and its ``event_id`` as processed (``infra.jobs.JobInbox``,
+on the front's own small pool), answer 200 and wake this instance's worker. Everything else
+(commands, clicks, modals, App Home, a message too long, before ``auth.test`` has answered)
+goes to Bolt on the main loop, as before.
+
+Why: the main loop runs the agents; a loop busy with 50 agent steps delayed each ``await`` of
+an ack by all of them (acks of 0.6–1.7 s), and on a shared pool the ack waited for a
+connection an agent held.
+
+Example::
+
+    front = AckFront(adapter, settings.resolved_database_url, pool_size=2)
+    async with serve_http(app, sock, front=front) as url:
+        ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from bot.slack.durable import DurableSlackAdapter, message_job
+from bot.slack.incoming import user_message
+from infra.clock import Clock, utc_now
+from infra.jobs import JobInbox
+from infra.observability.loop import LoopLagMonitor
+from infra.storage import create_engine, is_connection_error
+
+log = logging.getLogger(__name__)
+
+ACK_LOOP = "ack"
+
+
+class AckFront:
+    """What the ``slack-ack`` loop needs to accept a message without the main loop."""
+
+    def __init__(
+        self,
+        adapter: DurableSlackAdapter,
+        database_url: str,
+        *,
+        pool_size: int = 2,
+        clock: Clock = utc_now,
+    ) -> None:
+        self._adapter = adapter
+        self._url = database_url
+        self._pool_size = max(1, pool_size)
+        self._clock = clock
+        self._inbox: JobInbox | None = None
+        self._main: asyncio.AbstractEventLoop | None = None
+        self.monitor: LoopLagMonitor | None = None
+        self.accepted = 0  # messages this front stored and acked (tests and benches read it)
+
+    @contextlib.asynccontextmanager
+    async def opened(self, main: asyncio.AbstractEventLoop) -> AsyncIterator[AckFront]:
+        """Open the front's engine, inbox and lag monitor on the running (ack) loop."""
+        engine = create_engine(
+            self._url,
+            pool_size=self._pool_size,
+            max_overflow=0,
+            pool_name="ack",
+        )
+        self._main = main
+        try:
+            async with (
+                JobInbox(engine, self._clock, writers=self._pool_size) as inbox,
+                LoopLagMonitor(ACK_LOOP) as monitor,
+            ):
+                self._inbox, self.monitor = inbox, monitor
+                yield self
+        finally:
+            self._inbox = None
+            await engine.dispose()
+
+    async def try_accept(self, body: Mapping[str, Any]) -> web.Response | None:
+        """Accept an Events API message here and answer Slack; ``None``: Bolt's to handle."""
+        message = user_message(body)
+        adapter = self._adapter
+        if message is None or self._inbox is None or adapter.home_team is None:
+            return None
+        event = body.get("event")
+        event = event if isinstance(event, Mapping) else {}
+        envelope_team = body.get("team_id")
+        user_team = event.get("user_team") or event.get("team") or envelope_team
+        if not adapter.team_allowed(envelope_team, user_team):
+            log.info(
+                "ignored a %s event from team %s (user team %s): not served",
+                event.get("type"),
+                envelope_team,
+                user_team,
+            )
+            return web.Response(status=200, text="")
+        if len(message.text) > adapter.config.max_message_chars:
+            return None  # refused by the listener, after the ack, with a private note
+        event_id = str(body.get("event_id") or "")
+        try:
+            first = await self._inbox.put(message_job(message, event_id))
+        except Exception as exc:
+            if not is_connection_error(exc):
+                log.error("could not store %s", event_id or "a message", exc_info=exc)
+                return web.Response(status=500, text="")
+            # Nothing was stored or marked seen: Slack delivers it again.
+            log.warning(
+                "database unavailable while accepting %s, answered 503 so Slack redelivers: %s",
+                event_id or "a message",
+                type(exc).__name__,
+            )
+            return web.Response(status=503, text="")
+        if not first:
+            log.info("redelivery of %s dropped", event_id)
+            return web.Response(status=200, text="")
+        self.accepted += 1
+        runner = adapter.runner
+        if runner is not None and self._main is not None:
+            self._main.call_soon_threadsafe(runner.notify)
+        return web.Response(status=200, text="")

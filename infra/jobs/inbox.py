@@ -1,0 +1,229 @@
+"""The ack path's writer: a delivery becomes a queued job (and its id a processed event) on
+connections nothing else holds, a batch of deliveries per transaction.
+
+Why its own engine: the ack must not wait for a connection an agent run holds (the agent's
+pool, the checkpointer's, the job runner's) nor, on SQLite, queue behind their writes in this
+process. Why batches: with 50 requests in flight, one commit for all that are waiting costs
+one fsync instead of 50; a lone request still commits at once (nothing waits to fill a batch).
+
+On SQLite there is one writer task (SQLite has one writer per file; WAL lets readers go on);
+on PostgreSQL ``writers`` tasks share the engine's small pool.
+
+Example::
+
+    inbox = JobInbox(create_engine(url, pool_size=2, max_overflow=0), writers=2)
+    async with inbox:
+        first = await inbox.put(Delivery("slack-Ev1", "slack_message", "slack:T:U", {...},
+                                         event_id="Ev1", platform="slack"))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from infra.clock import Clock, utc_now
+from infra.jobs.queue import JobStatus
+from infra.storage.engine import SQLITE_BUSY_TIMEOUT_MS
+from infra.storage.faults import is_connection_error
+from infra.storage.schema import processed_events, run_jobs
+
+# Enough to take a whole burst in one commit, small enough that one transaction stays short.
+MAX_BATCH = 64
+# How long a SQLite writer tries to get the file's write lock before it gives up (the
+# engine's own busy timeout).
+SQLITE_LOCK_WAIT = SQLITE_BUSY_TIMEOUT_MS / 1000
+
+
+def _no_busy_wait(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout=0")
+    cursor.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One accepted request: the job to run and, for an event, the delivery id to remember."""
+
+    job_id: str
+    kind: str
+    user_key: str
+    payload: Mapping[str, Any]
+    event_id: str | None = None
+    platform: str = "slack"
+
+
+_Waiting = tuple[Delivery, asyncio.Future[bool]]
+
+
+class JobInbox:
+    """``put`` stores a delivery as a queued job; ``True`` the first time, ``False`` for a
+    redelivery (the job id exists). A database error reaches every caller of the batch."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        clock: Clock = utc_now,
+        *,
+        writers: int = 1,
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        self.engine = engine
+        self._clock = clock
+        self._sqlite = engine.dialect.name == "sqlite"
+        self._insert = sqlite.insert if self._sqlite else postgresql.insert
+        self._writers = 1 if self._sqlite else max(1, writers)
+        if self._sqlite:
+            event.listen(engine.sync_engine, "connect", _no_busy_wait)
+        self._max_batch = max_batch
+        self._waiting: asyncio.Queue[_Waiting] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.batches = 0  # transactions committed (a test reads it)
+
+    async def put(self, delivery: Delivery) -> bool:
+        if not self._tasks:
+            raise RuntimeError("JobInbox is not open: use it as `async with inbox:`")
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting.put_nowait((delivery, done))
+        return await done
+
+    async def _write_forever(self) -> None:
+        while True:
+            batch = [await self._waiting.get()]
+            while len(batch) < self._max_batch and not self._waiting.empty():
+                batch.append(self._waiting.get_nowait())
+            live = [(d, f) for d, f in batch if not f.cancelled()]
+            try:
+                results = await self._write([d for d, _ in live])
+            except asyncio.CancelledError:
+                for _, done in live:
+                    if not done.done():
+                        done.cancel()
+                raise
+            except Exception as exc:
+                if len(live) > 1 and not is_connection_error(exc):
+                    # One bad delivery must not fail the others: write each on its own.
+                    for delivery, done in live:
+                        await self._settle(done, self._write([delivery]))
+                    continue
+                for _, done in live:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            for (_, done), first in zip(live, results, strict=True):
+                if not done.done():
+                    done.set_result(first)
+
+    @staticmethod
+    async def _settle(done: asyncio.Future[bool], write: Awaitable[list[bool]]) -> None:
+        try:
+            [first] = await write
+        except Exception as exc:
+            if not done.done():
+                done.set_exception(exc)
+            return
+        if not done.done():
+            done.set_result(first)
+
+    async def _write(self, deliveries: Sequence[Delivery]) -> list[bool]:
+        """One transaction, two statements whatever the batch size: each round trip to the
+        database waits for the GIL again on a busy process."""
+        if self._sqlite:
+            firsts = await self._on_sqlite(deliveries)
+        else:
+            async with self.engine.begin() as conn:
+                firsts = await self._store(conn, deliveries)
+        self.batches += 1
+        return firsts
+
+    async def _on_sqlite(self, deliveries: Sequence[Delivery]) -> list[bool]:
+        # This engine's busy timeout is 0: while another connection writes, SQLite says
+        # "locked" at once and the writer tries again a millisecond later. (SQLite's own
+        # busy handler sleeps up to 100 ms between tries, and with agents writing all the
+        # time an ack waited seconds for its turn.)
+        deadline = asyncio.get_running_loop().time() + SQLITE_LOCK_WAIT
+        while True:
+            try:
+                async with self.engine.begin() as conn:
+                    return await self._store(conn, deliveries)
+            except OperationalError as exc:
+                locked = "locked" in str(exc.orig) or "busy" in str(exc.orig)
+                if not locked or asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.001)
+
+    async def _store(self, conn: AsyncConnection, deliveries: Sequence[Delivery]) -> list[bool]:
+        now = self._clock()
+        jobs: dict[str, Delivery] = {}
+        events: dict[str, str] = {}
+        for d in deliveries:  # a redelivery in the same batch is the second: not first
+            jobs.setdefault(d.job_id, d)
+            if d.event_id:
+                events.setdefault(d.event_id, d.platform)
+        stored = await conn.execute(
+            self._insert(run_jobs)
+            .values(
+                [
+                    {
+                        "job_id": d.job_id,
+                        "kind": d.kind,
+                        "user_key": d.user_key,
+                        "payload": dict(d.payload),
+                        "status": JobStatus.QUEUED.value,
+                        "attempts": 0,
+                        "created_at": now,
+                    }
+                    for d in jobs.values()
+                ]
+            )
+            .on_conflict_do_nothing(index_elements=["job_id"])
+            .returning(run_jobs.c.job_id)
+        )
+        new = {str(job_id) for (job_id,) in stored.all()}
+        if events:
+            await conn.execute(
+                self._insert(processed_events)
+                .values(
+                    [
+                        {"event_id": e, "platform": platform, "received_at": now}
+                        for e, platform in events.items()
+                    ]
+                )
+                .on_conflict_do_nothing(index_elements=["event_id"])
+            )
+        firsts = []
+        for d in deliveries:
+            firsts.append(d.job_id in new)
+            new.discard(d.job_id)
+        return firsts
+
+    async def __aenter__(self) -> JobInbox:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._write_forever()) for _ in range(self._writers)]
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        while not self._waiting.empty():
+            _, done = self._waiting.get_nowait()
+            if not done.done():
+                done.cancel()
