@@ -16,6 +16,7 @@ from broker.errors import (
     AccessRevokedError,
     BrokerError,
     BrokerUnavailableError,
+    ConnectRequired,
     ExchangeFailedError,
     InvalidStateError,
     LinkingError,
@@ -49,6 +50,8 @@ from broker.types import (
     Identity,
     IdentityService,
     LinkCompleter,
+    ServerConnection,
+    ServerConnector,
 )
 
 __all__ = [
@@ -60,6 +63,7 @@ __all__ = [
     "BrokerMetrics",
     "BrokerUnavailableError",
     "ChatUser",
+    "ConnectRequired",
     "ExchangeFailedError",
     "Identity",
     "IdentityService",
@@ -76,6 +80,8 @@ __all__ = [
     "OidcProvider",
     "PendingLogin",
     "RemoteBroker",
+    "ServerConnection",
+    "ServerConnector",
     "ServerTarget",
     "SqlLinkStore",
     "TokenCipher",

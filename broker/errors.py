@@ -8,9 +8,10 @@ Exception tree::
     ├── ExchangeFailedError     token exchange for one server failed (names the server)
     ├── BrokerUnavailableError  the IdP or the broker service could not be reached
     ├── TokenVerificationError  a token failed validation (issuer, audience, expiry, signature)
-    └── LinkingError            an account-linking login was refused
-        └── InvalidStateError   the login ``state`` was tampered with, replayed, expired or
-                                belongs to another chat user
+    ├── LinkingError            an account-linking login was refused
+    │   └── InvalidStateError   the login ``state`` was tampered with, replayed, expired or
+    │                           belongs to another chat user
+    └── ConnectRequired         an ``auth: oauth`` MCP server the user has not connected yet
 
 Messages name the missing access; they never contain a token.
 """
@@ -53,3 +54,13 @@ class LinkingError(BrokerError):
 
 class InvalidStateError(LinkingError):
     """The login ``state`` is not one we issued, was used already, or has expired."""
+
+
+class ConnectRequired(BrokerError):
+    """The user has not connected ``server`` (an MCP server in ``oauth`` mode) yet: send them
+    to ``authorize_url``."""
+
+    def __init__(self, server: str, authorize_url: str) -> None:
+        super().__init__(f"connect your account to {server} first")
+        self.server = server
+        self.authorize_url = authorize_url

@@ -18,12 +18,13 @@ from broker.errors import (
     AccessRevokedError,
     BrokerError,
     BrokerUnavailableError,
+    ConnectRequired,
     ExchangeFailedError,
     InvalidStateError,
     LinkingError,
     NotLinkedError,
 )
-from broker.types import AccessToken, ChatUser, Identity
+from broker.types import AccessToken, ChatUser, Identity, ServerConnection
 
 
 def _chat_user_json(chat_user: ChatUser | None) -> dict[str, str] | None:
@@ -89,6 +90,10 @@ class RemoteBroker:
             raise BrokerUnavailableError(message or f"broker service error {response.status_code}")
         if error == "invalid_state":
             raise InvalidStateError(message)
+        if error == "connect_required":
+            url = data.get("authorize_url")
+            if isinstance(url, str) and url:
+                raise ConnectRequired(str(data.get("server", body.get("server", "?"))), url)
         if error == "linking_failed":
             raise LinkingError(message)
         if error == "unauthorized":
@@ -140,6 +145,31 @@ class RemoteBroker:
         body = {"state": state, "code": code, **({"iss": iss} if iss is not None else {})}
         data = await self._call("/v1/complete_link", body)
         return _identity(data["identity"])
+
+    async def oauth_token(self, identity: Identity, server: str) -> str:
+        """The user's token for ``server`` (``oauth`` mode); ``ConnectRequired`` if none."""
+        data = await self._call(
+            "/v1/oauth_token",
+            {
+                "subject": identity.subject,
+                "chat_user": _chat_user_json(identity.chat_user),
+                "email": identity.email,
+                "server": server,
+            },
+        )
+        return str(data["access_token"])
+
+    async def complete_server_connect(
+        self, state: str, code: str, *, iss: str | None = None
+    ) -> ServerConnection:
+        body = {"state": state, "code": code, **({"iss": iss} if iss is not None else {})}
+        data = await self._call("/v1/complete_server_connect", body)
+        cu = data["chat_user"]
+        return ServerConnection(
+            str(data["subject"]),
+            ChatUser(str(cu["platform"]), str(cu["team_id"]), str(cu["user_id"])),
+            str(data["server"]),
+        )
 
     async def unlink(self, chat_user: ChatUser) -> bool:
         data = await self._call("/v1/unlink", {"chat_user": _chat_user_json(chat_user)})

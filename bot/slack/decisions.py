@@ -26,6 +26,7 @@ from bot.slack.core import (
     LinkRequired,
     NotAuthorised,
     Refused,
+    ServerConnectRequired,
     is_settled,
     normalise_state,
 )
@@ -231,7 +232,19 @@ class DecisionViews(HomeViews):
             return
         header = _decision_header(outcome, by)
         result = outcome.requester_result
-        if isinstance(result, Answered):
+        if isinstance(result, ServerConnectRequired):
+            # Posted in the thread, so without the link (it is bound to the requester):
+            # their next question there brings them a Connect button of their own.
+            note = (
+                f"Connect *{escape(result.server)}* to include its data: ask again here and "
+                "use the Connect button opsbot shows you."
+            )
+            messages = (
+                answer_messages(result.answer, header=f"{header}\n{note}")
+                if result.answer is not None
+                else [text_message(f"{header}\n{note}")]
+            )
+        elif isinstance(result, Answered):
             messages = answer_messages(result.answer, header=header)
         elif isinstance(result, Refused):
             messages = [text_message(f"{header}\n{escape(result.reason)}")]

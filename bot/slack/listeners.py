@@ -38,6 +38,7 @@ from bot.slack.modals import (
 )
 from bot.slack.render import (
     CONNECT_ACTION_ID,
+    CONNECT_SERVER_ACTION_ID,
     Message,
     approval_line,
     connect_prompt,
@@ -222,6 +223,14 @@ def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
     async def connect_clicked(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()  # a URL button: Slack opens the link; we keep where to say "connected"
         adapter.remember_connect_prompt(_clicker(body), body.get("response_url"))
+
+    @app.action(CONNECT_SERVER_ACTION_ID)
+    async def connect_server_clicked(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()  # the same for *Connect <server>*; the button's value names the server
+        actions = body.get("actions") or [{}]
+        server = str(actions[0].get("value") or "")
+        if server:
+            adapter.remember_server_prompt(_clicker(body), server, body.get("response_url"))
 
 
 async def _subcommand(adapter: SlackAdapter, chat_user: ChatUser, verb: str, rest: str) -> Message:

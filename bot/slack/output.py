@@ -49,6 +49,8 @@ class SlackOutput:
         # response_urls of Connect prompts a user clicked, newest last: replaced with
         # "Connected as …" once the link completes (Slack keeps them valid for 30 minutes).
         self._connect_prompts: dict[ChatUser, list[tuple[float, str]]] = {}
+        # The same for *Connect <server>* prompts (MCP servers in ``auth: oauth`` mode).
+        self._server_prompts: dict[tuple[ChatUser, str], list[tuple[float, str]]] = {}
         # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
         self.home_team: str | None = None
         self._home_team_asked_at: float | None = None

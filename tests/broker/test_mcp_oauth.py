@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select
 from starlette.applications import Starlette
 
-from broker import ChatUser, LocalIdentityService
+from broker import ChatUser, LocalIdentityService, NotLinkedError
 from broker.links import TokenCipher
 from broker.mcp_oauth import OAuthDiscoveryError, discover, register
 from infra.serving import bind_socket, serve_asgi, socket_url
@@ -155,12 +155,16 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
             resource={"url": server_url, "scope": "tickets:read"},
         ) as issuer,
         httpx.AsyncClient() as http,
+        start_dev_idp() as idp,
+        open_broker(idp) as harness,
     ):
         if engine is not None:
             cleanup.push_async_callback(engine.dispose)
+        carol = await harness.link("carol")  # her company account, linked from chat
         service = McpOAuthService(
             {"tickets": OAuthServer("tickets", server_url)},
             store=store,
+            logins=harness.linking.links,
             cipher=TokenCipher(TokenCipher.generate_key()),
             http=http,
             redirect_uri=callback_url,
@@ -182,24 +186,27 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
         callback_app = Starlette(routes=mcp_oauth_routes(service))
         async with serve_asgi(resource_app, resource_sock), serve_asgi(callback_app, callback_sock):
             with pytest.raises(ConnectRequired) as needed:
-                await service.oauth_token("carol", "tickets")
+                await service.oauth_token(carol, "tickets")
             assert needed.value.server == "tickets"
             async with httpx.AsyncClient() as browser:
                 page = await sign_in(browser, needed.value.authorize_url, "carol", callback_url)
-            assert page.status_code == 200, page.text
-            assert "opsbot can now use tickets for you" in page.text
+                assert page.status_code == 200, page.text
+                assert "opsbot can now use tickets for you" in page.text
+                replayed = await browser.get(page.url)  # the same state and code again
+            assert replayed.status_code == 400
+            assert "already used" in replayed.text
 
-            token = await service.oauth_token("carol", "tickets")
+            token = await service.oauth_token(carol, "tickets")
             claims = jwt.decode(token, options={"verify_signature": False})
             assert claims["aud"] == server_url
             assert claims["sub"] == "carol"
             [(subject, server, sealed)] = await rows()
             assert (subject, server) == ("carol", "tickets")
             assert token not in sealed  # encrypted at rest
-            assert await service.oauth_token("carol", "tickets") == token  # still fresh
+            assert await service.oauth_token(carol, "tickets") == token  # still fresh
 
             clock.advance(601)  # past the access token's 600 s (server.mjs ttl): refreshed
-            refreshed = await service.oauth_token("carol", "tickets")
+            refreshed = await service.oauth_token(carol, "tickets")
             assert refreshed != token
             assert jwt.decode(refreshed, options={"verify_signature": False})["aud"] == server_url
 
@@ -207,11 +214,9 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
             grant = service._open(sealed)
             _, client = service._setup["tickets"]
             # Unlinking carol's chat account disconnects her servers.
-            async with start_dev_idp() as idp, open_broker(idp) as harness:
-                await harness.link("carol")
-                local = LocalIdentityService(harness.broker, harness.linking, service)
-                assert await local.oauth_token("carol", "tickets") == refreshed
-                assert await local.unlink(ChatUser("slack", "T-TEST", "U-carol"))
+            local = LocalIdentityService(harness.broker, harness.linking, service)
+            assert await local.oauth_token(carol, "tickets") == refreshed
+            assert await local.unlink(ChatUser("slack", "T-TEST", "U-carol"))
             assert await rows() == []  # unlink deleted her grants (by SQL on the SQL store)
             assert client.client_secret is not None
             assert grant.refresh_token is not None
@@ -221,5 +226,93 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
                 auth=(client.client_id, client.client_secret),
             )
             assert refused.json()["error"] == "invalid_grant"
-            with pytest.raises(ConnectRequired):
-                await service.oauth_token("carol", "tickets")
+            with pytest.raises(NotLinkedError):  # unlinked: nobody to connect for
+                await service.oauth_token(carol, "tickets")
+
+
+async def test_connect_links_are_single_use_expire_and_stay_with_their_user(node: str) -> None:
+    """A *Connect <server>* link works once, for ``state_ttl``, and only while the chat user
+    who asked is still linked to the same company account; each refusal is a clear 400."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    from broker.mcp_oauth import ConnectRequired
+    from broker.mcp_oauth_flow import McpOAuthService, OAuthServer
+    from broker.mcp_tokens import MemoryMcpTokenStore
+    from broker.web import mcp_oauth_routes
+    from infra.clock import ManualClock
+
+    resource_sock = bind_socket("127.0.0.1", 0)
+    server_url = f"{socket_url(resource_sock)}/mcp"
+    callback_sock = bind_socket("127.0.0.1", 0)
+    callback_url = f"{socket_url(callback_sock)}/oauth/mcp/callback"
+    clock = ManualClock()
+    store = MemoryMcpTokenStore()
+    async with (
+        node_provider(
+            node,
+            "http://127.0.0.1:9/unused",
+            registration=True,
+            resource={"url": server_url, "scope": "tickets:read"},
+        ) as issuer,
+        httpx.AsyncClient() as http,
+        start_dev_idp() as idp,
+        open_broker(idp, clock=clock) as harness,
+    ):
+        carol = await harness.link("carol")
+        service = McpOAuthService(
+            {"tickets": OAuthServer("tickets", server_url)},
+            store=store,
+            logins=harness.linking.links,
+            cipher=TokenCipher(TokenCipher.generate_key()),
+            http=http,
+            redirect_uri=callback_url,
+            clock=clock,
+        )
+
+        async def metadata(request: Request) -> Response:
+            scopes = ["openid", "offline_access", "tickets:read"]
+            return JSONResponse(
+                {
+                    "resource": server_url,
+                    "authorization_servers": [issuer],
+                    "scopes_supported": scopes,
+                }
+            )
+
+        resource_app = Starlette(
+            routes=[Route("/.well-known/oauth-protected-resource/mcp", metadata)]
+        )
+        callback_app = Starlette(routes=mcp_oauth_routes(service))
+
+        async def connect_url() -> str:
+            with pytest.raises(ConnectRequired) as needed:
+                await service.oauth_token(carol, "tickets")
+            return needed.value.authorize_url
+
+        async with (
+            serve_asgi(resource_app, resource_sock),
+            serve_asgi(callback_app, callback_sock),
+            httpx.AsyncClient() as browser,
+        ):
+            stale = await connect_url()
+            clock.advance(601)  # past the 10-minute state lifetime
+            page = await sign_in(browser, stale, "carol", callback_url)
+            assert page.status_code == 400
+            assert "expired" in page.text
+
+            # Carol's chat account is unlinked (and linked again) while the link is out:
+            # the old link is no longer hers to finish.
+            orphaned = await connect_url()
+            assert await harness.linking.unlink(carol.chat_user)  # type: ignore[arg-type]
+            page = await sign_in(browser, orphaned, "carol", callback_url)
+            assert page.status_code == 400
+            assert "not linked" in page.text
+            assert store.sealed == {}  # nothing was stored for any refused link
+
+            carol = await harness.link("carol")
+            page = await sign_in(browser, await connect_url(), "carol", callback_url)
+            assert page.status_code == 200, page.text
+            assert list(store.sealed) == [("carol", "tickets")]
+            assert (await browser.get(page.url)).status_code == 400  # once only
