@@ -316,3 +316,94 @@ async def test_connect_links_are_single_use_expire_and_stay_with_their_user(node
             assert page.status_code == 200, page.text
             assert list(store.sealed) == [("carol", "tickets")]
             assert (await browser.get(page.url)).status_code == 400  # once only
+
+
+async def test_the_broker_service_hands_out_oauth_tokens_behind_its_secret(node: str) -> None:
+    """Multi-process deployments: an instance without the key asks the broker service
+    (``/v1/oauth_token``, the same service secret as ``/v1/token``) and finishes a connection
+    through it (``/v1/complete_server_connect``); errors keep their class over HTTP."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    from broker import BrokerError, InvalidStateError, RemoteBroker
+    from broker.mcp_oauth import ConnectRequired
+    from broker.mcp_oauth_flow import McpOAuthService, OAuthServer
+    from broker.mcp_tokens import MemoryMcpTokenStore
+    from broker.service import build_service_app
+    from testing.identity import SERVICE_SECRET
+
+    broker_sock = bind_socket("127.0.0.1", 0)
+    callback_url = f"{socket_url(broker_sock)}/oauth/mcp/callback"
+    resource_sock = bind_socket("127.0.0.1", 0)
+    server_url = f"{socket_url(resource_sock)}/mcp"
+    async with (
+        node_provider(
+            node,
+            "http://127.0.0.1:9/unused",
+            registration=True,
+            resource={"url": server_url, "scope": "tickets:read"},
+        ) as issuer,
+        httpx.AsyncClient() as http,
+        start_dev_idp() as idp,
+        open_broker(idp) as harness,
+    ):
+        carol = await harness.link("carol")
+        service = McpOAuthService(
+            {"tickets": OAuthServer("tickets", server_url)},
+            store=MemoryMcpTokenStore(),
+            logins=harness.linking.links,
+            cipher=TokenCipher(TokenCipher.generate_key()),
+            http=http,
+            redirect_uri=callback_url,
+        )
+        local = LocalIdentityService(harness.broker, harness.linking, service)
+        app = build_service_app(local, SERVICE_SECRET)
+
+        async def metadata(request: Request) -> Response:
+            scopes = ["openid", "offline_access", "tickets:read"]
+            body = {"resource": server_url, "authorization_servers": [issuer]}
+            return JSONResponse({**body, "scopes_supported": scopes})
+
+        resource_app = Starlette(
+            routes=[Route("/.well-known/oauth-protected-resource/mcp", metadata)]
+        )
+        async with (
+            serve_asgi(resource_app, resource_sock),
+            serve_asgi(app, broker_sock) as base,  # type: ignore[arg-type]
+        ):
+            remote = RemoteBroker(base, SERVICE_SECRET, http)
+            with pytest.raises(ConnectRequired) as needed:
+                await remote.oauth_token(carol, "tickets")
+            assert needed.value.server == "tickets"
+            async with httpx.AsyncClient() as browser:
+                # The service here serves no browser route: take the redirect's parameters
+                # and finish through the API, as an app serving /oauth/mcp/callback does.
+                page = await sign_in(browser, needed.value.authorize_url, "carol", callback_url)
+            reply = dict(parse_qsl(urlsplit(str(page.url)).query))
+            done = await remote.complete_server_connect(
+                reply["state"], reply["code"], iss=reply.get("iss")
+            )
+            assert (done.subject, done.chat_user, done.server) == (
+                "carol",
+                carol.chat_user,
+                "tickets",
+            )
+            with pytest.raises(InvalidStateError):  # single use, over HTTP too
+                await remote.complete_server_connect(reply["state"], reply["code"])
+            token = await remote.oauth_token(carol, "tickets")
+            import jwt
+
+            claims = jwt.decode(token, options={"verify_signature": False})
+            assert (claims["sub"], claims["aud"]) == ("carol", server_url)
+
+            anonymous = await http.post(
+                f"{base}/v1/oauth_token", json={"subject": "carol", "server": "tickets"}
+            )
+            assert anonymous.status_code == 401
+            assert token not in anonymous.text
+            impostor = RemoteBroker(base, "wrong-secret", http)
+            with pytest.raises(BrokerError, match="refused"):
+                await impostor.oauth_token(carol, "tickets")
