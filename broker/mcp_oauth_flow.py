@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hashlib
 import json
 import secrets
 from collections.abc import Mapping
@@ -35,6 +34,7 @@ from cryptography.fernet import Fernet, InvalidToken
 
 from broker.errors import ConnectRequired, InvalidStateError, LinkingError, NotLinkedError
 from broker.exchange import post_token_form
+from broker.linking import pkce_challenge
 from broker.links import LinkStore, PendingLogin, TokenCipher
 from broker.mcp_oauth import (
     AuthorizationServer,
@@ -64,11 +64,6 @@ class Grant:
     access_token: str = field(repr=False)
     refresh_token: str | None = field(repr=False)
     expires_at: datetime
-
-
-def _challenge(verifier: str) -> str:
-    digest = hashlib.sha256(verifier.encode("ascii")).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 class McpOAuthService:
@@ -134,7 +129,7 @@ class McpOAuthService:
             "client_id": client.client_id,
             "redirect_uri": self.redirect_uri,
             "state": state,
-            "code_challenge": _challenge(verifier),
+            "code_challenge": pkce_challenge(verifier),
             "code_challenge_method": "S256",
             "resource": found.resource,
             "prompt": "consent",  # so offline_access yields a refresh token everywhere

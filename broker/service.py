@@ -20,8 +20,9 @@ Routes (JSON bodies; chat users as ``{"platform", "team_id", "user_id"}``)::
                                      (the app's /oauth/mcp/callback)
     GET  /healthz
 
-Errors: ``{"error": not_linked|access_revoked|exchange_failed|unavailable|invalid_state|
-linking_failed|connect_required|bad_request, "message", "server"?, "authorize_url"?}`` with
+Errors (``broker.errors.to_wire``, read back by ``from_wire``): ``{"error":
+not_linked|access_revoked|exchange_failed|unavailable|invalid_state|linking_failed|
+connect_required|bad_request, "message", "server"?, "authorize_url"?}`` with
 404/403/502/503/400/502/409/400.
 """
 
@@ -38,16 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from broker.errors import (
-    AccessRevokedError,
-    BrokerError,
-    BrokerUnavailableError,
-    ConnectRequired,
-    ExchangeFailedError,
-    InvalidStateError,
-    LinkingError,
-    NotLinkedError,
-)
+from broker.errors import BrokerError, to_wire
 from broker.types import ChatUser, Identity, IdentityService, LinkCompleter, ServerConnector
 
 
@@ -97,25 +89,6 @@ def identity_json(identity: Identity) -> dict[str, Any]:
     }
 
 
-def error_json(exc: BrokerError) -> tuple[dict[str, Any], int]:
-    if isinstance(exc, ConnectRequired):
-        payload = {"server": exc.server, "authorize_url": exc.authorize_url}
-        return {"error": "connect_required", "message": str(exc), **payload}, 409
-    if isinstance(exc, InvalidStateError):
-        return {"error": "invalid_state", "message": str(exc)}, 400
-    if isinstance(exc, LinkingError):
-        return {"error": "linking_failed", "message": str(exc)}, 502
-    if isinstance(exc, NotLinkedError):
-        return {"error": "not_linked", "message": str(exc)}, 404
-    if isinstance(exc, AccessRevokedError):
-        return {"error": "access_revoked", "message": str(exc)}, 403
-    if isinstance(exc, ExchangeFailedError):
-        return {"error": "exchange_failed", "server": exc.server, "message": exc.reason}, 502
-    if isinstance(exc, BrokerUnavailableError):
-        return {"error": "unavailable", "message": str(exc)}, 503
-    return {"error": "broker_error", "message": str(exc)}, 500
-
-
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -145,7 +118,7 @@ def build_service_app(
                 message = str(exc).splitlines()[0][:200]
                 return JSONResponse({"error": "bad_request", "message": message}, 400)
             except BrokerError as exc:
-                payload, status = error_json(exc)
+                payload, status = to_wire(exc)
                 return JSONResponse(payload, status)
 
         return run

@@ -6,8 +6,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
-
 from bot.slack.cards import (
     approval_card,
     decided_card,
@@ -97,12 +95,7 @@ class DecisionViews(HomeViews):
             card = deciding_card(view, who, verb)
         if not channel or not card_ts:
             return
-        try:
-            await self.client.chat_update(
-                channel=channel, ts=card_ts, text=card.text, blocks=card.blocks
-            )
-        except SlackApiError as exc:
-            log.warning("could not mark card as deciding: %s", exc.response.get("error"))
+        await self.update_or_log(channel, card_ts, card, "mark card as deciding")
 
     async def restore_card(
         self, approval_id: str, channel: str | None, card_ts: str | None
@@ -138,12 +131,7 @@ class DecisionViews(HomeViews):
             )
         else:
             return
-        try:
-            await self.client.chat_update(
-                channel=channel, ts=card_ts, text=card.text, blocks=card.blocks
-            )
-        except SlackApiError as exc:
-            log.warning("could not restore card: %s", exc.response.get("error"))
+        await self.update_or_log(channel, card_ts, card, "restore card")
 
     async def apply_outcome(
         self,
@@ -257,12 +245,7 @@ class DecisionViews(HomeViews):
         view = await self.assistant.approval_view(outcome.approval_id)
         what = f"`{escape(view.server)}` · `{escape(view.tool)}`" if view else "Your request"
         message = text_message(f"{what}: {_decision_header(outcome, outcome.decided_by)}")
-        try:
-            await self.client.chat_update(
-                channel=channel, ts=note_ts, text=message.text, blocks=message.blocks
-            )
-        except SlackApiError as exc:
-            log.warning("could not update the requester's note: %s", exc.response.get("error"))
+        await self.update_or_log(channel, note_ts, message, "update the requester's note")
 
     async def _update_card(
         self,

@@ -77,6 +77,16 @@ class SlackOutput:
             first = first or str(response["ts"])
         return first
 
+    async def update_or_log(self, channel: str, ts: str, message: Message, what: str) -> None:
+        """Replace the message at ``ts``; a refusal (deleted, too old) is one warning line
+        saying ``could not <what>``: the decision it shows stands either way."""
+        try:
+            await self.client.chat_update(
+                channel=channel, ts=ts, text=message.text, blocks=message.blocks
+            )
+        except SlackApiError as exc:
+            log.warning("could not %s: %s", what, exc.response.get("error"))
+
     async def ephemeral(self, channel: str | None, user: str, message: Message) -> None:
         """Only ``user`` sees it; without a channel (App Home), a DM instead."""
         if channel:

@@ -18,9 +18,12 @@ from starlette.applications import Starlette
 from broker import ChatUser, LocalIdentityService, NotLinkedError
 from broker.links import TokenCipher
 from broker.mcp_oauth import OAuthDiscoveryError, discover, register
+from broker.mcp_oauth_flow import McpOAuthService, OAuthServer
+from broker.mcp_tokens import McpTokenStore
+from infra.clock import Clock, utc_now
 from infra.serving import bind_socket, serve_asgi, socket_url
 from infra.settings import McpOAuthClient
-from testing.identity import open_broker, start_dev_idp
+from testing.identity import BrokerHarness, open_broker, start_dev_idp
 from tests.fixtures.oidc_provider import node, node_provider, sign_in
 
 __all__ = ["node"]  # a fixture, imported for pytest
@@ -45,6 +48,60 @@ async def protected_resource(metadata: dict[str, Any] | None) -> AsyncIterator[s
     app = Starlette(routes=[Route("/.well-known/oauth-protected-resource/mcp", well_known)])
     async with serve_asgi(app, sock):
         yield server_url
+
+
+def _metadata_app(server_url: str, issuer: str) -> Starlette:
+    """The RFC 9728 metadata of the MCP server at ``server_url``, naming ``issuer``."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    async def metadata(request: Request) -> Response:
+        scopes = ["openid", "offline_access", "tickets:read"]
+        body = {"resource": server_url, "authorization_servers": [issuer]}
+        return JSONResponse({**body, "scopes_supported": scopes})
+
+    return Starlette(routes=[Route("/.well-known/oauth-protected-resource/mcp", metadata)])
+
+
+@contextlib.asynccontextmanager
+async def _world(
+    node: str, server_url: str, clock: Clock = utc_now
+) -> AsyncIterator[tuple[str, httpx.AsyncClient, BrokerHarness]]:
+    """The server's authorization server (``oidc-provider`` with registration, issuing
+    tokens for ``server_url``), an HTTP client, and the company IdP's broker (links)."""
+    async with (
+        node_provider(
+            node,
+            "http://127.0.0.1:9/unused",
+            registration=True,
+            resource={"url": server_url, "scope": "tickets:read"},
+        ) as issuer,
+        httpx.AsyncClient() as http,
+        start_dev_idp() as idp,
+        open_broker(idp, clock=clock) as harness,
+    ):
+        yield issuer, http, harness
+
+
+def _oauth_service(
+    server_url: str,
+    store: McpTokenStore,
+    harness: BrokerHarness,
+    http: httpx.AsyncClient,
+    redirect_uri: str,
+    clock: Clock = utc_now,
+) -> McpOAuthService:
+    """Per-user OAuth to one server, ``tickets``, for the users ``harness`` links."""
+    return McpOAuthService(
+        {"tickets": OAuthServer("tickets", server_url)},
+        store=store,
+        logins=harness.linking.links,
+        cipher=TokenCipher(TokenCipher.generate_key()),
+        http=http,
+        redirect_uri=redirect_uri,
+        clock=clock,
+    )
 
 
 async def test_oauth_mode_discovers_and_registers_at_a_certified_provider(node: str) -> None:
@@ -109,13 +166,9 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
     our callback → a token for exactly that server → refresh → revoke on disconnect. The
     grant is stored sealed, in memory or in the database's ``mcp_oauth_tokens`` table."""
     import jwt
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
 
     from broker.mcp_oauth import ConnectRequired
-    from broker.mcp_oauth_flow import McpOAuthService, OAuthServer
-    from broker.mcp_tokens import McpTokenStore, MemoryMcpTokenStore, SqlMcpTokenStore
+    from broker.mcp_tokens import MemoryMcpTokenStore, SqlMcpTokenStore
     from broker.web import mcp_oauth_routes
     from infra.clock import ManualClock
     from infra.storage import create_engine
@@ -148,41 +201,13 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
 
     async with (
         contextlib.AsyncExitStack() as cleanup,
-        node_provider(
-            node,
-            "http://127.0.0.1:9/unused",
-            registration=True,
-            resource={"url": server_url, "scope": "tickets:read"},
-        ) as issuer,
-        httpx.AsyncClient() as http,
-        start_dev_idp() as idp,
-        open_broker(idp) as harness,
+        _world(node, server_url) as (issuer, http, harness),
     ):
         if engine is not None:
             cleanup.push_async_callback(engine.dispose)
         carol = await harness.link("carol")  # her company account, linked from chat
-        service = McpOAuthService(
-            {"tickets": OAuthServer("tickets", server_url)},
-            store=store,
-            logins=harness.linking.links,
-            cipher=TokenCipher(TokenCipher.generate_key()),
-            http=http,
-            redirect_uri=callback_url,
-            clock=clock,
-        )
-
-        async def metadata(request: Request) -> Response:
-            return JSONResponse(
-                {
-                    "resource": server_url,
-                    "authorization_servers": [issuer],
-                    "scopes_supported": ["openid", "offline_access", "tickets:read"],
-                }
-            )
-
-        resource_app = Starlette(
-            routes=[Route("/.well-known/oauth-protected-resource/mcp", metadata)]
-        )
+        service = _oauth_service(server_url, store, harness, http, callback_url, clock)
+        resource_app = _metadata_app(server_url, issuer)
         callback_app = Starlette(routes=mcp_oauth_routes(service))
         async with serve_asgi(resource_app, resource_sock), serve_asgi(callback_app, callback_sock):
             with pytest.raises(ConnectRequired) as needed:
@@ -233,12 +258,8 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
 async def test_connect_links_are_single_use_expire_and_stay_with_their_user(node: str) -> None:
     """A *Connect <server>* link works once, for ``state_ttl``, and only while the chat user
     who asked is still linked to the same company account; each refusal is a clear 400."""
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
 
     from broker.mcp_oauth import ConnectRequired
-    from broker.mcp_oauth_flow import McpOAuthService, OAuthServer
     from broker.mcp_tokens import MemoryMcpTokenStore
     from broker.web import mcp_oauth_routes
     from infra.clock import ManualClock
@@ -250,40 +271,11 @@ async def test_connect_links_are_single_use_expire_and_stay_with_their_user(node
     clock = ManualClock()
     store = MemoryMcpTokenStore()
     async with (
-        node_provider(
-            node,
-            "http://127.0.0.1:9/unused",
-            registration=True,
-            resource={"url": server_url, "scope": "tickets:read"},
-        ) as issuer,
-        httpx.AsyncClient() as http,
-        start_dev_idp() as idp,
-        open_broker(idp, clock=clock) as harness,
+        _world(node, server_url, clock) as (issuer, http, harness),
     ):
         carol = await harness.link("carol")
-        service = McpOAuthService(
-            {"tickets": OAuthServer("tickets", server_url)},
-            store=store,
-            logins=harness.linking.links,
-            cipher=TokenCipher(TokenCipher.generate_key()),
-            http=http,
-            redirect_uri=callback_url,
-            clock=clock,
-        )
-
-        async def metadata(request: Request) -> Response:
-            scopes = ["openid", "offline_access", "tickets:read"]
-            return JSONResponse(
-                {
-                    "resource": server_url,
-                    "authorization_servers": [issuer],
-                    "scopes_supported": scopes,
-                }
-            )
-
-        resource_app = Starlette(
-            routes=[Route("/.well-known/oauth-protected-resource/mcp", metadata)]
-        )
+        service = _oauth_service(server_url, store, harness, http, callback_url, clock)
+        resource_app = _metadata_app(server_url, issuer)
         callback_app = Starlette(routes=mcp_oauth_routes(service))
 
         async def connect_url() -> str:
@@ -324,13 +316,8 @@ async def test_the_broker_service_hands_out_oauth_tokens_behind_its_secret(node:
     through it (``/v1/complete_server_connect``); errors keep their class over HTTP."""
     from urllib.parse import parse_qsl, urlsplit
 
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
-
     from broker import BrokerError, InvalidStateError, RemoteBroker
     from broker.mcp_oauth import ConnectRequired
-    from broker.mcp_oauth_flow import McpOAuthService, OAuthServer
     from broker.mcp_tokens import MemoryMcpTokenStore
     from broker.service import build_service_app
     from testing.identity import SERVICE_SECRET
@@ -340,36 +327,13 @@ async def test_the_broker_service_hands_out_oauth_tokens_behind_its_secret(node:
     resource_sock = bind_socket("127.0.0.1", 0)
     server_url = f"{socket_url(resource_sock)}/mcp"
     async with (
-        node_provider(
-            node,
-            "http://127.0.0.1:9/unused",
-            registration=True,
-            resource={"url": server_url, "scope": "tickets:read"},
-        ) as issuer,
-        httpx.AsyncClient() as http,
-        start_dev_idp() as idp,
-        open_broker(idp) as harness,
+        _world(node, server_url) as (issuer, http, harness),
     ):
         carol = await harness.link("carol")
-        service = McpOAuthService(
-            {"tickets": OAuthServer("tickets", server_url)},
-            store=MemoryMcpTokenStore(),
-            logins=harness.linking.links,
-            cipher=TokenCipher(TokenCipher.generate_key()),
-            http=http,
-            redirect_uri=callback_url,
-        )
+        service = _oauth_service(server_url, MemoryMcpTokenStore(), harness, http, callback_url)
         local = LocalIdentityService(harness.broker, harness.linking, service)
         app = build_service_app(local, SERVICE_SECRET)
-
-        async def metadata(request: Request) -> Response:
-            scopes = ["openid", "offline_access", "tickets:read"]
-            body = {"resource": server_url, "authorization_servers": [issuer]}
-            return JSONResponse({**body, "scopes_supported": scopes})
-
-        resource_app = Starlette(
-            routes=[Route("/.well-known/oauth-protected-resource/mcp", metadata)]
-        )
+        resource_app = _metadata_app(server_url, issuer)
         async with (
             serve_asgi(resource_app, resource_sock),
             serve_asgi(app, broker_sock) as base,  # type: ignore[arg-type]
