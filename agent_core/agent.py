@@ -53,6 +53,7 @@ from agent_core.credentials import OAuthTokenSource
 from agent_core.decisions import check_edited_args, validate_decisions
 from agent_core.errors import (
     AgentError,
+    ConnectRequiredError,
     CredentialError,
     InvalidDecisionError,
     ModelUnavailableError,
@@ -161,6 +162,7 @@ class _Toolset:
     definitions: tuple[ToolDefinition, ...]
     unavailable: tuple[str, ...]
     no_access: tuple[str, ...]
+    not_connected: tuple[str, ...] = ()  # ``oauth`` servers the user has not connected
 
     @property
     def by_name(self) -> dict[str, ToolDefinition]:
@@ -383,9 +385,16 @@ class Agent:
                 return self._results.interrupt(
                     thread_id, state.values, state.interrupts[0].value, model_used=used
                 )
-            return self._results.answer(
-                state.values, toolset.unavailable, toolset.no_access, used, stopped=stopped
+            answer = self._results.answer(
+                state.values,
+                toolset.unavailable,
+                toolset.no_access,
+                used,
+                stopped=stopped,
+                not_connected=toolset.not_connected,
             )
+            answer.connect = dict(sessions.connect_needed)
+            return answer
         finally:
             await sessions.aclose()
 
@@ -431,6 +440,7 @@ class Agent:
         up = await self.health.available(names)
         unavailable = [n for n in names if not up[n]]
         no_access: list[str] = []
+        not_connected: list[str] = []
 
         async def discover(server: str) -> None:
             lock = self._discovery_locks.setdefault(server, asyncio.Lock())
@@ -448,6 +458,8 @@ class Agent:
                         raise
                     await sessions.refresh(server)  # one fresh token, as for tool calls
                     await sessions.discover(server)
+            except ConnectRequiredError:
+                not_connected.append(server)
             except (CredentialError, ToolAuthError):
                 no_access.append(server)
             except ToolCallError:
@@ -465,7 +477,12 @@ class Agent:
             if entry is not None and n not in unavailable and n not in no_access:
                 defs.extend(entry.tools)
         visible = visible_definitions(defs, self.policy)
-        return _Toolset(tuple(visible), tuple(sorted(unavailable)), tuple(sorted(no_access)))
+        return _Toolset(
+            tuple(visible),
+            tuple(sorted(unavailable)),
+            tuple(sorted(no_access)),
+            tuple(sorted(not_connected)),
+        )
 
     def _admit(self, entry: ServerTools) -> None:
         """After a discovery: trust readOnlyHint where the operator opted in, and say what

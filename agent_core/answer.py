@@ -46,6 +46,9 @@ class Answer(FinalAnswer):
 
     model_used: str = ""
     kind: Literal["answer"] = "answer"
+    # ``oauth`` servers the user must connect before their data can be included: server →
+    # the URL that connects it (for the person, never for the model).
+    connect: dict[str, str] = Field(default_factory=dict)
 
 
 class ActionRequest(BaseModel):

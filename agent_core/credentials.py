@@ -6,8 +6,8 @@
   service identity, never the user's token.
 - ``none``: no credential at all (only with an explicit ``auth: none``).
 - ``oauth``: the requester's own token for this server from the per-user OAuth connection
-  (``oauth_token(subject, server)``, provided by the broker); a user who has not connected
-  gets ``ConnectRequiredError``.
+  (``oauth_token(identity, server)``, provided by the broker); a user who has not connected
+  gets ``ConnectRequiredError`` carrying the URL that connects it.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from agent_core.errors import (
     CredentialError,
     CredentialUnavailableError,
 )
-from broker import Broker, BrokerError, BrokerUnavailableError, Identity
+from broker import Broker, BrokerError, BrokerUnavailableError, ConnectRequired, Identity
 
 AuthMode = Literal["exchange", "static", "none", "oauth"]
-OAuthTokenSource = Callable[[str, str], Awaitable[str]]
-"""``async def oauth_token(subject, server) -> str``; raises ``ConnectRequired`` when the
-user has not connected ``server`` (a ``BrokerError`` carrying ``authorize_url``)."""
+OAuthTokenSource = Callable[[Identity, str], Awaitable[str]]
+"""``async def oauth_token(identity, server) -> str`` (``broker.ServerConnector``); raises
+``ConnectRequired`` (carrying ``authorize_url``) when the user has not connected ``server``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,13 +95,12 @@ class Credentials:
         if self._oauth_token is None:
             raise CredentialError(config.name, f"per-user OAuth is not set up for {config.name}")
         try:
-            return await self._oauth_token(self._identity.subject, config.name)
+            return await self._oauth_token(self._identity, config.name)
+        except ConnectRequired as exc:
+            raise ConnectRequiredError(config.name, exc.authorize_url) from exc
         except BrokerUnavailableError as exc:
             raise CredentialUnavailableError(config.name, str(exc)) from exc
         except BrokerError as exc:
-            url = getattr(exc, "authorize_url", None)
-            if isinstance(url, str):
-                raise ConnectRequiredError(config.name, url) from exc
             raise CredentialError(config.name, str(exc)) from exc
 
     async def invalidate(self, config: ServerConfig) -> None:

@@ -114,6 +114,7 @@ class Results:
         used: str,
         *,
         stopped: bool = False,
+        not_connected: Sequence[str] = (),
     ) -> Answer:
         turn = self.turn(values)
         caveats = [
@@ -122,6 +123,10 @@ class Results:
         ]
         caveats += [
             f"You have no access to the {s} server; its data is not included." for s in no_access
+        ]
+        caveats += [
+            f"You have not connected opsbot to {s} yet; its data is not included."
+            for s in not_connected
         ]
         actions, not_run = self.actions(turn)
         caveats += not_run

@@ -37,6 +37,7 @@ from mcp.types import Implementation, InitializeResult
 from agent_core.binding import ActingAs, AuditInterceptor, MCPHandler, RunContext
 from agent_core.credentials import Credentials, OAuthTokenSource, ServerConfig, SessionStats
 from agent_core.errors import (
+    ConnectRequiredError,
     ServerUnavailableError,
     ToolAuthError,
     ToolCallError,
@@ -140,6 +141,9 @@ class RunSessions:
         self._held: dict[str, _Held] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.versions: dict[str, str] = {}
+        # ``oauth`` servers this user has not connected, with the URL that connects each:
+        # the run's reply asks them to connect (the URL itself is never shown to the model).
+        self.connect_needed: dict[str, str] = {}
 
     def acting_as(self, server: str) -> ActingAs:
         config = self._servers.get(server)
@@ -247,7 +251,11 @@ class RunSessions:
         if config is None:
             raise ServerUnavailableError(server, f"no MCP server named {server!r} is configured")
         await self._health.ensure_closed(server)  # no credential is fetched for a dead server
-        headers = await self._credentials.headers(config)
+        try:
+            headers = await self._credentials.headers(config)
+        except ConnectRequiredError as exc:
+            self.connect_needed.setdefault(server, exc.authorize_url)
+            raise
         held = _Held(config)
         stats = self._stats
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import RowMapping, or_, select, update
+from sqlalchemy import RowMapping, Update, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from approvals.errors import AlreadyDecidedError, ApprovalExpiredError, ApprovalNotFoundError
@@ -129,6 +129,13 @@ def _claim_refusal(current: Approval | None, approval_id: str, now: datetime) ->
     return AlreadyDecidedError(current.decided_by, current.status.value)
 
 
+def _refusal(current: Approval | None, approval_id: str) -> Exception:
+    """Why a conditional move of ``approval_id`` did not happen (advance, finish)."""
+    if current is None:
+        return ApprovalNotFoundError(f"no approval {approval_id!r}")
+    return AlreadyDecidedError(current.decided_by, current.status.value)
+
+
 # Where a decided approval may be finished from.
 FINISHABLE = (
     ApprovalStatus.DECIDING,
@@ -211,15 +218,7 @@ class MemoryApprovalStore:
     async def advance(
         self, approval_id: str, expected: ApprovalStatus, status: ApprovalStatus
     ) -> Approval:
-        async with self._lock:
-            current = self._by_id.get(approval_id)
-            if current is None:
-                raise ApprovalNotFoundError(f"no approval {approval_id!r}")
-            if current.status is not expected:
-                raise AlreadyDecidedError(current.decided_by, current.status.value)
-            moved = dataclasses.replace(current, status=status)
-            self._by_id[approval_id] = moved
-            return moved
+        return await self._move(approval_id, (expected,), status=status)
 
     async def finish(
         self,
@@ -231,17 +230,22 @@ class MemoryApprovalStore:
     ) -> Approval:
         if not status.is_final:
             raise ValueError(f"{status} is not a final status")
+        return await self._move(
+            approval_id, FINISHABLE, status=status, outcome=dict(outcome), outcome_reason=reason
+        )
+
+    async def _move(
+        self, approval_id: str, expected: Sequence[ApprovalStatus], **changes: Any
+    ) -> Approval:
+        """The memory twin of ``SqlApprovalStore._moved``: apply ``changes`` if the approval
+        is in one of ``expected``, else say why not (``_refusal``)."""
         async with self._lock:
             current = self._by_id.get(approval_id)
-            if current is None:
-                raise ApprovalNotFoundError(f"no approval {approval_id!r}")
-            if current.status not in FINISHABLE:
-                raise AlreadyDecidedError(current.decided_by, current.status.value)
-            done = dataclasses.replace(
-                current, status=status, outcome=dict(outcome), outcome_reason=reason
-            )
-            self._by_id[approval_id] = done
-            return done
+            if current is None or current.status not in expected:
+                raise _refusal(current, approval_id)
+            moved = dataclasses.replace(current, **changes)
+            self._by_id[approval_id] = moved
+            return moved
 
     async def find(
         self,
@@ -364,14 +368,7 @@ class SqlApprovalStore:
             .where(c.approval_id == approval_id, c.status == expected.value)
             .values(status=status.value)
         )
-        async with self._engine.begin() as conn:
-            moved = (await conn.execute(statement)).rowcount == 1
-        current = await self.get(approval_id)
-        if current is None:
-            raise ApprovalNotFoundError(f"no approval {approval_id!r}")
-        if not moved:
-            raise AlreadyDecidedError(current.decided_by, current.status.value)
-        return current
+        return await self._moved(approval_id, statement)
 
     async def finish(
         self,
@@ -390,13 +387,16 @@ class SqlApprovalStore:
             .where(c.status.in_([s.value for s in FINISHABLE]))
             .values(status=status.value, outcome=dict(outcome), outcome_reason=reason)
         )
+        return await self._moved(approval_id, statement)
+
+    async def _moved(self, approval_id: str, statement: Update) -> Approval:
+        """Run one conditional UPDATE of ``approval_id``: the approval as it is now, or why
+        it did not move (``_refusal``)."""
         async with self._engine.begin() as conn:
-            done = (await conn.execute(statement)).rowcount == 1
+            moved = (await conn.execute(statement)).rowcount == 1
         current = await self.get(approval_id)
-        if current is None:
-            raise ApprovalNotFoundError(f"no approval {approval_id!r}")
-        if not done:
-            raise AlreadyDecidedError(current.decided_by, current.status.value)
+        if current is None or not moved:
+            raise _refusal(current, approval_id)
         return current
 
     async def find(

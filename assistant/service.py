@@ -46,6 +46,7 @@ from assistant.types import (
     ApprovalSummary,
     ApprovalView,
     Approve,
+    ConnectRefused,
     Decided,
     Decision,
     DecisionOutcome,
@@ -59,12 +60,20 @@ from assistant.types import (
     Reject,
     Remembered,
     Reply,
+    ServerConnected,
+    ServerConnectRequired,
     Source,
     UserStatus,
 )
 from audit.reconcile import Reconciler, ReconcileReport
-from broker.errors import AccessRevokedError, BrokerError, LinkBrokenError, LinkingError
-from broker.types import ChatUser, Identity, IdentityService, LinkCompleter
+from broker.errors import (
+    AccessRevokedError,
+    BrokerError,
+    InvalidStateError,
+    LinkBrokenError,
+    LinkingError,
+)
+from broker.types import ChatUser, Identity, IdentityService, LinkCompleter, ServerConnector
 from infra.clock import Clock, utc_now
 from memory.chat import MemoryCommands, describe
 
@@ -82,6 +91,9 @@ LINK_BROKEN_TEXT = (
     "`/ops link`."
 )
 UNCHECKED_TEXT = "Your company account could not be checked right now; please try again soon."
+STALE_CONNECT_TEXT = (
+    "This connect link has expired or was already used. Ask opsbot again for a new one."
+)
 _FAR = timedelta(days=3650)
 
 __all__ = ["AgentPort", "Assistant", "Recovered", "Recovery", "notify_each"]
@@ -132,11 +144,14 @@ class Assistant:
         links: LinkCompleter | None = None,
         people: Callable[[], Awaitable[list[ChatUser]]] | None = None,
         fanout: ApprovalFanout | None = None,
+        servers: ServerConnector | None = None,
     ) -> None:
         # Cross-platform approvals: cards mirrored on other platforms, decisions shown on
         # every platform's copy. None: each approval lives on its requester's platform only.
         self._fanout = fanout
         self._identities = identities
+        # Finishes connections to ``auth: oauth`` MCP servers; None: no such server here.
+        self._servers = servers
         self._links = links  # finishes account links (/oauth/callback); None: served elsewhere
         # Every linked chat user (to find an approval's eligible approvers for App Home).
         self._people = people
@@ -373,6 +388,19 @@ class Assistant:
             raise LinkingError("the completed link names no chat account")
         return Linked(identity.chat_user, identity.email or identity.subject)
 
+    async def complete_server_connect(
+        self, state: str, code: str, *, iss: str | None = None
+    ) -> ServerConnected | ConnectRefused:
+        if self._servers is None:
+            return ConnectRefused("No MCP server here uses per-user sign-in.", stale=False)
+        try:
+            done = await self._servers.complete_server_connect(state, code, iss=iss)
+        except InvalidStateError:
+            return ConnectRefused(STALE_CONNECT_TEXT, stale=True)
+        except BrokerError as exc:
+            return ConnectRefused(f"The connection was not completed: {exc}", stale=False)
+        return ServerConnected(done.chat_user, done.server)
+
     async def status(self, chat_user: ChatUser, *, fresh: bool = False) -> UserStatus:
         """What opsbot knows of ``chat_user``; a link the IdP no longer honours (revoked)
         or cannot be checked is a status with a ``problem``, not an error."""
@@ -445,6 +473,11 @@ class Assistant:
                 summaries,
             )
         if isinstance(result, core.Answer):
+            if result.connect:
+                # One Connect button at a time (the first server by name); any other server
+                # asks on the next question.
+                server = min(result.connect)
+                return ServerConnectRequired(server, result.connect[server], _answer(result))
             return Answered(_answer(result))
         return Refused("The assistant returned nothing usable.")
 

@@ -30,6 +30,7 @@ __all__ = [
     "Approve",
     "AssistantPort",
     "ChatUser",
+    "ConnectRefused",
     "Decided",
     "Decision",
     "DecisionOutcome",
@@ -44,6 +45,8 @@ __all__ = [
     "Reject",
     "Remembered",
     "Reply",
+    "ServerConnectRequired",
+    "ServerConnected",
     "Source",
     "UserStatus",
 ]
@@ -120,7 +123,38 @@ class ApprovalRequested:
         return self.approvals or (self.approval,)
 
 
-Reply = LinkRequired | Refused | Answered | ApprovalRequested
+@dataclass(frozen=True, slots=True)
+class ServerConnectRequired:
+    """The request needs an MCP server that signs each user in itself (``auth: oauth``) and
+    this user has not connected it: show a *Connect <server>* button opening ``connect_url``
+    (single use, short-lived, bound to this user). ``answer`` is what could be answered
+    without that server, if anything."""
+
+    server: str
+    connect_url: str
+    answer: Answer | None = None
+
+
+Reply = LinkRequired | Refused | Answered | ApprovalRequested | ServerConnectRequired
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConnected:
+    """A user just connected an MCP server (``/oauth/mcp/callback``): tell them where they
+    asked (replace the Connect prompt) and let them ask again."""
+
+    chat_user: ChatUser
+    server: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectRefused:
+    """A connection was not completed. ``stale``: the link expired, was used already or is
+    not this user's (answer 400 and ask them to start again); otherwise the server's
+    authorization server refused or could not be reached (502). ``reason`` is for people."""
+
+    reason: str
+    stale: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +327,13 @@ class AssistantPort(Protocol):
     async def complete_link(self, state: str, code: str, *, iss: str | None = None) -> Linked:
         """Finish an account link from the IdP's redirect (``/oauth/callback``): who was
         linked. Raises (``InvalidStateError``, ``LinkingError``) when the login is refused."""
+        ...
+
+    async def complete_server_connect(
+        self, state: str, code: str, *, iss: str | None = None
+    ) -> ServerConnected | ConnectRefused:
+        """Finish connecting an ``auth: oauth`` MCP server from its authorization server's
+        redirect (``/oauth/mcp/callback``): who connected which server, or why not."""
         ...
 
     async def sweep_forever(

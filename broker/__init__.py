@@ -16,6 +16,7 @@ from broker.errors import (
     AccessRevokedError,
     BrokerError,
     BrokerUnavailableError,
+    ConnectRequired,
     ExchangeFailedError,
     InvalidStateError,
     LinkBrokenError,
@@ -50,6 +51,8 @@ from broker.types import (
     Identity,
     IdentityService,
     LinkCompleter,
+    ServerConnection,
+    ServerConnector,
 )
 
 __all__ = [
@@ -61,6 +64,7 @@ __all__ = [
     "BrokerMetrics",
     "BrokerUnavailableError",
     "ChatUser",
+    "ConnectRequired",
     "ExchangeFailedError",
     "Identity",
     "IdentityService",
@@ -78,6 +82,8 @@ __all__ = [
     "OidcProvider",
     "PendingLogin",
     "RemoteBroker",
+    "ServerConnection",
+    "ServerConnector",
     "ServerTarget",
     "SqlLinkStore",
     "TokenCipher",

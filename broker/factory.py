@@ -182,13 +182,14 @@ async def open_identity_service(
             userinfo_fallback=idp.userinfo_fallback,
         )
         yield LocalIdentityService(
-            broker, linking, _mcp_oauth(settings, engine, cipher, mcp_http, clock)
+            broker, linking, _mcp_oauth(settings, engine, links, cipher, mcp_http, clock)
         )
 
 
 def _mcp_oauth(
     settings: Settings,
     engine: AsyncEngine,
+    links: LinkStore,
     cipher: TokenCipher,
     http: httpx.AsyncClient,
     clock: Clock,
@@ -204,8 +205,10 @@ def _mcp_oauth(
     return McpOAuthService(
         servers,
         store=SqlMcpTokenStore(engine, clock),
+        logins=links,
         cipher=cipher,
         http=http,
         redirect_uri=settings.broker.mcp_oauth_callback_url,
         clock=clock,
+        state_ttl=timedelta(seconds=settings.broker.link_state_ttl_seconds),
     )

@@ -47,7 +47,8 @@ class LinkResult:
     groups: frozenset[str]
 
 
-def _challenge(verifier: str) -> str:
+def pkce_challenge(verifier: str) -> str:
+    """The RFC 7636 S256 code challenge of ``verifier`` (every login opsbot starts uses it)."""
     digest = hashlib.sha256(verifier.encode("ascii")).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
@@ -100,7 +101,7 @@ class LinkingService:
             "scope": self._scope,
             "state": state,
             "nonce": nonce,
-            "code_challenge": _challenge(verifier),
+            "code_challenge": pkce_challenge(verifier),
             "code_challenge_method": "S256",
         }
         if self._prompt:

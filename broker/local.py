@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from broker.errors import LinkingError
 from broker.inprocess import InProcessBroker
 from broker.linking import LinkingService
 from broker.mcp_oauth_flow import McpOAuthService
-from broker.types import AccessToken, ChatUser, Identity
+from broker.types import AccessToken, ChatUser, Identity, ServerConnection
 
 
 class LocalIdentityService:
@@ -21,11 +22,19 @@ class LocalIdentityService:
         self.linking = linking
         self.mcp_oauth = mcp_oauth  # servers in `oauth` mode: their tokens go on unlink
 
-    async def oauth_token(self, subject: str, server: str) -> str:
-        """``subject``'s token for ``server`` in ``oauth`` mode; ``ConnectRequired`` if none."""
+    async def oauth_token(self, identity: Identity, server: str) -> str:
+        """The user's token for ``server`` in ``oauth`` mode; ``ConnectRequired`` if none."""
         if self.mcp_oauth is None:
-            raise LookupError("no MCP server is configured in oauth mode")
-        return await self.mcp_oauth.oauth_token(subject, server)
+            raise LinkingError(f"{server} is not configured for per-user OAuth")
+        return await self.mcp_oauth.oauth_token(identity, server)
+
+    async def complete_server_connect(
+        self, state: str, code: str, *, iss: str | None = None
+    ) -> ServerConnection:
+        """Finish connecting an ``oauth`` MCP server (``/oauth/mcp/callback``)."""
+        if self.mcp_oauth is None:
+            raise LinkingError("no MCP server is configured for per-user OAuth")
+        return await self.mcp_oauth.complete(state, code, iss)
 
     async def get_token(self, identity: Identity, server: str) -> AccessToken:
         return await self.broker.get_token(identity, server)

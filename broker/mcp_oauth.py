@@ -9,7 +9,7 @@ authorization server does PKCE with S256. ``register(server, redirect_uri, http)
 7591 dynamic client registration unless an ``McpOAuthClient`` (``infra.settings``) is
 configured.
 
-The per-user flow (``oauth_token(subject, server)``, raising ``ConnectRequired``) is in
+The per-user flow (``oauth_token(identity, server)``, raising ``ConnectRequired``) is in
 ``broker.mcp_oauth_flow``; its callback route is ``broker.web.mcp_oauth_routes``.
 
 Example::
@@ -26,21 +26,21 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from broker.errors import BrokerError, BrokerUnavailableError
+from broker.errors import BrokerError, BrokerUnavailableError, ConnectRequired
 from infra.settings import McpOAuthClient
+
+__all__ = [
+    "AuthorizationServer",
+    "ConnectRequired",
+    "OAuthDiscoveryError",
+    "RegisteredClient",
+    "discover",
+    "register",
+]
 
 
 class OAuthDiscoveryError(BrokerError):
     """The server's metadata is missing, malformed, or names another resource or issuer."""
-
-
-class ConnectRequired(BrokerError):
-    """The user has not connected ``server`` yet: send them to ``authorize_url``."""
-
-    def __init__(self, server: str, authorize_url: str) -> None:
-        super().__init__(f"connect your account to {server} first")
-        self.server = server
-        self.authorize_url = authorize_url
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,16 +1,19 @@
 """The per-user half of the ``oauth`` auth mode (the MCP authorization spec).
 
-For each MCP server in ``oauth`` mode, each user connects once: ``authorize_url(subject,
+For each MCP server in ``oauth`` mode, each user connects once: ``authorize_url(identity,
 server)`` is the server's authorization server login (code + PKCE + RFC 8707 ``resource``),
 ``complete(state, code, iss)`` (from the ``/oauth/mcp/callback`` route) stores that user's
 tokens for that server, encrypted (Fernet, a key derived from the link key), and
-``oauth_token(subject, server)`` gives a current access token, refreshing it when due, or raises
-``ConnectRequired`` with the URL to connect. ``disconnect(subject)`` revokes and forgets every
-server's tokens (on unlink).
+``oauth_token(identity, server)`` gives a current access token, refreshing it when due, or
+raises ``ConnectRequired`` with the URL to connect. ``disconnect(subject)`` revokes and forgets
+every server's tokens (on unlink).
 
-The state is a Fernet token (encrypted, signed, expiring) carrying the PKCE verifier, so no
-pending login is stored server-side. Tokens live in a ``McpTokenStore`` (``broker.mcp_tokens``:
-in memory, or the ``mcp_oauth_tokens`` table).
+A connection is started from chat, like an account link, and its ``state`` is handled the
+same way: a Fernet token (encrypted, signed, expiring) naming a pending login stored with the
+PKCE verifier in the link store's ``link_logins`` (so any instance can finish it). Finishing
+takes that row, so a state works once; it must still belong to the chat user who asked, linked
+to the same company account. Tokens live in a ``McpTokenStore`` (``broker.mcp_tokens``: in
+memory, or the ``mcp_oauth_tokens`` table).
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hashlib
 import json
 import secrets
 from collections.abc import Mapping
@@ -30,17 +32,18 @@ from urllib.parse import quote, urlencode
 import httpx
 from cryptography.fernet import Fernet, InvalidToken
 
-from broker.errors import InvalidStateError, LinkingError
+from broker.errors import ConnectRequired, InvalidStateError, LinkingError, NotLinkedError
 from broker.exchange import post_token_form
-from broker.links import TokenCipher
+from broker.linking import pkce_challenge
+from broker.links import LinkStore, PendingLogin, TokenCipher
 from broker.mcp_oauth import (
     AuthorizationServer,
-    ConnectRequired,
     RegisteredClient,
     discover,
     register,
 )
 from broker.mcp_tokens import McpTokenStore, MemoryMcpTokenStore
+from broker.types import ChatUser, Identity, ServerConnection
 from infra.clock import Clock, utc_now
 from infra.settings import McpOAuthClient
 
@@ -63,11 +66,6 @@ class Grant:
     expires_at: datetime
 
 
-def _challenge(verifier: str) -> str:
-    digest = hashlib.sha256(verifier.encode("ascii")).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
-
-
 class McpOAuthService:
     """Per-user OAuth to MCP servers (see the module doc)."""
 
@@ -76,6 +74,7 @@ class McpOAuthService:
         servers: Mapping[str, OAuthServer],
         *,
         store: McpTokenStore,
+        logins: LinkStore,
         cipher: TokenCipher,
         http: httpx.AsyncClient,
         redirect_uri: str,
@@ -85,6 +84,7 @@ class McpOAuthService:
     ) -> None:
         self._servers = dict(servers)
         self._store = store
+        self._logins = logins  # pending connections (single use) and who is linked
         self._seal = Fernet(cipher.derive(b"opsbot mcp oauth tokens v1"))
         self._state_key = Fernet(cipher.derive(b"opsbot mcp oauth state v1"))
         self._http = http
@@ -113,20 +113,23 @@ class McpOAuthService:
         client = self._servers[name].client
         return " ".join(client.scopes if client and client.scopes else found.scopes_supported)
 
-    async def authorize_url(self, subject: str, server: str) -> str:
-        """Where ``subject`` connects their account to ``server``."""
+    async def authorize_url(self, identity: Identity, server: str) -> str:
+        """Where ``identity`` connects their account to ``server`` (one use, ``state_ttl``)."""
         found, client = await self._server(server)
-        verifier = secrets.token_urlsafe(48)
-        now = int(self._clock().timestamp())
-        state = self._state_key.encrypt_at_time(
-            json.dumps({"s": subject, "m": server, "v": verifier}).encode(), now
-        ).decode("ascii")
+        chat_user = await self._asker(identity)
+        nonce, verifier = secrets.token_urlsafe(24), secrets.token_urlsafe(48)
+        now = self._clock()
+        await self._logins.add_login(
+            PendingLogin(nonce, chat_user, verifier, now + self._state_ttl)
+        )
+        payload = json.dumps({"n": nonce, "s": identity.subject, "m": server}).encode()
+        state = self._state_key.encrypt_at_time(payload, int(now.timestamp())).decode("ascii")
         query = {
             "response_type": "code",
             "client_id": client.client_id,
             "redirect_uri": self.redirect_uri,
             "state": state,
-            "code_challenge": _challenge(verifier),
+            "code_challenge": pkce_challenge(verifier),
             "code_challenge_method": "S256",
             "resource": found.resource,
             "prompt": "consent",  # so offline_access yields a refresh token everywhere
@@ -136,17 +139,41 @@ class McpOAuthService:
             query["scope"] = scope
         return f"{found.authorization_endpoint}?{urlencode(query)}"
 
-    async def complete(self, state: str, code: str, iss: str | None = None) -> tuple[str, str]:
-        """Finish a connection; ``(subject, server)``."""
+    async def _asker(self, identity: Identity) -> ChatUser:
+        """The chat user a connection is bound to: the one asking (who must be linked to
+        this subject), else the subject's first link."""
+        if identity.chat_user is not None:
+            link = await self._logins.get(identity.chat_user)
+            if link is not None and link.subject == identity.subject:
+                return identity.chat_user
+        else:
+            links = await self._logins.links_for_subject(identity.subject)
+            if links:
+                return links[0].chat_user
+        raise NotLinkedError(f"{identity.subject!r} has not connected their account")
+
+    async def complete(self, state: str, code: str, iss: str | None = None) -> ServerConnection:
+        """Finish a connection: the state must be ours, fresh, unused, and still name the
+        chat user's current link. Stores the grant; who connected which server."""
         try:
             raw = self._state_key.decrypt(state.encode("ascii"))
             issued = self._state_key.extract_timestamp(state.encode("ascii"))
         except (InvalidToken, UnicodeEncodeError) as exc:
             raise InvalidStateError("connection state was not issued by opsbot") from exc
-        if self._clock().timestamp() - issued > self._state_ttl.total_seconds():
+        now = self._clock()
+        if now.timestamp() - issued > self._state_ttl.total_seconds():
             raise InvalidStateError("the connect link has expired; ask opsbot for a new one")
         data = json.loads(raw)
-        subject, server, verifier = str(data["s"]), str(data["m"]), str(data["v"])
+        nonce, subject, server = str(data["n"]), str(data["s"]), str(data["m"])
+        pending = await self._logins.take_login(nonce, now)
+        if pending is None:
+            raise InvalidStateError(
+                "the connect link was already used or has expired; ask opsbot for a new one"
+            )
+        link = await self._logins.get(pending.chat_user)
+        if link is None or link.subject != subject:
+            # Unlinked or relinked to another company account since: not theirs to finish.
+            raise InvalidStateError("the connect link belongs to an account that is not linked")
         found, client = await self._server(server)
         if iss is not None and iss.rstrip("/") != found.issuer:
             raise LinkingError("the response came from another authorization server")
@@ -157,25 +184,26 @@ class McpOAuthService:
                 "grant_type": "authorization_code",
                 "code": code,
                 "redirect_uri": self.redirect_uri,
-                "code_verifier": verifier,
+                "code_verifier": pending.code_verifier,
                 "resource": found.resource,
             },
         )
         await self._save(subject, server, body, previous_refresh=None)
-        return subject, server
+        return ServerConnection(subject, pending.chat_user, server)
 
-    async def oauth_token(self, subject: str, server: str) -> str:
-        """A current access token of ``subject`` for ``server``; ``ConnectRequired`` if none."""
+    async def oauth_token(self, identity: Identity, server: str) -> str:
+        """A current access token of ``identity`` for ``server``; ``ConnectRequired`` if none."""
+        subject = identity.subject
         sealed = await self._store.get(subject, server)
         if sealed is None:
-            raise ConnectRequired(server, await self.authorize_url(subject, server))
+            raise ConnectRequired(server, await self.authorize_url(identity, server))
         grant = self._open(sealed)
         if grant.expires_at - self._margin > self._clock():
             return grant.access_token
         found, client = await self._server(server)
         if grant.refresh_token is None:
             await self._store.delete(subject, server)
-            raise ConnectRequired(server, await self.authorize_url(subject, server))
+            raise ConnectRequired(server, await self.authorize_url(identity, server))
         try:
             body = await self._token_request(
                 found,
@@ -188,7 +216,7 @@ class McpOAuthService:
             )
         except LinkingError:  # refused: the user must connect again
             await self._store.delete(subject, server)
-            raise ConnectRequired(server, await self.authorize_url(subject, server)) from None
+            raise ConnectRequired(server, await self.authorize_url(identity, server)) from None
         return (await self._save(subject, server, body, grant.refresh_token)).access_token
 
     async def disconnect(self, subject: str) -> None:

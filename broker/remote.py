@@ -14,17 +14,8 @@ from typing import Any
 
 import httpx
 
-from broker.errors import (
-    AccessRevokedError,
-    BrokerError,
-    BrokerUnavailableError,
-    ExchangeFailedError,
-    InvalidStateError,
-    LinkBrokenError,
-    LinkingError,
-    NotLinkedError,
-)
-from broker.types import AccessToken, ChatUser, Identity
+from broker.errors import BrokerUnavailableError, from_wire
+from broker.types import AccessToken, ChatUser, Identity, ServerConnection
 
 
 def _chat_user_json(chat_user: ChatUser | None) -> dict[str, str] | None:
@@ -34,6 +25,16 @@ def _chat_user_json(chat_user: ChatUser | None) -> dict[str, str] | None:
         "platform": chat_user.platform,
         "team_id": chat_user.team_id,
         "user_id": chat_user.user_id,
+    }
+
+
+def _for(identity: Identity, server: str) -> dict[str, Any]:
+    """The body of a token request (``/v1/token``, ``/v1/oauth_token``): whose, for which."""
+    return {
+        "subject": identity.subject,
+        "chat_user": _chat_user_json(identity.chat_user),
+        "email": identity.email,
+        "server": server,
     }
 
 
@@ -79,35 +80,10 @@ class RemoteBroker:
             raise BrokerUnavailableError(f"broker service answered {response.status_code}")
         if response.status_code == 200:
             return data
-        error, message = str(data.get("error")), str(data.get("message", ""))
-        if error == "not_linked":
-            raise NotLinkedError(message)
-        if error == "link_broken":
-            raise LinkBrokenError(message)
-        if error == "access_revoked":
-            raise AccessRevokedError(message)
-        if error == "exchange_failed":
-            raise ExchangeFailedError(str(data.get("server", body.get("server", "?"))), message)
-        if error == "unavailable" or response.status_code >= 500:
-            raise BrokerUnavailableError(message or f"broker service error {response.status_code}")
-        if error == "invalid_state":
-            raise InvalidStateError(message)
-        if error == "linking_failed":
-            raise LinkingError(message)
-        if error == "unauthorized":
-            raise BrokerError("the broker service refused opsbot's service credentials")
-        raise BrokerError(f"broker service refused the request: {error}: {message}")
+        raise from_wire(data, response.status_code, str(body.get("server", "?")))
 
     async def get_token(self, identity: Identity, server: str) -> AccessToken:
-        data = await self._call(
-            "/v1/token",
-            {
-                "subject": identity.subject,
-                "chat_user": _chat_user_json(identity.chat_user),
-                "email": identity.email,
-                "server": server,
-            },
-        )
+        data = await self._call("/v1/token", _for(identity, server))
         return AccessToken(
             value=str(data["access_token"]),
             audience=str(data["audience"]),
@@ -143,6 +119,23 @@ class RemoteBroker:
         body = {"state": state, "code": code, **({"iss": iss} if iss is not None else {})}
         data = await self._call("/v1/complete_link", body)
         return _identity(data["identity"])
+
+    async def oauth_token(self, identity: Identity, server: str) -> str:
+        """The user's token for ``server`` (``oauth`` mode); ``ConnectRequired`` if none."""
+        data = await self._call("/v1/oauth_token", _for(identity, server))
+        return str(data["access_token"])
+
+    async def complete_server_connect(
+        self, state: str, code: str, *, iss: str | None = None
+    ) -> ServerConnection:
+        body = {"state": state, "code": code, **({"iss": iss} if iss is not None else {})}
+        data = await self._call("/v1/complete_server_connect", body)
+        cu = data["chat_user"]
+        return ServerConnection(
+            str(data["subject"]),
+            ChatUser(str(cu["platform"]), str(cu["team_id"]), str(cu["user_id"])),
+            str(data["server"]),
+        )
 
     async def unlink(self, chat_user: ChatUser) -> bool:
         data = await self._call("/v1/unlink", {"chat_user": _chat_user_json(chat_user)})

@@ -14,10 +14,16 @@ Routes (JSON bodies; chat users as ``{"platform", "team_id", "user_id"}``)::
     POST /v1/link_url     {chat_user}        -> {url}
     POST /v1/unlink       {chat_user}        -> {removed}
     POST /v1/complete_link {state, code, iss?} -> {identity: {...}}   (the app's /oauth/callback)
+    POST /v1/oauth_token  {subject, chat_user?, email?, server} -> {access_token}
+                                     (a server in ``oauth`` mode: the user's own token for it)
+    POST /v1/complete_server_connect {state, code, iss?} -> {subject, chat_user, server}
+                                     (the app's /oauth/mcp/callback)
     GET  /healthz
 
-Errors: ``{"error": not_linked|access_revoked|link_broken|exchange_failed|unavailable|invalid_state|
-linking_failed|bad_request, "message", "server"?}`` with 404/403/502/503/400/502/400.
+Errors (``broker.errors.to_wire``, read back by ``from_wire``): ``{"error":
+not_linked|access_revoked|link_broken|exchange_failed|unavailable|invalid_state|linking_failed|
+connect_required|bad_request, "message", "server"?, "authorize_url"?}`` with
+404/403/502/503/400/502/409/400.
 """
 
 from __future__ import annotations
@@ -33,17 +39,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from broker.errors import (
-    AccessRevokedError,
-    BrokerError,
-    BrokerUnavailableError,
-    ExchangeFailedError,
-    InvalidStateError,
-    LinkBrokenError,
-    LinkingError,
-    NotLinkedError,
-)
-from broker.types import ChatUser, Identity, IdentityService, LinkCompleter
+from broker.errors import BrokerError, to_wire
+from broker.types import ChatUser, Identity, IdentityService, LinkCompleter, ServerConnector
 
 
 class ChatUserModel(BaseModel):
@@ -92,28 +89,10 @@ def identity_json(identity: Identity) -> dict[str, Any]:
     }
 
 
-def error_json(exc: BrokerError) -> tuple[dict[str, Any], int]:
-    if isinstance(exc, InvalidStateError):
-        return {"error": "invalid_state", "message": str(exc)}, 400
-    if isinstance(exc, LinkingError):
-        return {"error": "linking_failed", "message": str(exc)}, 502
-    if isinstance(exc, NotLinkedError):
-        return {"error": "not_linked", "message": str(exc)}, 404
-    if isinstance(exc, LinkBrokenError):
-        return {"error": "link_broken", "message": str(exc)}, 403
-    if isinstance(exc, AccessRevokedError):
-        return {"error": "access_revoked", "message": str(exc)}, 403
-    if isinstance(exc, ExchangeFailedError):
-        return {"error": "exchange_failed", "server": exc.server, "message": exc.reason}, 502
-    if isinstance(exc, BrokerUnavailableError):
-        return {"error": "unavailable", "message": str(exc)}, 503
-    return {"error": "broker_error", "message": str(exc)}, 500
-
-
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
-class _Service(IdentityService, LinkCompleter, Protocol):
+class _Service(IdentityService, LinkCompleter, ServerConnector, Protocol):
     pass
 
 
@@ -139,7 +118,7 @@ def build_service_app(
                 message = str(exc).splitlines()[0][:200]
                 return JSONResponse({"error": "bad_request", "message": message}, 400)
             except BrokerError as exc:
-                payload, status = error_json(exc)
+                payload, status = to_wire(exc)
                 return JSONResponse(payload, status)
 
         return run
@@ -179,6 +158,21 @@ def build_service_app(
         linked = await service.complete_link(req.state, req.code, iss=req.iss)
         return {"identity": identity_json(linked)}
 
+    async def oauth_token(body: dict[str, Any]) -> dict[str, Any]:
+        req = TokenRequest.model_validate(body)
+        cu = req.chat_user.to_chat_user() if req.chat_user else None
+        return {"access_token": await service.oauth_token(Identity(req.subject, cu), req.server)}
+
+    async def complete_server_connect(body: dict[str, Any]) -> dict[str, Any]:
+        req = CompleteLinkRequest.model_validate(body)
+        done = await service.complete_server_connect(req.state, req.code, iss=req.iss)
+        cu = done.chat_user
+        return {
+            "subject": done.subject,
+            "server": done.server,
+            "chat_user": {"platform": cu.platform, "team_id": cu.team_id, "user_id": cu.user_id},
+        }
+
     async def unlink(body: dict[str, Any]) -> dict[str, Any]:
         cu = ChatUserRequest.model_validate(body).chat_user.to_chat_user()
         return {"removed": await service.unlink(cu)}
@@ -194,6 +188,8 @@ def build_service_app(
         Route("/v1/link_url", endpoint(link_url), methods=["POST"]),
         Route("/v1/unlink", endpoint(unlink), methods=["POST"]),
         Route("/v1/complete_link", endpoint(complete_link), methods=["POST"]),
+        Route("/v1/oauth_token", endpoint(oauth_token), methods=["POST"]),
+        Route("/v1/complete_server_connect", endpoint(complete_server_connect), methods=["POST"]),
         Route("/healthz", healthz),
         *(extra_routes or []),
     ]

@@ -88,3 +88,32 @@ class LinkCompleter(Protocol):
     """
 
     async def complete_link(self, state: str, code: str, *, iss: str | None = None) -> Identity: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConnection:
+    """A user just connected an MCP server in ``oauth`` mode: who (the IdP subject and the
+    chat user who asked) and which server."""
+
+    subject: str
+    chat_user: ChatUser
+    server: str
+
+
+class ServerConnector(Protocol):
+    """Per-user OAuth to MCP servers in ``oauth`` mode (the MCP authorization spec).
+
+    ``LocalIdentityService`` and ``RemoteBroker`` implement it.
+    """
+
+    async def oauth_token(self, identity: Identity, server: str) -> str:
+        """The user's current access token for ``server``; ``ConnectRequired`` (carrying the
+        URL that connects it) when they have not connected it."""
+        ...
+
+    async def complete_server_connect(
+        self, state: str, code: str, *, iss: str | None = None
+    ) -> ServerConnection:
+        """Finish a connection from the redirect to ``/oauth/mcp/callback``. A replayed,
+        expired or foreign ``state`` raises ``InvalidStateError``."""
+        ...

@@ -81,7 +81,7 @@ def mcp_oauth_routes(service: McpOAuthService) -> list[Route]:
     """The callback route of MCP servers' authorization servers (``oauth`` mode)."""
 
     async def finish(state: str, code: str, iss: str | None) -> Response:
-        _, server = await service.complete(state, code, iss)
-        return _page("Connected", f"opsbot can now use {server} for you. Return to the chat.")
+        done = await service.complete(state, code, iss)
+        return _page("Connected", f"opsbot can now use {done.server} for you. Return to the chat.")
 
     return [Route(MCP_OAUTH_CALLBACK_PATH, _callback(finish, "Ask opsbot again."), methods=["GET"])]

@@ -18,7 +18,8 @@ from approvals.service import ApprovalService
 from assistant.service import Assistant, Recovery
 from audit.reconcile import McpChangeLog, Reconciler
 from broker.links import linked_chat_users
-from broker.types import IdentityService
+from broker.remote import RemoteBroker
+from broker.types import IdentityService, ServerConnector
 from infra.clock import Clock, utc_now
 from infra.settings import Settings
 
@@ -56,7 +57,14 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
             )
             threads = SqlThreadStore(engine, clock=clock)
             local = identities if isinstance(identities, LocalIdentityService) else None
-            mcp_oauth = None if local is None or local.mcp_oauth is None else local.oauth_token
+            # Per-user OAuth to ``auth: oauth`` servers: in this process when it holds the
+            # grants, else through the broker service (which refuses if it has none).
+            servers: ServerConnector | None = (
+                identities if isinstance(identities, RemoteBroker) else None
+            )
+            if local is not None and local.mcp_oauth is not None:
+                servers = local
+            mcp_oauth = None if servers is None else servers.oauth_token
             agent = build_agent(
                 settings,
                 broker=identities,
@@ -98,6 +106,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                         card_platforms=frozenset(settings.approvals.card_platforms),
                         clock=clock,
                     ),
+                    servers=servers,
                 )
     finally:
         await engine.dispose()

@@ -25,6 +25,7 @@ from assistant.types import (
     Approve,
     AssistantPort,
     ChatUser,
+    ConnectRefused,
     Decided,
     Decision,
     DecisionOutcome,
@@ -38,6 +39,7 @@ from assistant.types import (
     Refused,
     Remembered,
     Reply,
+    ServerConnected,
     Source,
     UserStatus,
 )
@@ -234,6 +236,11 @@ class FakeAssistant:
 
     async def complete_link(self, state: str, code: str, *, iss: str | None = None) -> Linked:
         raise InvalidStateError("the fake core issues no login states")
+
+    async def complete_server_connect(
+        self, state: str, code: str, *, iss: str | None = None
+    ) -> ServerConnected | ConnectRefused:
+        return ConnectRefused("the fake core issues no connect links", stale=True)
 
     async def sweep_forever(
         self,

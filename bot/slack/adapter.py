@@ -24,6 +24,7 @@ from bot.slack.core import (
     PlatformRef,
     Refused,
     Reply,
+    ServerConnectRequired,
 )
 from bot.slack.decisions import DecisionViews
 from bot.slack.incoming import Progress, UserMessage
@@ -33,6 +34,7 @@ from bot.slack.render import (
     answer_messages,
     connect_prompt,
     escape,
+    server_connect_prompt,
     slack_date,
     text_message,
 )
@@ -234,6 +236,21 @@ class SlackAdapter(DecisionViews):
             if indicator:
                 await self.stop_working(indicator)
             await self.ephemeral(channel, chat_user.user_id, connect_prompt(reply.login_url))
+            return
+        if isinstance(reply, ServerConnectRequired):
+            # What could be answered goes in the thread; the Connect button only to the
+            # asker: its link is bound to them, and whoever signs in there would connect
+            # their own account in the asker's name.
+            prompt = server_connect_prompt(reply.server, reply.connect_url)
+            if reply.answer is None:
+                if indicator:
+                    await self.stop_working(indicator)
+                await self.ephemeral(channel, chat_user.user_id, prompt)
+                return
+            await self.deliver(
+                Answered(reply.answer), chat_user, team_id, channel, thread_ts, indicator
+            )
+            await self.ephemeral(channel, chat_user.user_id, prompt)
             return
         if isinstance(reply, Refused):
             messages = [text_message(f":no_entry_sign: {escape(reply.reason)}")]

@@ -147,6 +147,9 @@ def accept_middleware(
     return accept
 
 
+AdapterFactory = Callable[[AsyncWebClient, SqlApprovalMessages], SlackAdapter]
+
+
 @dataclass(frozen=True, slots=True)
 class SlackBot:
     """The Bolt app and the adapter behind it (for notices not caused by a Slack request,
@@ -164,11 +167,20 @@ async def open_bot(
     *,
     clock: Clock = utc_now,
     socket_mode: bool = False,
+    make_adapter: AdapterFactory | None = None,
 ) -> AsyncIterator[SlackBot]:
-    """The app and its adapter, with one pooled HTTP session for the Web API, closed on exit."""
+    """The app and its adapter, with one pooled HTTP session for the Web API, closed on exit.
+
+    ``make_adapter`` builds another kind of adapter from the Web API client and the approval
+    messages (``bot.slack.durable`` adds its job queue); default: ``SlackAdapter``."""
     async with aiohttp.ClientSession() as session:
         client = make_web_client(config, session)
-        adapter = SlackAdapter(config, assistant, client, SqlApprovalMessages(engine, clock))
+        messages = SqlApprovalMessages(engine, clock)
+        adapter = (
+            make_adapter(client, messages)
+            if make_adapter is not None
+            else SlackAdapter(config, assistant, client, messages)
+        )
         await adapter.learn_home_team()
         app = build_app(
             config,

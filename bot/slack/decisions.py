@@ -6,8 +6,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
-
 from bot.slack.cards import (
     approval_card,
     decided_card,
@@ -27,6 +25,7 @@ from bot.slack.core import (
     LinkRequired,
     NotAuthorised,
     Refused,
+    ServerConnectRequired,
     is_settled,
     normalise_state,
 )
@@ -138,12 +137,7 @@ class DecisionViews(HomeViews):
             card = deciding_card(view, who, verb)
         if not channel or not card_ts:
             return
-        try:
-            await self.client.chat_update(
-                channel=channel, ts=card_ts, text=card.text, blocks=card.blocks
-            )
-        except SlackApiError as exc:
-            log.warning("could not mark card as deciding: %s", exc.response.get("error"))
+        await self.update_or_log(channel, card_ts, card, "mark card as deciding")
 
     async def restore_card(
         self, approval_id: str, channel: str | None, card_ts: str | None
@@ -173,12 +167,7 @@ class DecisionViews(HomeViews):
             )
         else:
             return
-        try:
-            await self.client.chat_update(
-                channel=channel, ts=card_ts, text=card.text, blocks=card.blocks
-            )
-        except SlackApiError as exc:
-            log.warning("could not restore card: %s", exc.response.get("error"))
+        await self.update_or_log(channel, card_ts, card, "restore card")
 
     async def apply_outcome(
         self,
@@ -270,7 +259,19 @@ class DecisionViews(HomeViews):
             return
         header = _decision_header(outcome, by)
         result = outcome.requester_result
-        if isinstance(result, Answered):
+        if isinstance(result, ServerConnectRequired):
+            # Posted in the thread, so without the link (it is bound to the requester):
+            # their next question there brings them a Connect button of their own.
+            note = (
+                f"Connect *{escape(result.server)}* to include its data: ask again here and "
+                "use the Connect button opsbot shows you."
+            )
+            messages = (
+                answer_messages(result.answer, header=f"{header}\n{note}")
+                if result.answer is not None
+                else [text_message(f"{header}\n{note}")]
+            )
+        elif isinstance(result, Answered):
             messages = answer_messages(result.answer, header=header)
         elif isinstance(result, Refused):
             messages = [text_message(f"{header}\n{escape(result.reason)}")]
@@ -283,12 +284,7 @@ class DecisionViews(HomeViews):
         view = await self.assistant.approval_view(outcome.approval_id)
         what = f"`{escape(view.server)}` · `{escape(view.tool)}`" if view else "Your request"
         message = text_message(f"{what}: {_decision_header(outcome, outcome.decided_by)}")
-        try:
-            await self.client.chat_update(
-                channel=channel, ts=note_ts, text=message.text, blocks=message.blocks
-            )
-        except SlackApiError as exc:
-            log.warning("could not update the requester's note: %s", exc.response.get("error"))
+        await self.update_or_log(channel, note_ts, message, "update the requester's note")
 
     async def _update_card(
         self,

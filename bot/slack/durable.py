@@ -24,13 +24,11 @@ import secrets
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
-import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.slack.adapter import SlackAdapter
-from bot.slack.app import SlackBot, build_app
-from bot.slack.client import make_web_client
+from bot.slack.app import SlackBot, open_bot
 from bot.slack.config import SlackBotConfig
 from bot.slack.core import AssistantPort
 from bot.slack.incoming import Progress, UserMessage
@@ -113,22 +111,17 @@ async def open_durable_bot(
 
     On SQLite (the embedded, single-process default) unfinished runs are requeued at start;
     on PostgreSQL a dead instance's runs are taken over when their lease runs out."""
-    async with aiohttp.ClientSession() as session:
-        client = make_web_client(config, session)
-        queue = SqlJobQueue(engine, clock)
-        adapter = DurableSlackAdapter(
-            config, assistant, client, SqlApprovalMessages(engine, clock), queue
-        )
-        await adapter.learn_home_team()
-        app = build_app(
-            config,
-            assistant,
-            engine,
-            client=client,
-            clock=clock,
-            socket_mode=socket_mode,
-            adapter=adapter,
-        )
+    queue = SqlJobQueue(engine, clock)
+    made: list[DurableSlackAdapter] = []
+
+    def make_adapter(client: AsyncWebClient, messages: SqlApprovalMessages) -> SlackAdapter:
+        made.append(DurableSlackAdapter(config, assistant, client, messages, queue))
+        return made[-1]
+
+    async with open_bot(
+        config, assistant, engine, clock=clock, socket_mode=socket_mode, make_adapter=make_adapter
+    ) as bot:
+        adapter = made[-1]
         embedded = engine.dialect.name == "sqlite"
         async with JobRunner(
             queue,
@@ -139,4 +132,4 @@ async def open_durable_bot(
             recover_on_start=embedded,
         ) as runner:
             adapter.runner = runner
-            yield SlackBot(app, adapter)
+            yield SlackBot(bot.app, adapter)

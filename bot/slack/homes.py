@@ -14,6 +14,7 @@ from bot.slack.core import (
 from bot.slack.home import home_view
 from bot.slack.output import SlackOutput
 from bot.slack.render import (
+    Message,
     escape,
     text_message,
 )
@@ -39,19 +40,43 @@ class HomeViews(SlackOutput):
         ]
         self._connect_prompts[chat_user] = [*kept[-4:], (now, response_url)]
 
-    async def linked(self, chat_user: ChatUser, who: str) -> None:
-        """An account link completed: the Connect prompts the user clicked now say so, and
-        their App Home no longer asks them to connect."""
-        prompts = self._connect_prompts.pop(chat_user, [])
+    def remember_server_prompt(
+        self, chat_user: ChatUser, server: str, response_url: str | None
+    ) -> None:
+        """The user clicked *Connect <server>*: keep where to say "Connected to <server>"."""
+        if not response_url:
+            return
+        now = time.monotonic()
+        key = (chat_user, server)
+        kept = [
+            (at, url)
+            for at, url in self._server_prompts.get(key, [])
+            if now - at < CONNECT_PROMPT_TTL_SECONDS and url != response_url
+        ]
+        self._server_prompts[key] = [*kept[-4:], (now, response_url)]
+
+    async def server_connected(self, chat_user: ChatUser, server: str) -> None:
+        """An MCP server was connected: the Connect prompts the user clicked say so."""
         message = text_message(
-            f":white_check_mark: Connected as *{escape(who)}*. Ask your question again."
+            f":white_check_mark: Connected to *{escape(server)}*. Ask your question again."
         )
+        await self._replace_prompts(self._server_prompts.pop((chat_user, server), []), message)
+
+    async def _replace_prompts(self, prompts: list[tuple[float, str]], message: Message) -> None:
         for _at, url in prompts:
             try:
                 webhook = AsyncWebhookClient(url, session=self.client.session)
                 await webhook.send(text=message.text, blocks=message.blocks, replace_original=True)
             except Exception as exc:  # an expired prompt stays as it was
                 log.info("connect prompt not replaced: %s", type(exc).__name__)
+
+    async def linked(self, chat_user: ChatUser, who: str) -> None:
+        """An account link completed: the Connect prompts the user clicked now say so, and
+        their App Home no longer asks them to connect."""
+        message = text_message(
+            f":white_check_mark: Connected as *{escape(who)}*. Ask your question again."
+        )
+        await self._replace_prompts(self._connect_prompts.pop(chat_user, []), message)
         try:
             await self.publish_home(chat_user)
         except Exception as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
@@ -38,6 +39,7 @@ from bot.slack.modals import (
 )
 from bot.slack.render import (
     CONNECT_ACTION_ID,
+    CONNECT_SERVER_ACTION_ID,
     Message,
     approval_line,
     connect_prompt,
@@ -223,6 +225,14 @@ def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
         await ack()  # a URL button: Slack opens the link; we keep where to say "connected"
         adapter.remember_connect_prompt(_clicker(body), body.get("response_url"))
 
+    @app.action(CONNECT_SERVER_ACTION_ID)
+    async def connect_server_clicked(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()  # the same for *Connect <server>*; the button's value names the server
+        actions = body.get("actions") or [{}]
+        server = str(actions[0].get("value") or "")
+        if server:
+            adapter.remember_server_prompt(_clicker(body), server, body.get("response_url"))
+
 
 async def _subcommand(adapter: SlackAdapter, chat_user: ChatUser, verb: str, rest: str) -> Message:
     """The private answer to an /ops subcommand that is not a question."""
@@ -342,27 +352,23 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
             await client.views_update(view_id=view_id, view=_notice_view(refusal.text))
             await adapter.ephemeral(channel, clicker.user_id, refusal)
 
-    @app.action(EDIT_ACTION_ID)
-    async def edit(
-        ack: AsyncAck,
-        body: dict[str, Any],
-        action: dict[str, Any],
-        client: AsyncWebClient,
-        context: AsyncBoltContext,
-    ) -> None:
-        await ack()  # then views.open at once: the trigger id lives 3 seconds
-        await open_modal(context, body, action, client, "edit")
+    def modal_opener(kind: str) -> Callable[..., Awaitable[None]]:
+        """The Edit or Reject click: a modal of that kind (Bolt injects by parameter name)."""
 
-    @app.action(REJECT_ACTION_ID)
-    async def reject(
-        ack: AsyncAck,
-        body: dict[str, Any],
-        action: dict[str, Any],
-        client: AsyncWebClient,
-        context: AsyncBoltContext,
-    ) -> None:
-        await ack()
-        await open_modal(context, body, action, client, "reject")
+        async def clicked(
+            ack: AsyncAck,
+            body: dict[str, Any],
+            action: dict[str, Any],
+            client: AsyncWebClient,
+            context: AsyncBoltContext,
+        ) -> None:
+            await ack()  # then views.open at once: the trigger id lives 3 seconds
+            await open_modal(context, body, action, client, kind)
+
+        return clicked
+
+    app.action(EDIT_ACTION_ID)(modal_opener("edit"))
+    app.action(REJECT_ACTION_ID)(modal_opener("reject"))
 
     @app.view(EDIT_CALLBACK_ID)
     async def edit_submitted(

@@ -49,6 +49,8 @@ class SlackOutput:
         # response_urls of Connect prompts a user clicked, newest last: replaced with
         # "Connected as …" once the link completes (Slack keeps them valid for 30 minutes).
         self._connect_prompts: dict[ChatUser, list[tuple[float, str]]] = {}
+        # The same for *Connect <server>* prompts (MCP servers in ``auth: oauth`` mode).
+        self._server_prompts: dict[tuple[ChatUser, str], list[tuple[float, str]]] = {}
         # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
         self.home_team: str | None = None
         self._home_team_asked_at: float | None = None
@@ -74,6 +76,16 @@ class SlackOutput:
             )
             first = first or str(response["ts"])
         return first
+
+    async def update_or_log(self, channel: str, ts: str, message: Message, what: str) -> None:
+        """Replace the message at ``ts``; a refusal (deleted, too old) is one warning line
+        saying ``could not <what>``: the decision it shows stands either way."""
+        try:
+            await self.client.chat_update(
+                channel=channel, ts=ts, text=message.text, blocks=message.blocks
+            )
+        except SlackApiError as exc:
+            log.warning("could not %s: %s", what, exc.response.get("error"))
 
     async def ephemeral(self, channel: str | None, user: str, message: Message) -> None:
         """Only ``user`` sees it; without a channel (App Home), a DM instead."""

@@ -26,6 +26,7 @@ Block = dict[str, Any]
 SECTION_TEXT_LIMIT = 3000
 MESSAGE_BLOCK_LIMIT = 50
 CONNECT_ACTION_ID = "connect_account"
+CONNECT_SERVER_ACTION_ID = "connect_server"
 
 _MD_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^)\s]+)\)")
 _MD_BOLD = re.compile(r"\*\*([^*\n]+)\*\*")
@@ -161,6 +162,36 @@ def connect_prompt(login_url: str) -> Message:
                         "action_id": CONNECT_ACTION_ID,
                         "text": {"type": "plain_text", "text": "Connect your account"},
                         "url": login_url,
+                        "style": "primary",
+                    }
+                ],
+            },
+        ],
+    )
+
+
+def server_connect_prompt(server: str, connect_url: str) -> Message:
+    """*Connect <server>*: the user signs in at that server's own authorization server once
+    (an MCP server in ``auth: oauth`` mode); the button's value names the server."""
+    name = escape(server)
+    text = (
+        f"To use *{name}* for you, opsbot needs you to sign in there once. "
+        "Connect it; then ask again."
+    )
+    return Message(
+        text=f"Connect {server} to use it through opsbot",
+        blocks=[
+            section(text),
+            {
+                "type": "actions",
+                "block_id": "connect_server",
+                "elements": [
+                    {
+                        "type": "button",
+                        "action_id": CONNECT_SERVER_ACTION_ID,
+                        "text": {"type": "plain_text", "text": f"Connect {server}"[:75]},
+                        "url": connect_url,
+                        "value": server[:2000],
                         "style": "primary",
                     }
                 ],

@@ -38,6 +38,7 @@ from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 
+from bot.slack.core import ConnectRefused, ServerConnected
 from bot.slack.front import AckFront
 from bot.slack.incoming import Ignored, Malformed, screen
 from infra.loop_thread import LoopThread, on_loop
@@ -45,6 +46,7 @@ from infra.serving import socket_url
 
 EVENTS_PATH = "/slack/events"
 OAUTH_CALLBACK_PATH = "/oauth/callback"
+MCP_OAUTH_CALLBACK_PATH = "/oauth/mcp/callback"
 # Slack's payloads are a few KB; a modal with 100 full blocks stays under 512 KiB.
 DEFAULT_MAX_BODY_BYTES = 512 * 1024
 SIGNATURE_MAX_AGE_SECONDS = 5 * 60
@@ -55,6 +57,11 @@ log = logging.getLogger(__name__)
 # Finishes an account link from the IdP's redirect (state, code, RFC 9207 iss if sent) → who
 # was connected.
 LinkCallback = Callable[[str, str, str | None], Awaitable[str]]
+# Finishes connecting an ``auth: oauth`` MCP server from its authorization server's redirect
+# (``AssistantPort.complete_server_connect``, then the Slack prompt is updated).
+ServerConnectCallback = Callable[
+    [str, str, str | None], Awaitable[ServerConnected | ConnectRefused]
+]
 
 
 def web_application(
@@ -67,6 +74,7 @@ def web_application(
     clock: Callable[[], float] = time.time,
     front: AckFront | None = None,
     dispatch: Callable[[AsyncBoltRequest], Awaitable[BoltResponse]] | None = None,
+    server_connect: ServerConnectCallback | None = None,
 ) -> web.Application:
     """The app's web server; ``routes``/``middlewares`` add operations endpoints
     (``/metrics``, ``/readyz``) and request metrics from ``opsbot.observability``.
@@ -120,6 +128,8 @@ def web_application(
     application.router.add_get("/healthz", health)
     if link_callback is not None:
         application.router.add_get(OAUTH_CALLBACK_PATH, _oauth_callback(link_callback))
+    if server_connect is not None:
+        application.router.add_get(MCP_OAUTH_CALLBACK_PATH, _server_connect(server_connect))
     return application
 
 
@@ -185,6 +195,31 @@ def _oauth_callback(
     return callback
 
 
+def _server_connect(
+    finish: ServerConnectCallback,
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """``/oauth/mcp/callback``: a refused or stale connection is a clear page and one log
+    line (no traceback); the state and code never reach the log."""
+
+    async def callback(request: web.Request) -> web.Response:
+        query = request.query
+        if "error" in query:
+            log.info("MCP server connection cancelled at the authorization server")
+            return _page(400, "The sign-in was cancelled or refused. Ask opsbot again in Slack.")
+        state, code = query.get("state", ""), query.get("code", "")
+        if not state or not code:
+            log.warning("MCP server connection refused: incomplete callback")
+            return _page(400, "This link is incomplete. Ask opsbot again in Slack.")
+        result = await finish(state, code, query.get("iss"))
+        if isinstance(result, ConnectRefused):
+            status = 400 if result.stale else 502
+            log.warning("MCP server connection refused (%d): %s", status, result.reason[:200])
+            return _page(status, result.reason)
+        return _page(200, f"opsbot can now use {result.server} for you. You can go back to Slack.")
+
+    return callback
+
+
 def _page(status: int, message: str) -> web.Response:
     body = f"<!doctype html><title>opsbot</title><p>{html.escape(message, quote=False)}</p>"
     return web.Response(status=status, text=body, content_type="text/html")
@@ -200,6 +235,7 @@ async def serve_http(
     middlewares: Sequence[Middleware] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     front: AckFront | None = None,
+    server_connect: ServerConnectCallback | None = None,
 ) -> AsyncIterator[str]:
     """Serve ``app`` on a pre-bound socket until the block exits; yields the base URL.
 
@@ -215,6 +251,7 @@ async def serve_http(
             routes=routes,
             middlewares=middlewares,
             max_body_bytes=max_body_bytes,
+            server_connect=server_connect,
         ) as url:
             yield url
         return
@@ -225,6 +262,7 @@ async def serve_http(
             routes=routes,
             middlewares=middlewares,
             max_body_bytes=max_body_bytes,
+            server_connect=server_connect,
         ),
         access_log=None,
         handle_signals=False,
@@ -249,6 +287,7 @@ async def _serve_on_ack_loop(
     routes: Sequence[web.RouteDef],
     middlewares: Sequence[Middleware],
     max_body_bytes: int,
+    server_connect: ServerConnectCallback | None = None,
 ) -> AsyncIterator[str]:
     main = asyncio.get_running_loop()
 
@@ -269,6 +308,15 @@ async def _serve_on_ack_loop(
         async def callback(state: str, code: str, iss: str | None) -> str:
             return await on_loop(main, linked(state, code, iss))  # type: ignore[arg-type]
 
+    connect: ServerConnectCallback | None = None
+    if server_connect is not None:
+        finish = server_connect
+
+        async def connect(
+            state: str, code: str, iss: str | None
+        ) -> ServerConnected | ConnectRefused:
+            return await on_loop(main, finish(state, code, iss))  # type: ignore[arg-type]
+
     forwarded_routes = [
         web.RouteDef(r.method, r.path, on_main(r.handler), r.kwargs)
         for r in routes
@@ -286,6 +334,7 @@ async def _serve_on_ack_loop(
                 max_body_bytes=max_body_bytes,
                 front=front,
                 dispatch=dispatch,
+                server_connect=connect,
             ),
             access_log=None,
             handle_signals=False,

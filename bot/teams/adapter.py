@@ -33,6 +33,7 @@ from bot.teams.core import (
     LinkRequired,
     Refused,
     Reply,
+    ServerConnectRequired,
 )
 from bot.teams.incoming import TeamsMessage
 from bot.teams.outbound import TeamsOutbound
@@ -40,6 +41,7 @@ from bot.teams.render import (
     answer_activities,
     note_activity,
     refusal_activity,
+    server_connect_activity,
     sign_in_activity,
     typing_activity,
 )
@@ -175,6 +177,11 @@ class TeamsAdapter:
         if isinstance(reply, Answered):
             await self._post(conversation, answer_activities(reply.answer))
             return
+        if isinstance(reply, ServerConnectRequired):
+            if reply.answer is not None:
+                await self._post(conversation, answer_activities(reply.answer))
+            await self._privately(message, server_connect_activity(reply.server, reply.connect_url))
+            return
         await self._waiting(reply, message, conversation)
 
     async def _waiting(
@@ -196,7 +203,11 @@ class TeamsAdapter:
     async def sign_in(self, message: TeamsMessage, login_url: str) -> None:
         """The sign-in card goes to the person alone: in their personal chat with opsbot. In a
         channel the thread only hears that a link was sent privately."""
-        card = sign_in_activity(login_url)
+        await self._privately(message, sign_in_activity(login_url))
+
+    async def _privately(self, message: TeamsMessage, card: dict[str, Any]) -> None:
+        """A card bound to the asker goes to their personal chat; a channel thread only hears
+        that it was sent privately."""
         if message.is_personal:
             await self._post(conversation_of(message), [card])
             return

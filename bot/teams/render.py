@@ -128,6 +128,23 @@ def sign_in_activity(login_url: str) -> ActivityJson:
     return card_activity(content, SIGN_IN_TITLE)
 
 
+def server_connect_activity(server: str, connect_url: str) -> ActivityJson:
+    """*Connect <server>*: the MCP server signs each user in itself (``auth: oauth``). Sent
+    to the asker alone, like the sign-in card: the link is bound to them."""
+    title = f"Connect {server}"
+    content = card(
+        [
+            text_block(title, weight="Bolder", size="Medium"),
+            text_block(
+                f"{server} signs each person in itself. Connect it once with your own account "
+                "and ask again; opsbot then uses it as you."
+            ),
+        ],
+        [{"type": "Action.OpenUrl", "title": title, "url": connect_url}],
+    )
+    return card_activity(content, title)
+
+
 def refusal_activity(reason: str) -> ActivityJson:
     return card_activity(card([text_block(f"⛔ {plain_text(reason)}")]), reason)
 

@@ -34,7 +34,7 @@ async def handle_serve(args: argparse.Namespace, settings: Settings) -> int:
     from broker.factory import open_identity_service
     from broker.local import LocalIdentityService
     from broker.service import build_service_app
-    from broker.web import link_routes
+    from broker.web import link_routes, mcp_oauth_routes
     from infra.serving import bind_socket, serve_asgi, wait_for_shutdown
     from infra.storage import create_engine, migrate
 
@@ -48,10 +48,13 @@ async def handle_serve(args: argparse.Namespace, settings: Settings) -> int:
         await migrate(engine)
         async with open_identity_service(local, engine) as service:
             assert isinstance(service, LocalIdentityService)
+            # The service holds the MCP OAuth grants too: their authorization servers send
+            # the browser back here (OPSBOT_BROKER__MCP_OAUTH_CALLBACK_URL names this host).
+            routes = link_routes(service.linking)
+            if service.mcp_oauth is not None:
+                routes += mcp_oauth_routes(service.mcp_oauth)
             app: Any = build_service_app(
-                service,
-                settings.broker.service_secret.get_secret_value(),
-                extra_routes=link_routes(service.linking),
+                service, settings.broker.service_secret.get_secret_value(), extra_routes=routes
             )
             async with serve_asgi(app, sock) as base:
                 print(f"token broker service at {base}; Ctrl-C to stop")

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from assistant.types import ChatUser
+    from assistant.types import ChatUser, ConnectRefused, ServerConnected
     from bot.slack import SlackBotConfig
     from bot.slack.core import AssistantPort
     from infra.settings import Settings
@@ -208,6 +208,13 @@ async def serve_slack(
                         ),
                         *extra_routes,
                     ]
+                    # MCP servers in ``auth: oauth`` mode send the browser back here when
+                    # OPSBOT_BROKER__MCP_OAUTH_CALLBACK_URL names this app (in both modes).
+                    connect = (
+                        _server_connect(assistant, bot.adapter.server_connected)
+                        if any(s.auth == "oauth" for s in settings.mcp_servers)
+                        else None
+                    )
                     async with serve_http(
                         bot.app,
                         sock or bind_socket(host, port),
@@ -216,6 +223,7 @@ async def serve_slack(
                         middlewares=[request_metrics],
                         max_body_bytes=settings.slack.max_body_bytes,
                         front=_ack_front(settings, bot.adapter),
+                        server_connect=connect,
                     ) as url:
                         log.info("opsbot slack: listening on %s/slack/events", url)
                         if on_ready is not None:
@@ -257,6 +265,25 @@ def _link_callback(
         except Exception:  # the link itself is done; a stale prompt is only cosmetic
             log.warning("could not update Slack after linking", exc_info=True)
         return result.who
+
+    return complete
+
+
+def _server_connect(
+    assistant: AssistantPort, connected: Callable[[ChatUser, str], Awaitable[None]]
+) -> Callable[[str, str, str | None], Awaitable[ServerConnected | ConnectRefused]]:
+    """Finish connecting an MCP server (``/oauth/mcp/callback``) and replace the user's
+    *Connect <server>* prompt, as ``_link_callback`` does for account links."""
+    from assistant.types import ServerConnected
+
+    async def complete(state: str, code: str, iss: str | None) -> ServerConnected | ConnectRefused:
+        result = await assistant.complete_server_connect(state, code, iss=iss)
+        if isinstance(result, ServerConnected):
+            try:
+                await connected(result.chat_user, result.server)
+            except Exception:  # connected all the same; a stale prompt is only cosmetic
+                log.warning("could not update Slack after connecting %s", result.server)
+        return result
 
     return complete
 

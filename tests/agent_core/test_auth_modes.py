@@ -16,7 +16,7 @@ from agent_core.credentials import Credentials
 from agent_core.errors import ConnectRequiredError, CredentialError
 from agent_core.factory import ServerConfigError, check_servers, log_servers, server_config
 from agent_core.threads import MemoryThreadStore, PlatformRef
-from broker import BrokerError, Identity
+from broker import Identity
 from infra.settings import McpServerSettings, Settings
 from testing.agent import FAKE_POLICY, FakeBroker, ScriptedChatModel, fake_mcp_server, final
 
@@ -138,15 +138,12 @@ async def test_credentials_per_mode_and_never_a_token_for_another_audience() -> 
 
 
 async def test_oauth_servers_use_the_injected_source_and_ask_to_connect() -> None:
-    class ConnectRequired(BrokerError):
-        def __init__(self, server: str, authorize_url: str) -> None:
-            super().__init__(f"connect {server}")
-            self.authorize_url = authorize_url
+    from broker import ConnectRequired
 
     asked: list[tuple[str, str]] = []
 
-    async def oauth_token(subject: str, server: str) -> str:
-        asked.append((subject, server))
+    async def oauth_token(identity: Identity, server: str) -> str:
+        asked.append((identity.subject, server))
         if server == "linear":
             raise ConnectRequired(server, "https://opsbot/connect/linear")
         return "user-oauth-token"

@@ -15,12 +15,15 @@ import pytest
 from sqlalchemy import select
 from starlette.applications import Starlette
 
-from broker import ChatUser, LocalIdentityService
+from broker import ChatUser, LocalIdentityService, NotLinkedError
 from broker.links import TokenCipher
 from broker.mcp_oauth import OAuthDiscoveryError, discover, register
+from broker.mcp_oauth_flow import McpOAuthService, OAuthServer
+from broker.mcp_tokens import McpTokenStore
+from infra.clock import Clock, utc_now
 from infra.serving import bind_socket, serve_asgi, socket_url
 from infra.settings import McpOAuthClient
-from testing.identity import open_broker, start_dev_idp
+from testing.identity import BrokerHarness, open_broker, start_dev_idp
 from tests.fixtures.oidc_provider import node, node_provider, sign_in
 
 __all__ = ["node"]  # a fixture, imported for pytest
@@ -45,6 +48,60 @@ async def protected_resource(metadata: dict[str, Any] | None) -> AsyncIterator[s
     app = Starlette(routes=[Route("/.well-known/oauth-protected-resource/mcp", well_known)])
     async with serve_asgi(app, sock):
         yield server_url
+
+
+def _metadata_app(server_url: str, issuer: str) -> Starlette:
+    """The RFC 9728 metadata of the MCP server at ``server_url``, naming ``issuer``."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    async def metadata(request: Request) -> Response:
+        scopes = ["openid", "offline_access", "tickets:read"]
+        body = {"resource": server_url, "authorization_servers": [issuer]}
+        return JSONResponse({**body, "scopes_supported": scopes})
+
+    return Starlette(routes=[Route("/.well-known/oauth-protected-resource/mcp", metadata)])
+
+
+@contextlib.asynccontextmanager
+async def _world(
+    node: str, server_url: str, clock: Clock = utc_now
+) -> AsyncIterator[tuple[str, httpx.AsyncClient, BrokerHarness]]:
+    """The server's authorization server (``oidc-provider`` with registration, issuing
+    tokens for ``server_url``), an HTTP client, and the company IdP's broker (links)."""
+    async with (
+        node_provider(
+            node,
+            "http://127.0.0.1:9/unused",
+            registration=True,
+            resource={"url": server_url, "scope": "tickets:read"},
+        ) as issuer,
+        httpx.AsyncClient() as http,
+        start_dev_idp() as idp,
+        open_broker(idp, clock=clock) as harness,
+    ):
+        yield issuer, http, harness
+
+
+def _oauth_service(
+    server_url: str,
+    store: McpTokenStore,
+    harness: BrokerHarness,
+    http: httpx.AsyncClient,
+    redirect_uri: str,
+    clock: Clock = utc_now,
+) -> McpOAuthService:
+    """Per-user OAuth to one server, ``tickets``, for the users ``harness`` links."""
+    return McpOAuthService(
+        {"tickets": OAuthServer("tickets", server_url)},
+        store=store,
+        logins=harness.linking.links,
+        cipher=TokenCipher(TokenCipher.generate_key()),
+        http=http,
+        redirect_uri=redirect_uri,
+        clock=clock,
+    )
 
 
 async def test_oauth_mode_discovers_and_registers_at_a_certified_provider(node: str) -> None:
@@ -109,13 +166,9 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
     our callback → a token for exactly that server → refresh → revoke on disconnect. The
     grant is stored sealed, in memory or in the database's ``mcp_oauth_tokens`` table."""
     import jwt
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
 
     from broker.mcp_oauth import ConnectRequired
-    from broker.mcp_oauth_flow import McpOAuthService, OAuthServer
-    from broker.mcp_tokens import McpTokenStore, MemoryMcpTokenStore, SqlMcpTokenStore
+    from broker.mcp_tokens import MemoryMcpTokenStore, SqlMcpTokenStore
     from broker.web import mcp_oauth_routes
     from infra.clock import ManualClock
     from infra.storage import create_engine
@@ -148,58 +201,37 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
 
     async with (
         contextlib.AsyncExitStack() as cleanup,
-        node_provider(
-            node,
-            "http://127.0.0.1:9/unused",
-            registration=True,
-            resource={"url": server_url, "scope": "tickets:read"},
-        ) as issuer,
-        httpx.AsyncClient() as http,
+        _world(node, server_url) as (issuer, http, harness),
     ):
         if engine is not None:
             cleanup.push_async_callback(engine.dispose)
-        service = McpOAuthService(
-            {"tickets": OAuthServer("tickets", server_url)},
-            store=store,
-            cipher=TokenCipher(TokenCipher.generate_key()),
-            http=http,
-            redirect_uri=callback_url,
-            clock=clock,
-        )
-
-        async def metadata(request: Request) -> Response:
-            return JSONResponse(
-                {
-                    "resource": server_url,
-                    "authorization_servers": [issuer],
-                    "scopes_supported": ["openid", "offline_access", "tickets:read"],
-                }
-            )
-
-        resource_app = Starlette(
-            routes=[Route("/.well-known/oauth-protected-resource/mcp", metadata)]
-        )
+        carol = await harness.link("carol")  # her company account, linked from chat
+        service = _oauth_service(server_url, store, harness, http, callback_url, clock)
+        resource_app = _metadata_app(server_url, issuer)
         callback_app = Starlette(routes=mcp_oauth_routes(service))
         async with serve_asgi(resource_app, resource_sock), serve_asgi(callback_app, callback_sock):
             with pytest.raises(ConnectRequired) as needed:
-                await service.oauth_token("carol", "tickets")
+                await service.oauth_token(carol, "tickets")
             assert needed.value.server == "tickets"
             async with httpx.AsyncClient() as browser:
                 page = await sign_in(browser, needed.value.authorize_url, "carol", callback_url)
-            assert page.status_code == 200, page.text
-            assert "opsbot can now use tickets for you" in page.text
+                assert page.status_code == 200, page.text
+                assert "opsbot can now use tickets for you" in page.text
+                replayed = await browser.get(page.url)  # the same state and code again
+            assert replayed.status_code == 400
+            assert "already used" in replayed.text
 
-            token = await service.oauth_token("carol", "tickets")
+            token = await service.oauth_token(carol, "tickets")
             claims = jwt.decode(token, options={"verify_signature": False})
             assert claims["aud"] == server_url
             assert claims["sub"] == "carol"
             [(subject, server, sealed)] = await rows()
             assert (subject, server) == ("carol", "tickets")
             assert token not in sealed  # encrypted at rest
-            assert await service.oauth_token("carol", "tickets") == token  # still fresh
+            assert await service.oauth_token(carol, "tickets") == token  # still fresh
 
             clock.advance(601)  # past the access token's 600 s (server.mjs ttl): refreshed
-            refreshed = await service.oauth_token("carol", "tickets")
+            refreshed = await service.oauth_token(carol, "tickets")
             assert refreshed != token
             assert jwt.decode(refreshed, options={"verify_signature": False})["aud"] == server_url
 
@@ -207,11 +239,9 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
             grant = service._open(sealed)
             _, client = service._setup["tickets"]
             # Unlinking carol's chat account disconnects her servers.
-            async with start_dev_idp() as idp, open_broker(idp) as harness:
-                await harness.link("carol")
-                local = LocalIdentityService(harness.broker, harness.linking, service)
-                assert await local.oauth_token("carol", "tickets") == refreshed
-                assert await local.unlink(ChatUser("slack", "T-TEST", "U-carol"))
+            local = LocalIdentityService(harness.broker, harness.linking, service)
+            assert await local.oauth_token(carol, "tickets") == refreshed
+            assert await local.unlink(ChatUser("slack", "T-TEST", "U-carol"))
             assert await rows() == []  # unlink deleted her grants (by SQL on the SQL store)
             assert client.client_secret is not None
             assert grant.refresh_token is not None
@@ -221,5 +251,123 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
                 auth=(client.client_id, client.client_secret),
             )
             assert refused.json()["error"] == "invalid_grant"
-            with pytest.raises(ConnectRequired):
-                await service.oauth_token("carol", "tickets")
+            with pytest.raises(NotLinkedError):  # unlinked: nobody to connect for
+                await service.oauth_token(carol, "tickets")
+
+
+async def test_connect_links_are_single_use_expire_and_stay_with_their_user(node: str) -> None:
+    """A *Connect <server>* link works once, for ``state_ttl``, and only while the chat user
+    who asked is still linked to the same company account; each refusal is a clear 400."""
+
+    from broker.mcp_oauth import ConnectRequired
+    from broker.mcp_tokens import MemoryMcpTokenStore
+    from broker.web import mcp_oauth_routes
+    from infra.clock import ManualClock
+
+    resource_sock = bind_socket("127.0.0.1", 0)
+    server_url = f"{socket_url(resource_sock)}/mcp"
+    callback_sock = bind_socket("127.0.0.1", 0)
+    callback_url = f"{socket_url(callback_sock)}/oauth/mcp/callback"
+    clock = ManualClock()
+    store = MemoryMcpTokenStore()
+    async with (
+        _world(node, server_url, clock) as (issuer, http, harness),
+    ):
+        carol = await harness.link("carol")
+        service = _oauth_service(server_url, store, harness, http, callback_url, clock)
+        resource_app = _metadata_app(server_url, issuer)
+        callback_app = Starlette(routes=mcp_oauth_routes(service))
+
+        async def connect_url() -> str:
+            with pytest.raises(ConnectRequired) as needed:
+                await service.oauth_token(carol, "tickets")
+            return needed.value.authorize_url
+
+        async with (
+            serve_asgi(resource_app, resource_sock),
+            serve_asgi(callback_app, callback_sock),
+            httpx.AsyncClient() as browser,
+        ):
+            stale = await connect_url()
+            clock.advance(601)  # past the 10-minute state lifetime
+            page = await sign_in(browser, stale, "carol", callback_url)
+            assert page.status_code == 400
+            assert "expired" in page.text
+
+            # Carol's chat account is unlinked (and linked again) while the link is out:
+            # the old link is no longer hers to finish.
+            orphaned = await connect_url()
+            assert await harness.linking.unlink(carol.chat_user)  # type: ignore[arg-type]
+            page = await sign_in(browser, orphaned, "carol", callback_url)
+            assert page.status_code == 400
+            assert "not linked" in page.text
+            assert store.sealed == {}  # nothing was stored for any refused link
+
+            carol = await harness.link("carol")
+            page = await sign_in(browser, await connect_url(), "carol", callback_url)
+            assert page.status_code == 200, page.text
+            assert list(store.sealed) == [("carol", "tickets")]
+            assert (await browser.get(page.url)).status_code == 400  # once only
+
+
+async def test_the_broker_service_hands_out_oauth_tokens_behind_its_secret(node: str) -> None:
+    """Multi-process deployments: an instance without the key asks the broker service
+    (``/v1/oauth_token``, the same service secret as ``/v1/token``) and finishes a connection
+    through it (``/v1/complete_server_connect``); errors keep their class over HTTP."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    from broker import BrokerError, InvalidStateError, RemoteBroker
+    from broker.mcp_oauth import ConnectRequired
+    from broker.mcp_tokens import MemoryMcpTokenStore
+    from broker.service import build_service_app
+    from testing.identity import SERVICE_SECRET
+
+    broker_sock = bind_socket("127.0.0.1", 0)
+    callback_url = f"{socket_url(broker_sock)}/oauth/mcp/callback"
+    resource_sock = bind_socket("127.0.0.1", 0)
+    server_url = f"{socket_url(resource_sock)}/mcp"
+    async with (
+        _world(node, server_url) as (issuer, http, harness),
+    ):
+        carol = await harness.link("carol")
+        service = _oauth_service(server_url, MemoryMcpTokenStore(), harness, http, callback_url)
+        local = LocalIdentityService(harness.broker, harness.linking, service)
+        app = build_service_app(local, SERVICE_SECRET)
+        resource_app = _metadata_app(server_url, issuer)
+        async with (
+            serve_asgi(resource_app, resource_sock),
+            serve_asgi(app, broker_sock) as base,  # type: ignore[arg-type]
+        ):
+            remote = RemoteBroker(base, SERVICE_SECRET, http)
+            with pytest.raises(ConnectRequired) as needed:
+                await remote.oauth_token(carol, "tickets")
+            assert needed.value.server == "tickets"
+            async with httpx.AsyncClient() as browser:
+                # The service here serves no browser route: take the redirect's parameters
+                # and finish through the API, as an app serving /oauth/mcp/callback does.
+                page = await sign_in(browser, needed.value.authorize_url, "carol", callback_url)
+            reply = dict(parse_qsl(urlsplit(str(page.url)).query))
+            done = await remote.complete_server_connect(
+                reply["state"], reply["code"], iss=reply.get("iss")
+            )
+            assert (done.subject, done.chat_user, done.server) == (
+                "carol",
+                carol.chat_user,
+                "tickets",
+            )
+            with pytest.raises(InvalidStateError):  # single use, over HTTP too
+                await remote.complete_server_connect(reply["state"], reply["code"])
+            token = await remote.oauth_token(carol, "tickets")
+            import jwt
+
+            claims = jwt.decode(token, options={"verify_signature": False})
+            assert (claims["sub"], claims["aud"]) == ("carol", server_url)
+
+            anonymous = await http.post(
+                f"{base}/v1/oauth_token", json={"subject": "carol", "server": "tickets"}
+            )
+            assert anonymous.status_code == 401
+            assert token not in anonymous.text
+            impostor = RemoteBroker(base, "wrong-secret", http)
+            with pytest.raises(BrokerError, match="refused"):
+                await impostor.oauth_token(carol, "tickets")
