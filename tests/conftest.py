@@ -30,6 +30,7 @@ pytest_plugins = [
     "tests.fixtures.mcp",
     "tests.fixtures.audit",
     "tests.fixtures.slack_text",
+    "tests.fixtures.browser",
 ]
 
 DATABASE_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
