@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
@@ -57,6 +57,7 @@ from assistant.types import (
     Reject,
     Remembered,
     Reply,
+    ServerConnection,
     Source,
     UserStatus,
 )
@@ -96,6 +97,10 @@ class Recovered:
     finished: list[Decided]
 
 
+# App Home lists the latest requests of the ones this scan finds (oldest first, by the store).
+MY_REQUESTS_SCANNED = 500
+
+
 class AgentPort(Protocol):
     """What the façade needs from ``agent_core.Agent``."""
 
@@ -124,8 +129,11 @@ class Assistant:
         recovery: Recovery | None = None,
         links: LinkCompleter | None = None,
         people: Callable[[], Awaitable[list[ChatUser]]] | None = None,
+        servers: Sequence[str] = (),
     ) -> None:
         self._identities = identities
+        # The MCP servers reached with the user's exchanged token (App Home's connections).
+        self._servers = tuple(servers)
         self._links = links  # finishes account links (/oauth/callback); None: served elsewhere
         # Every linked chat user (to find an approval's eligible approvers for App Home).
         self._people = people
@@ -269,6 +277,32 @@ class Assistant:
                 continue
             mine.append(await self._view(approval))
         return mine
+
+    async def my_requests(self, chat_user: ChatUser, limit: int = 10) -> list[ApprovalView]:
+        identity = await self._identities.resolve(chat_user)
+        if identity is None:
+            return []
+        found = await self._approvals.store.find(
+            requester_subject=identity.subject, limit=MY_REQUESTS_SCANNED
+        )
+        return [await self._view(a) for a in reversed(found[-limit:])]
+
+    async def connections(self, chat_user: ChatUser) -> list[ServerConnection]:
+        identity = await self._identities.resolve(chat_user)
+        if identity is None:
+            return []
+        shown = []
+        for server in self._servers:
+            try:
+                await self._identities.get_token(identity, server)
+            except AccessRevokedError:
+                shown.append(ServerConnection(server, False, "access revoked: connect again"))
+            except BrokerError as exc:
+                log.info("connections: no token for %s: %s", server, type(exc).__name__)
+                shown.append(ServerConnection(server, False, "not reachable as you right now"))
+            else:
+                shown.append(ServerConnection(server, True))
+        return shown
 
     async def home_audience(self, approval_id: str) -> list[ChatUser]:
         """The requester and every linked person who may decide ``approval_id`` now (or, once

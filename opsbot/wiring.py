@@ -89,6 +89,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                     recovery=recovery,
                     links=local,
                     people=functools.partial(linked_chat_users, engine),
+                    servers=list(settings.exchange_audiences),
                 )
     finally:
         await engine.dispose()

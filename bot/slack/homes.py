@@ -67,9 +67,12 @@ class HomeViews(SlackOutput):
         if status.linked:
             view = home_view(
                 status,
-                await self.assistant.pending_for(chat_user),
+                await self.assistant.my_requests(chat_user),
                 await self.assistant.awaiting_approver(chat_user),
                 await self.assistant.remembered(chat_user),
+                # fresh: only when the person asked (opened the tab, clicked Refresh); the
+                # republishing after every approval does not mint tokens for each reader
+                await self.assistant.connections(chat_user) if fresh else (),
             )
         await self.client.views_publish(user_id=chat_user.user_id, view=view)
 

@@ -24,7 +24,7 @@ from bot.slack.core import (
     NotAuthorised,
     Reject,
 )
-from bot.slack.home import FORGET_ACTION_ID
+from bot.slack.home import FORGET_ACTION_ID, REFRESH_ACTION_ID
 from bot.slack.incoming import ACCEPTED, TOO_LONG, UserMessage
 from bot.slack.modals import (
     EDIT_CALLBACK_ID,
@@ -160,6 +160,11 @@ def _register_home_actions(app: AsyncApp, adapter: SlackAdapter) -> None:
         chat_user = ChatUser("slack", str(team), str(user["id"]))
         await adapter.assistant.forget_memory(chat_user)
         await adapter.publish_home(chat_user)
+
+    @app.action(REFRESH_ACTION_ID)
+    async def refresh(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        await adapter.publish_home(_clicker(body), fresh=True)
 
 
 # -- /ops ---------------------------------------------------------------------------------
