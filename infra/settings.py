@@ -262,6 +262,10 @@ class SlackSettings(Section):
     """Web API retries on HTTP 429 (honouring Retry-After)."""
     server_error_retries: int = 2
     """Web API retries on HTTP 500/503."""
+    user_connections: bool = False
+    """Slack's standardized app authentication: Connect in Slack's own UI (the auth_provider
+    block, user_connection events). Also set features.user_connections.is_enabled in
+    manifest.yml. False: opsbot's Connect button. Either way the link is opsbot's OIDC login."""
 
 
 class RunSettings(Section):

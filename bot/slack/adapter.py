@@ -233,7 +233,11 @@ class SlackAdapter(DecisionViews):
         if isinstance(reply, LinkRequired):
             if indicator:
                 await self.stop_working(indicator)
-            await self.ephemeral(channel, chat_user.user_id, connect_prompt(reply.login_url))
+            await self.ephemeral(
+                channel,
+                chat_user.user_id,
+                connect_prompt(reply.login_url, standard=self.config.user_connections),
+            )
             return
         if isinstance(reply, Refused):
             messages = [text_message(f":no_entry_sign: {escape(reply.reason)}")]

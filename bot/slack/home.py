@@ -51,6 +51,8 @@ def home_view(
     awaiting: Sequence[ApprovalView],
     remembered: Remembered | None = None,
     connections: Sequence[ServerConnection] = (),
+    *,
+    standard_connect: bool = False,
 ) -> dict[str, Any]:
     blocks: list[Block] = [
         {"type": "header", "text": {"type": "plain_text", "text": "opsbot"}},
@@ -59,7 +61,7 @@ def home_view(
     ]
     if not status.linked:
         if status.login_url:
-            blocks += connect_prompt(status.login_url).blocks[1:]
+            blocks += connect_prompt(status.login_url, standard=standard_connect).blocks[1:]
         return {"type": "home", "blocks": blocks}
     if connections:
         blocks += connection_blocks(connections)
