@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
@@ -61,6 +61,7 @@ from assistant.types import (
     Remembered,
     Reply,
     ServerConnected,
+    ServerConnection,
     ServerConnectRequired,
     Source,
     UserStatus,
@@ -69,6 +70,7 @@ from audit.reconcile import Reconciler, ReconcileReport
 from broker.errors import (
     AccessRevokedError,
     BrokerError,
+    ConnectRequired,
     InvalidStateError,
     LinkBrokenError,
     LinkingError,
@@ -115,6 +117,10 @@ class Recovered:
     finished: list[Decided]
 
 
+# App Home lists the latest requests of the ones this scan finds (oldest first, by the store).
+MY_REQUESTS_SCANNED = 500
+
+
 class AgentPort(Protocol):
     """What the façade needs from ``agent_core.Agent``."""
 
@@ -145,6 +151,8 @@ class Assistant:
         people: Callable[[], Awaitable[list[ChatUser]]] | None = None,
         fanout: ApprovalFanout | None = None,
         servers: ServerConnector | None = None,
+        exchange_servers: Sequence[str] = (),
+        oauth_servers: Sequence[str] = (),
     ) -> None:
         # Cross-platform approvals: cards mirrored on other platforms, decisions shown on
         # every platform's copy. None: each approval lives on its requester's platform only.
@@ -152,6 +160,10 @@ class Assistant:
         self._identities = identities
         # Finishes connections to ``auth: oauth`` MCP servers; None: no such server here.
         self._servers = servers
+        # The MCP servers reached with the user's exchanged token (App Home's connections).
+        self._exchange_servers = tuple(exchange_servers)
+        # The MCP servers each user connects with their own sign-in (``auth: oauth``).
+        self._oauth_servers = tuple(oauth_servers)
         self._links = links  # finishes account links (/oauth/callback); None: served elsewhere
         # Every linked chat user (to find an approval's eligible approvers for App Home).
         self._people = people
@@ -345,6 +357,45 @@ class Assistant:
                 continue
             mine.append(await self._view(approval))
         return mine
+
+    async def my_requests(self, chat_user: ChatUser, limit: int = 10) -> list[ApprovalView]:
+        identity = await self._identities.resolve(chat_user)
+        if identity is None:
+            return []
+        found = await self._approvals.store.find(
+            requester_subject=identity.subject, limit=MY_REQUESTS_SCANNED
+        )
+        return [await self._view(a) for a in reversed(found[-limit:])]
+
+    async def connections(self, chat_user: ChatUser) -> list[ServerConnection]:
+        identity = await self._identities.resolve(chat_user)
+        if identity is None:
+            return []
+        shown = []
+        for server in self._exchange_servers:
+            try:
+                await self._identities.get_token(identity, server)
+            except AccessRevokedError:
+                shown.append(ServerConnection(server, False, "access revoked: connect again"))
+            except BrokerError as exc:
+                log.info("connections: no token for %s: %s", server, type(exc).__name__)
+                shown.append(ServerConnection(server, False, "not reachable as you right now"))
+            else:
+                shown.append(ServerConnection(server, True))
+        connector = self._servers
+        for server in self._oauth_servers:
+            if connector is None:
+                break
+            try:
+                await connector.oauth_token(identity, server)
+            except ConnectRequired:
+                shown.append(ServerConnection(server, False, "not connected: ask opsbot to use it"))
+            except BrokerError as exc:
+                log.info("connections: no token for %s: %s", server, type(exc).__name__)
+                shown.append(ServerConnection(server, False, "not reachable as you right now"))
+            else:
+                shown.append(ServerConnection(server, True))
+        return shown
 
     async def home_audience(self, approval_id: str) -> list[ChatUser]:
         """The requester and every linked person who may decide ``approval_id`` now (or, once

@@ -47,6 +47,7 @@ __all__ = [
     "Reply",
     "ServerConnectRequired",
     "ServerConnected",
+    "ServerConnection",
     "Source",
     "UserStatus",
 ]
@@ -297,6 +298,16 @@ class Remembered:
     empty: bool
 
 
+@dataclass(frozen=True, slots=True)
+class ServerConnection:
+    """One MCP server a linked user's questions reach, and whether opsbot can reach it as
+    them now (App Home). ``problem`` says why not, in people's words."""
+
+    server: str
+    connected: bool
+    problem: str | None = None
+
+
 class AssistantPort(Protocol):
     """What a chat adapter may call. ``Assistant`` implements it; tests may fake it."""
 
@@ -311,6 +322,15 @@ class AssistantPort(Protocol):
     async def pending_for(self, chat_user: ChatUser) -> list[ApprovalView]: ...
 
     async def awaiting_approver(self, chat_user: ChatUser) -> list[ApprovalView]: ...
+
+    async def my_requests(self, chat_user: ChatUser, limit: int = 10) -> list[ApprovalView]:
+        """The user's latest requests in any state, newest first (App Home)."""
+        ...
+
+    async def connections(self, chat_user: ChatUser) -> list[ServerConnection]:
+        """Each server reached with the user's own token and whether it can be reached now;
+        empty when the user is not linked."""
+        ...
 
     async def home_audience(self, approval_id: str) -> list[ChatUser]:
         """Whose App Home lists ``approval_id``: its requester and its eligible approvers."""

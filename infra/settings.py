@@ -266,6 +266,10 @@ class SlackSettings(Section):
     """With durable runs, Slack's HTTP is served and messages are stored on a thread, event
     loop and database pool of their own (bot.slack.front), so an ack never waits for agent
     steps. False: everything on the main loop (for comparison: bench slack_ack --compare)."""
+    user_connections: bool = False
+    """Slack's standardized app authentication: Connect in Slack's own UI (the auth_provider
+    block, user_connection events). Also set features.user_connections.is_enabled in
+    manifest.yml. False: opsbot's Connect button. Either way the link is opsbot's OIDC login."""
 
 
 class TeamsSettings(Section):
@@ -537,6 +541,9 @@ class Settings(BaseSettings):
     Unset = SQLite in OPSBOT_DATA_DIR; for production postgresql://opsbot@db.internal/opsbot."""
     test_database_url: str = "postgresql://postgres@127.0.0.1:5432/test"
     """PostgreSQL server the test suite creates its throwaway databases on."""
+    test_chromium: Path = Path("/usr/bin/chromium")
+    """The Chromium the browser tests drive (Debian's `apt-get install chromium`); when it is
+    missing they skip, or fail under CI=true."""
     log_level: str = "INFO"
     log_format: Literal["console", "json"] = "console"
     """`console` (development) or `json` (production: one line with request_id, route,
@@ -629,7 +636,8 @@ class Settings(BaseSettings):
     port: int = Field(default=3000, validation_alias=AliasChoices("PORT", "port"))
     """HTTP port of the web process (/slack/events, /metrics, /healthz, /readyz)."""
     ci: bool = Field(default=False, validation_alias=AliasChoices("CI", "ci"))
-    """Set by CI systems; when true, PostgreSQL-backed tests fail instead of skipping."""
+    """Set by CI systems; when true, PostgreSQL-backed and browser tests fail instead of
+    skipping."""
 
     @property
     def exchange_audiences(self) -> dict[str, str]:

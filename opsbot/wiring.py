@@ -107,6 +107,8 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                         clock=clock,
                     ),
                     servers=servers,
+                    exchange_servers=list(settings.exchange_audiences),
+                    oauth_servers=[s.name for s in settings.mcp_servers if s.auth == "oauth"],
                 )
     finally:
         await engine.dispose()

@@ -384,6 +384,24 @@ class SlackEmulator:
             raise InputError("that form is not yours")
         return opened
 
+    # -- agent sessions -----------------------------------------------------------------------
+
+    def stop_session(self, user_id: str, channel_id: str, thread_ts: str) -> None:
+        """The person clicks Stop on a run in progress: Slack sends ``agent_session_stopped``
+        (shown while the session is ``processing``)."""
+        user = self._user(user_id)
+        session = self.workspace.sessions.get((channel_id, thread_ts))
+        if session is None or session.get("status") != "processing":
+            raise InputError("nothing is running in that thread")
+        event = {
+            "type": "agent_session_stopped",
+            "user": user.id,
+            "channel": channel_id,
+            "thread_ts": thread_ts,
+            "event_ts": f"{time.time():.6f}",
+        }
+        self._spawn(user.id, channel_id, self._event(event, user.id, channel_id))
+
     # -- App Home ---------------------------------------------------------------------------
 
     def open_home(self, user_id: str, tab: str) -> None:
@@ -438,6 +456,16 @@ class SlackEmulator:
             else {"id": modal.id, "view": modal.view, "errors": modal.errors, "busy": modal.busy},
             "home": ws.homes.get(user.id),
             "prompts": ws.prompts,
+            "sessions": [
+                {"channel": c, "thread_ts": t, **session}
+                for (c, t), session in ws.sessions.items()
+                if any(ch["id"] == c for ch in channels)
+            ],
+            "titles": [
+                {"channel": c, "thread_ts": t, "title": title}
+                for (c, t), title in ws.titles.items()
+                if any(ch["id"] == c for ch in channels)
+            ],
         }
 
 
@@ -451,6 +479,7 @@ def _ui_message(m: Message) -> dict[str, Any]:
         "thread_ts": m.thread_ts,
         "ephemeral": m.ephemeral_for is not None,
         "edited": m.edited,
+        "stream": None if m.stream is None else m.stream.as_ui(),
     }
 
 

@@ -142,6 +142,15 @@ def build_app(
             methods=["POST"],
         ),
         Route(
+            "/ui/stop",
+            ui_action(
+                lambda b: emulator.stop_session(
+                    b.text("user"), b.text("channel"), b.text("thread_ts")
+                )
+            ),
+            methods=["POST"],
+        ),
+        Route(
             "/ui/home",
             ui_action(lambda b: emulator.open_home(b.text("user"), b.text("tab"))),
             methods=["POST"],

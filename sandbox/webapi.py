@@ -24,6 +24,7 @@ from sandbox.workspace import (
     TEAM_DOMAIN,
     TEAM_ID,
     NotFoundError,
+    StreamError,
     Workspace,
 )
 from testing.slack_api import Params, check_message, check_view, decode_params
@@ -54,6 +55,11 @@ class WebApi:
             "conversations.info": self.conversations_info,
             "assistant.threads.setStatus": self.set_status,
             "assistant.threads.setSuggestedPrompts": self.set_suggested_prompts,
+            "assistant.threads.setTitle": self.set_title,
+            "chat.startStream": self.start_stream,
+            "chat.appendStream": self.append_stream,
+            "chat.stopStream": self.stop_stream,
+            "agents.sessions.setStatus": self.set_session_status,
         }
 
     def call(self, method: str, params: Params, token: str | None) -> Result:
@@ -67,6 +73,9 @@ class WebApi:
             return handler(params)
         except NotFoundError as exc:
             return {"ok": False, "error": _not_found(method), "detail": str(exc)}
+        except StreamError as exc:
+            error = str(exc) if str(exc).startswith("message_not") else "invalid_chunks"
+            return {"ok": False, "error": error, "detail": str(exc)}
 
     async def handle(self, request: Request) -> JSONResponse:
         params = await _read_params(request)
@@ -218,6 +227,81 @@ class WebApi:
         self.workspace.prompts[channel.id] = {"title": p.get("title", ""), "prompts": prompts}
         self.workspace.changed()
         return {"ok": True}
+
+    # -- thread titles, streams and agent sessions (shapes as testing/slack.py's fake) -------
+
+    def set_title(self, p: Params) -> Result:
+        channel = self.workspace.channels.get(str(p.get("channel_id", "")))
+        if channel is None or not channel.is_im:
+            return {"ok": False, "error": "channel_not_found"}
+        title = str(p.get("title") or "").strip()
+        if not p.get("thread_ts") or not title:
+            return {"ok": False, "error": "invalid_arguments"}
+        self.workspace.titles[(channel.id, str(p["thread_ts"]))] = title
+        self.workspace.changed()
+        return {"ok": True}
+
+    def start_stream(self, p: Params) -> Result:
+        channel = self.workspace.resolve_channel(str(p.get("channel", "")))
+        thread_ts = str(p.get("thread_ts") or "")
+        if not thread_ts:
+            return {"ok": False, "error": "invalid_arguments"}
+        if not channel.is_im and not (p.get("recipient_user_id") and p.get("recipient_team_id")):
+            # outside a DM Slack needs to know whom the stream is for
+            return {"ok": False, "error": "missing_recipient_user_id"}
+        message = self.workspace.start_stream(
+            channel.id, thread_ts, _text(p, "markdown_text"), _chunks(p)
+        )
+        return {"ok": True, "channel": channel.id, "ts": message.ts}
+
+    def append_stream(self, p: Params) -> Result:
+        channel = self.workspace.resolve_channel(str(p.get("channel", "")))
+        message = self.workspace.append_stream(
+            channel.id, str(p.get("ts", "")), _text(p, "markdown_text"), _chunks(p)
+        )
+        return {"ok": True, "channel": channel.id, "ts": message.ts}
+
+    def stop_stream(self, p: Params) -> Result:
+        channel = self.workspace.resolve_channel(str(p.get("channel", "")))
+        blocks = p.get("blocks")
+        message = self.workspace.stop_stream(
+            channel.id,
+            str(p.get("ts", "")),
+            _text(p, "markdown_text"),
+            _chunks(p),
+            blocks if isinstance(blocks, list) else None,
+        )
+        return {"ok": True, "channel": channel.id, "ts": message.ts, "message": message.as_api()}
+
+    def set_session_status(self, p: Params) -> Result:
+        channel = self.workspace.channels.get(str(p.get("channel_id", "")))
+        if channel is None:
+            return {"ok": False, "error": "channel_not_found"}
+        status = str(p.get("status", ""))
+        if status not in ("active", "processing", "suspended", "closed"):
+            return {"ok": False, "error": "invalid_status"}
+        title = p.get("title")
+        self.workspace.set_session(
+            channel.id,
+            str(p.get("thread_ts") or ""),
+            status,
+            title if isinstance(title, str) else None,
+        )
+        return {"ok": True}
+
+
+def _text(p: Params, key: str) -> str | None:
+    value = p.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def _chunks(p: Params) -> list[Any] | None:
+    chunks = p.get("chunks")
+    if isinstance(chunks, str):
+        chunks = json.loads(chunks)
+    if chunks is not None and not isinstance(chunks, list):
+        raise StreamError("chunks must be a list")
+    return chunks
 
 
 def _not_found(method: str) -> str:

@@ -82,6 +82,8 @@ class Message:
     thread_ts: str | None = None
     ephemeral_for: str | None = None
     edited: bool = False
+    # A streamed message (chat.startStream … stopStream): what the chunks built so far.
+    stream: Stream | None = None
 
     def as_api(self) -> dict[str, Any]:
         """The message object as the Web API and interaction payloads show it."""
@@ -97,7 +99,63 @@ class Message:
             message.update(bot_id=BOT_ID, app_id=APP_ID)
         if self.thread_ts:
             message["thread_ts"] = self.thread_ts
+        if self.stream is not None and not self.text:
+            message["text"] = self.stream.text
         return message
+
+
+TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
+STREAM_CHUNK_LIMIT = 12_000  # characters of markdown in one call
+
+
+class StreamError(ValueError):
+    """A chunk Slack would refuse (the Web API answers ``invalid_chunks``)."""
+
+
+@dataclass(slots=True)
+class Stream:
+    """What a streamed message shows: its markdown, its task entries (by id, in the order
+    they first came) and plan title; ``open`` until ``chat.stopStream``."""
+
+    text: str = ""
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    plan: str | None = None
+    open: bool = True
+
+    def apply(self, markdown: str | None, chunks: list[Any] | None) -> None:
+        """Check every chunk first (a refused call changes nothing), then apply them."""
+        checked = [{"type": "markdown_text", "text": markdown}] if markdown else []
+        for chunk in chunks or []:
+            if not isinstance(chunk, dict) or chunk.get("type") not in (
+                "markdown_text",
+                "task_update",
+                "plan_update",
+            ):
+                raise StreamError(f"unknown chunk {chunk!r:.80}")
+            if chunk["type"] == "task_update" and (
+                not chunk.get("id") or chunk.get("status") not in TASK_STATUSES
+            ):
+                raise StreamError("a task_update needs an id and a known status")
+            checked.append(chunk)
+        text = sum(len(str(c.get("text") or "")) for c in checked)
+        if text > STREAM_CHUNK_LIMIT:
+            raise StreamError(f"{text} characters of markdown in one call")
+        for chunk in checked:
+            if chunk["type"] == "markdown_text":
+                self.text += str(chunk.get("text") or "")
+            elif chunk["type"] == "plan_update":
+                self.plan = str(chunk.get("title") or "")
+            else:
+                task = self.tasks.setdefault(str(chunk["id"]), {"id": str(chunk["id"])})
+                task.update({k: v for k, v in chunk.items() if k != "type"})
+
+    def as_ui(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "tasks": list(self.tasks.values()),
+            "plan": self.plan,
+            "open": self.open,
+        }
 
 
 @dataclass(slots=True)
@@ -124,6 +182,9 @@ class Workspace:
     homes: dict[str, dict[str, Any]] = field(default_factory=dict)
     statuses: dict[tuple[str, str], str] = field(default_factory=dict)
     prompts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # agents.sessions.setStatus and assistant.threads.setTitle, by (channel, thread ts)
+    sessions: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    titles: dict[tuple[str, str], str] = field(default_factory=dict)
     version: int = 0
     _triggers: dict[str, tuple[str, float]] = field(default_factory=dict)
     _seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -213,6 +274,51 @@ class Workspace:
             (m for m in self.messages.values() if m.ephemeral_for in (None, user)),
             key=lambda m: float(m.ts),
         )
+
+    # -- streams and agent sessions ----------------------------------------------------------
+
+    def start_stream(
+        self, channel: str, thread_ts: str, markdown: str | None, chunks: list[Any] | None
+    ) -> Message:
+        stream = Stream()
+        stream.apply(markdown, chunks)
+        message = self.post(channel, BOT_USER_ID, "", thread_ts=thread_ts)
+        message.stream = stream
+        return message
+
+    def append_stream(
+        self, channel: str, ts: str, markdown: str | None, chunks: list[Any] | None
+    ) -> Message:
+        message = self.message(channel, ts)
+        if message.stream is None or not message.stream.open:
+            raise StreamError("message_not_in_streaming_state")
+        message.stream.apply(markdown, chunks)
+        self.changed()
+        return message
+
+    def stop_stream(
+        self,
+        channel: str,
+        ts: str,
+        markdown: str | None,
+        chunks: list[Any] | None,
+        blocks: list[dict[str, Any]] | None,
+    ) -> Message:
+        message = self.append_stream(channel, ts, markdown, chunks)
+        assert message.stream is not None
+        message.stream.open = False
+        message.text = message.stream.text
+        if blocks:
+            message.blocks = list(blocks)
+        self.changed()
+        return message
+
+    def set_session(self, channel: str, thread_ts: str, status: str, title: str | None) -> None:
+        session = self.sessions.setdefault((channel, thread_ts), {})
+        session["status"] = status
+        if title:
+            session["title"] = title
+        self.changed()
 
     def set_status(self, channel: str, thread_ts: str, status: str) -> None:
         if status:

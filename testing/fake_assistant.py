@@ -40,6 +40,7 @@ from assistant.types import (
     Remembered,
     Reply,
     ServerConnected,
+    ServerConnection,
     Source,
     UserStatus,
 )
@@ -82,6 +83,8 @@ class FakeAssistant:
     notices: dict[str, list[ApprovalNotice]] = field(default_factory=dict)
     # The platform each linked (team, user) is on (people are keyed without it).
     platforms: dict[tuple[str, str], str] = field(default_factory=dict)
+    servers: tuple[str, ...] = ("ticketing", "docs")
+    unreachable: dict[str, str] = field(default_factory=dict)  # server → problem shown
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -209,6 +212,18 @@ class FakeAssistant:
         if person is None or "ticket-leads" not in person.groups:
             return []
         return [v for v in self.approvals.values() if v.status == "pending"]
+
+    async def my_requests(self, chat_user: ChatUser, limit: int = 10) -> list[ApprovalView]:
+        mine = [v for v in self.approvals.values() if v.requester_chat_user == chat_user]
+        return list(reversed(mine))[:limit]
+
+    async def connections(self, chat_user: ChatUser) -> list[ServerConnection]:
+        if self._person(chat_user) is None:
+            return []
+        return [
+            ServerConnection(name, name not in self.unreachable, self.unreachable.get(name))
+            for name in self.servers
+        ]
 
     async def home_audience(self, approval_id: str) -> list[ChatUser]:
         view = self.approvals.get(approval_id)

@@ -31,6 +31,7 @@ pytest_plugins = [
     "tests.fixtures.audit",
     "tests.fixtures.slack_text",
     "tests.fixtures.teams",
+    "tests.fixtures.browser",
 ]
 
 DATABASE_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]

@@ -235,7 +235,11 @@ class SlackAdapter(DecisionViews):
         if isinstance(reply, LinkRequired):
             if indicator:
                 await self.stop_working(indicator)
-            await self.ephemeral(channel, chat_user.user_id, connect_prompt(reply.login_url))
+            await self.ephemeral(
+                channel,
+                chat_user.user_id,
+                connect_prompt(reply.login_url, standard=self.config.user_connections),
+            )
             return
         if isinstance(reply, ServerConnectRequired):
             # What could be answered goes in the thread; the Connect button only to the

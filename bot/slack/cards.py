@@ -31,10 +31,27 @@ def args_text(args: dict[str, Any]) -> str:
     return "\n".join(f"• *{escape(k)}*: {format_value(v)}" for k, v in args.items())
 
 
-def reads_text(reads: list[str]) -> str:
+def reads_line(reads: list[str]) -> str:
+    """The chain of reads that led to the proposal, folded into one context line."""
     if not reads:
-        return "_no reads before this proposal_"
-    return "\n".join(f"{i}. {escape(r)}" for i, r in enumerate(reads, start=1))
+        return ":mag: _no reads before this proposal_"
+    return ":mag: Read first: " + " → ".join(escape(r) for r in reads)
+
+
+def risk_alert(view: ApprovalView) -> Block:
+    """The risk and the deadline, in Slack's ``alert`` block: what approving does, and until
+    when it can be approved."""
+    return {
+        "type": "alert",
+        "level": "warning",
+        "text": {
+            "type": "mrkdwn",
+            "text": (
+                f"Approving runs this change on *{escape(view.server)}* as the requester, "
+                f"with the arguments below. Expires {slack_date(view.expires_at)}."
+            ),
+        },
+    }
 
 
 def decision_buttons(approval_id: str) -> Block:
@@ -75,22 +92,21 @@ def decision_buttons(approval_id: str) -> Block:
     }
 
 
-def _card_body(view: ApprovalView) -> list[Block]:
+def _card_body(view: ApprovalView, *, pending: bool = True) -> list[Block]:
+    # Each fact once: server and tool in the header, people in the fields, risk and expiry
+    # in the alert (only while it can still be approved), the reads in one context line.
+    fields = [{"type": "mrkdwn", "text": f"*Requested by*\n{_requester(view)}"}]
+    if view.approver_group:
+        fields.append({"type": "mrkdwn", "text": f"*Approvers*\n{escape(view.approver_group)}"})
     blocks: list[Block] = [
         {
             "type": "header",
-            "text": {"type": "plain_text", "text": f"Approval: {view.server} · {view.tool}"[:150]},
+            "text": {"type": "plain_text", "text": f"{view.server} · {view.tool}"[:150]},
         },
-        {
-            "type": "section",
-            "fields": [
-                {"type": "mrkdwn", "text": f"*Requester*\n{_requester(view)}"},
-                {"type": "mrkdwn", "text": f"*Tool*\n`{escape(view.tool)}`"},
-                {"type": "mrkdwn", "text": f"*Server*\n`{escape(view.server)}`"},
-                {"type": "mrkdwn", "text": f"*Expires*\n{slack_date(view.expires_at)}"},
-            ],
-        },
+        {"type": "section", "fields": fields},
     ]
+    if pending:
+        blocks.append(risk_alert(view))
     if view.description:
         blocks += sections(escape(view.description))
     if view.original_args is not None and view.original_args != view.args:
@@ -100,7 +116,7 @@ def _card_body(view: ApprovalView) -> list[Block]:
         blocks += sections("*Originally proposed*\n" + args_text(view.original_args))
     else:
         blocks += sections("*Arguments*\n" + args_text(view.args))
-    blocks += sections("*Chain of reads*\n" + reads_text(view.reads))
+    blocks.append(context(reads_line(view.reads)))
     return blocks
 
 
@@ -122,7 +138,7 @@ def deciding_card(view: ApprovalView, who: str, verb: str = "Approving") -> Mess
     """The card the moment someone clicks: the same facts, "Approving… (bob)", no buttons —
     shown before any slow work, so nobody clicks a card that is already being decided."""
     status = context(f":hourglass_flowing_sand: *{escape(verb)}…* ({who})")
-    blocks = [*_card_body(view), status]
+    blocks = [*_card_body(view, pending=False), status]
     return Message(text=f"{verb}… ({who}): {view.server} · {view.tool}", blocks=blocks[-50:])
 
 
@@ -131,7 +147,8 @@ def deciding_from_blocks(blocks: list[Block], who: str, verb: str = "Approving")
     without a database read; ``None`` if they are not a pending card's."""
     if not any(b.get("block_id") == ACTIONS_BLOCK_ID for b in blocks):
         return None
-    kept = [b for b in blocks if b.get("block_id") != ACTIONS_BLOCK_ID]
+    # No buttons, and no "expires" alert: it is being decided now.
+    kept = [b for b in blocks if b.get("block_id") != ACTIONS_BLOCK_ID and b.get("type") != "alert"]
     header = next((b for b in kept if b.get("type") == "header"), None)
     title = str(((header or {}).get("text") or {}).get("text", "approval"))
     status = context(f":hourglass_flowing_sand: *{escape(verb)}…* ({who})")
@@ -183,5 +200,5 @@ def decided_card(
     if view is None:
         blocks = [status, context(f"Approval `{escape(approval_id)}`")]
     else:
-        blocks = [*_card_body(view), status]
+        blocks = [*_card_body(view, pending=False), status]
     return Message(text=f"{label}{by}: {outcome}"[:3000], blocks=blocks[:50])

@@ -31,3 +31,6 @@ class SlackBotConfig:
     max_message_chars: int = 4000
     rate_limit_retries: int = 3
     server_error_retries: int = 2
+    # Slack's standardized app authentication (auth_provider block, user_connection events)
+    # instead of opsbot's Connect button; the link itself is opsbot's OIDC login either way.
+    user_connections: bool = False

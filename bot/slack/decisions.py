@@ -187,7 +187,11 @@ class DecisionViews(HomeViews):
             # it now is (an expired one is shown as such below).
             await self.restore_card(approval_id, channel, card_ts)
         if isinstance(outcome, LinkRequired):
-            await self.ephemeral(channel, clicker.user_id, connect_prompt(outcome.login_url))
+            await self.ephemeral(
+                channel,
+                clicker.user_id,
+                connect_prompt(outcome.login_url, standard=self.config.user_connections),
+            )
             return
         if isinstance(outcome, AlreadyDecided):
             text = f":information_source: This request was already decided by {escape(outcome.by)}."

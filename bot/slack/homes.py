@@ -8,6 +8,7 @@ import time
 
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
+from bot.slack.connections import report_connection
 from bot.slack.core import (
     ChatUser,
 )
@@ -73,6 +74,7 @@ class HomeViews(SlackOutput):
     async def linked(self, chat_user: ChatUser, who: str) -> None:
         """An account link completed: the Connect prompts the user clicked now say so, and
         their App Home no longer asks them to connect."""
+        await report_connection(self, chat_user, connected=True)
         message = text_message(
             f":white_check_mark: Connected as *{escape(who)}*. Ask your question again."
         )
@@ -88,13 +90,18 @@ class HomeViews(SlackOutput):
         status = await self.assistant.status(chat_user, fresh=fresh)
         if not status.linked and status.login_url is None:
             status = type(status)(linked=False, login_url=await self.assistant.link_url(chat_user))
-        view = home_view(status, [], [])
+        standard = self.config.user_connections
+        view = home_view(status, [], [], standard_connect=standard)
         if status.linked:
             view = home_view(
                 status,
-                await self.assistant.pending_for(chat_user),
+                await self.assistant.my_requests(chat_user),
                 await self.assistant.awaiting_approver(chat_user),
                 await self.assistant.remembered(chat_user),
+                # fresh: only when the person asked (opened the tab, clicked Refresh); the
+                # republishing after every approval does not mint tokens for each reader
+                await self.assistant.connections(chat_user) if fresh else (),
+                standard_connect=standard,
             )
         await self.client.views_publish(user_id=chat_user.user_id, view=view)
 

@@ -234,6 +234,7 @@ class _Event(_Envelope):
     user_team: _Id | None = None
     channel_type: _Name | None = None
     tab: _Name | None = None
+    trigger_id: _Delivery | None = None
     message: dict[str, Any] | None = None
     previous_message: dict[str, Any] | None = None
 
@@ -244,6 +245,8 @@ class _Event(_Envelope):
                 raise ValueError(f"a {self.type} event needs channel and ts")
             if self.user is None and not (self.bot_id or self.subtype):
                 raise ValueError(f"a {self.type} event needs a user")
+        if self.type in ("user_connection", "user_connection_status_requested") and not self.user:
+            raise ValueError(f"{self.type} needs a user")
         if self.type == "app_home_opened":
             if self.user is None:
                 raise ValueError("app_home_opened needs a user")
@@ -332,7 +335,15 @@ class Malformed:
 
 
 COMMANDS = frozenset({"/ops"})
-EVENT_KINDS = frozenset({"app_mention", "message", "app_home_opened"})
+EVENT_KINDS = frozenset(
+    {
+        "app_mention",
+        "message",
+        "app_home_opened",
+        "user_connection",
+        "user_connection_status_requested",
+    }
+)
 INTERACTION_MODELS: dict[str, type[_Model]] = {
     "block_actions": _BlockActions,
     "view_submission": _ViewSubmission,

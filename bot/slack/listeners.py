@@ -16,6 +16,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.adapter import SlackAdapter
 from bot.slack.cards import APPROVE_ACTION_ID, EDIT_ACTION_ID, REJECT_ACTION_ID
+from bot.slack.connections import EVENTS as USER_CONNECTION_EVENTS
+from bot.slack.connections import register_user_connections, report_connection
 from bot.slack.core import (
     Approve,
     ChatUser,
@@ -25,7 +27,7 @@ from bot.slack.core import (
     NotAuthorised,
     Reject,
 )
-from bot.slack.home import FORGET_ACTION_ID
+from bot.slack.home import FORGET_ACTION_ID, REFRESH_ACTION_ID
 from bot.slack.incoming import ACCEPTED, TOO_LONG, UserMessage
 from bot.slack.modals import (
     EDIT_CALLBACK_ID,
@@ -77,7 +79,7 @@ _SUBCOMMAND_FAILED = (
 
 
 # What the app manifest must declare (tests/bot/test_slack_manifest.py checks manifest.yml).
-SUBSCRIBED_EVENTS = ("app_home_opened", "app_mention", "message.im")
+SUBSCRIBED_EVENTS = ("app_home_opened", "app_mention", "message.im", *USER_CONNECTION_EVENTS)
 SLASH_COMMAND = "/ops"
 # Bot scope each Web API method needs; views.* need none.
 METHOD_SCOPES: dict[str, str | None] = {
@@ -90,11 +92,17 @@ METHOD_SCOPES: dict[str, str | None] = {
     "views.publish": None,
     "assistant.threads.setStatus": "assistant:write",
     "assistant.threads.setSuggestedPrompts": "assistant:write",
+    "assistant.threads.setTitle": "assistant:write",
+    # Standardized app authentication: Slack documents no scope for these.
+    "apps.user.connection.update": None,
+    "apps.user.connection.requestAuth": None,
 }
 EVENT_SCOPES = {
     "app_mention": "app_mentions:read",
     "message.im": "im:history",
     "app_home_opened": None,
+    "user_connection": None,
+    "user_connection_status_requested": None,
 }
 
 
@@ -103,6 +111,7 @@ def register(app: AsyncApp, adapter: SlackAdapter) -> None:
     _register_command(app, adapter)
     _register_approvals(app, adapter)
     _register_home_actions(app, adapter)
+    register_user_connections(app, adapter)
 
 
 # -- events -------------------------------------------------------------------------------
@@ -134,7 +143,12 @@ def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
         await on_user_message(context)
 
     @app.event("message")
-    async def message(context: AsyncBoltContext) -> None:
+    async def message(context: AsyncBoltContext, event: dict[str, Any]) -> None:
+        accepted = context.get(ACCEPTED)
+        if isinstance(accepted, UserMessage) and accepted.is_dm and not event.get("thread_ts"):
+            # A new conversation in the Messages tab: name it after the question, first
+            # (the answer may take a while).
+            await title_thread(adapter, accepted)
         await on_user_message(context)
 
     @app.event("app_home_opened")
@@ -153,6 +167,30 @@ def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
         await adapter.publish_home(chat_user, fresh=True)
 
 
+TITLE_LIMIT = 60
+
+
+def thread_title(text: str) -> str:
+    """A short title from the question: its first line, cut at a word near the limit."""
+    line = " ".join(text.split())
+    if len(line) <= TITLE_LIMIT:
+        return line or "Question for opsbot"
+    cut = line[:TITLE_LIMIT].rsplit(" ", 1)[0] or line[:TITLE_LIMIT]
+    return cut + "…"
+
+
+async def title_thread(adapter: SlackAdapter, message: UserMessage) -> None:
+    """Best effort: a thread without a title is still answered."""
+    try:
+        await adapter.client.assistant_threads_setTitle(
+            channel_id=message.channel,
+            thread_ts=str(message.thread_ts),
+            title=thread_title(message.text),
+        )
+    except Exception as exc:
+        log.info("thread title not set: %s", type(exc).__name__)
+
+
 def _register_home_actions(app: AsyncApp, adapter: SlackAdapter) -> None:
     @app.action(FORGET_ACTION_ID)
     async def forget_all(ack: AsyncAck, body: dict[str, Any]) -> None:
@@ -162,6 +200,11 @@ def _register_home_actions(app: AsyncApp, adapter: SlackAdapter) -> None:
         chat_user = ChatUser("slack", str(team), str(user["id"]))
         await adapter.assistant.forget_memory(chat_user)
         await adapter.publish_home(chat_user)
+
+    @app.action(REFRESH_ACTION_ID)
+    async def refresh(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        await adapter.publish_home(_clicker(body), fresh=True)
 
 
 # -- /ops ---------------------------------------------------------------------------------
@@ -238,9 +281,12 @@ async def _subcommand(adapter: SlackAdapter, chat_user: ChatUser, verb: str, res
     """The private answer to an /ops subcommand that is not a question."""
     assistant = adapter.assistant
     if verb == "link":
-        return connect_prompt(await assistant.link_url(chat_user))
+        return connect_prompt(
+            await assistant.link_url(chat_user), standard=adapter.config.user_connections
+        )
     if verb == "unlink":
         removed = await assistant.unlink(chat_user)
+        await report_connection(adapter, chat_user, connected=False)
         return text_message(
             "Your account was disconnected." if removed else "Your account was not connected."
         )
@@ -449,7 +495,10 @@ async def _refusal(adapter: SlackAdapter, clicker: ChatUser, approval_id: str) -
     """Why ``clicker`` may not decide ``approval_id`` (per the core), or ``None``."""
     status = await adapter.assistant.status(clicker)
     if not status.linked:
-        return connect_prompt(status.login_url or await adapter.assistant.link_url(clicker))
+        return connect_prompt(
+            status.login_url or await adapter.assistant.link_url(clicker),
+            standard=adapter.config.user_connections,
+        )
     waiting = await adapter.assistant.awaiting_approver(clicker)
     if any(v.approval_id == approval_id for v in waiting):
         return None

@@ -25,6 +25,10 @@ Block = dict[str, Any]
 
 SECTION_TEXT_LIMIT = 3000
 MESSAGE_BLOCK_LIMIT = 50
+AUTH_PROVIDER_VALUE = "opsbot-company-account"
+# Slack fixes these action ids for the auth_provider block's buttons.
+AUTH_PROVIDER_CONNECT_ACTION_ID = "auth_provider_connect"
+AUTH_PROVIDER_DISCONNECT_ACTION_ID = "auth_provider_disconnect"
 CONNECT_ACTION_ID = "connect_account"
 CONNECT_SERVER_ACTION_ID = "connect_server"
 
@@ -144,29 +148,30 @@ def text_message(text: str) -> Message:
     return Message(text=text[:SECTION_TEXT_LIMIT], blocks=sections(text))
 
 
-def connect_prompt(login_url: str) -> Message:
+def connect_prompt(login_url: str, *, standard: bool = False) -> Message:
+    """Ask the user to connect their company account: opsbot's Connect button, or with
+    ``standard`` (Slack's standardized app authentication) an ``auth_provider`` block whose
+    Connect opens the same login."""
     text = (
         "To answer as you, opsbot needs to know who you are in the company directory. "
         "Connect your account once; then ask again."
     )
+    button: Block = {
+        "type": "actions",
+        "block_id": "connect",
+        "elements": [
+            {
+                "type": "button",
+                "action_id": CONNECT_ACTION_ID,
+                "text": {"type": "plain_text", "text": "Connect your account"},
+                "url": login_url,
+                "style": "primary",
+            }
+        ],
+    }
     return Message(
         text="Connect your account to use opsbot",
-        blocks=[
-            section(text),
-            {
-                "type": "actions",
-                "block_id": "connect",
-                "elements": [
-                    {
-                        "type": "button",
-                        "action_id": CONNECT_ACTION_ID,
-                        "text": {"type": "plain_text", "text": "Connect your account"},
-                        "url": login_url,
-                        "style": "primary",
-                    }
-                ],
-            },
-        ],
+        blocks=[section(text), auth_provider_block(login_url) if standard else button],
     )
 
 
@@ -198,6 +203,22 @@ def server_connect_prompt(server: str, connect_url: str) -> Message:
             },
         ],
     )
+
+
+def auth_provider_block(login_url: str) -> Block:
+    """Slack's standard connect block for opsbot's company sign-in (``value`` names it)."""
+    return {
+        "type": "auth_provider",
+        "block_id": "connect",
+        "value": AUTH_PROVIDER_VALUE,
+        "name": {"type": "plain_text", "text": "Company account"},
+        "description": {
+            "type": "plain_text",
+            "text": "opsbot answers from ticketing, docs and the database as you.",
+        },
+        "is_connected": False,
+        "auth_url": login_url,
+    }
 
 
 def slack_date(moment: datetime) -> str:

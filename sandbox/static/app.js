@@ -11,6 +11,8 @@ const ui = {
   thread: null, // ts of the open thread's parent
   modalKey: null,
   openedTab: null,
+  seen: {}, // channel id → ts of the newest message the person has seen there
+  shown: { messages: "", thread: "" }, // what each pane showed last, to scroll on news
 };
 
 // Text symbols rather than emoji: they render without an emoji font (headless Chromium too).
@@ -137,6 +139,17 @@ function renderBlocks(blocks, where) {
         )).join("")}</div>`;
       case "input":
         return renderInput(block, bi);
+      case "alert": {
+        const level = ["info", "warning", "error", "success"].includes(block.level) ? block.level : "default";
+        return `<div class="bk-alert ${level}" role="note">${textObject(block.text)}</div>`;
+      }
+      case "auth_provider": {
+        const url = block.auth_url && safeUrl(block.auth_url);
+        const action = block.is_connected ? '<span class="connected">Connected</span>'
+          : url ? `<a class="bk-button primary" href="${esc(url)}" target="_blank" rel="noopener">Connect</a>` : "";
+        const about = block.is_connected ? "" : `<div class="about">${textObject(block.description)}</div>`;
+        return `<div class="bk-auth-provider"><div><b>${textObject(block.name)}</b>${about}</div>${action}</div>`;
+      }
       default:
         return `<div class="bk-unknown">[unsupported block: ${esc(block.type)}]</div>`;
     }
@@ -176,7 +189,7 @@ function messageHtml(m, where, inThread) {
   const bot = m.user === ui.state.bot.id || m.user === "USLACKBOT";
   const name = m.user === "USLACKBOT" ? "Slackbot" : userName(m.user);
   const time = new Date(Number(m.ts) * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
-  const body = m.blocks && m.blocks.length ? renderBlocks(m.blocks, where) : mrkdwn(m.text);
+  const body = m.stream ? streamHtml(m, where) : m.blocks && m.blocks.length ? renderBlocks(m.blocks, where) : mrkdwn(m.text);
   const replies = inThread ? 0 : ui.state.messages.filter((r) => r.thread_ts === m.ts && r.ts !== m.ts && r.channel === m.channel).length;
   const replyLink = replies ? `<button type="button" class="replies" data-thread="${esc(m.ts)}">${replies} ${replies === 1 ? "reply" : "replies"}</button>` : "";
   return `<div class="message${m.ephemeral ? " ephemeral" : ""}" data-ts="${esc(m.ts)}" data-user="${esc(name)}">
@@ -184,6 +197,41 @@ function messageHtml(m, where, inThread) {
     <div class="body"><div class="meta"><span class="name">${esc(name)}</span>${bot ? '<span class="app">APP</span> ' : ""}${time}${m.edited ? " (edited)" : ""}</div>
     ${m.ephemeral ? '<div class="only-you">Only visible to you</div>' : ""}
     <div class="content">${body}</div>${replyLink}</div></div>`;
+}
+
+// A streamed answer: its task entries (one per tool call), then the text so far; the blocks
+// sent with chat.stopStream (sources, feedback) come last.
+const TASK_ICON = { pending: "○", in_progress: "◔", complete: "✔", error: "✖" };
+function streamHtml(m, where) {
+  const st = m.stream;
+  const plan = st.plan ? `<div class="plan">${esc(st.plan)}</div>` : "";
+  const tasks = st.tasks.length ? `<ul class="tasks">${st.tasks.map((t) => (
+    `<li class="task ${esc(t.status)}" data-status="${esc(t.status)}"><span class="icon">${TASK_ICON[t.status] || "○"}</span> ${esc(t.title || t.id)}${
+      t.details ? ` <span class="details">${esc(t.details)}</span>` : ""}</li>`)).join("")}</ul>` : "";
+  const text = st.text ? `<div class="stream-text">${mrkdwn(st.text.replace(/\*\*([^*\n]+)\*\*/g, "*$1*"))}</div>` : "";
+  const more = m.blocks && m.blocks.length ? renderBlocks(m.blocks, where) : "";
+  const typing = st.open ? '<div class="streaming" aria-label="streaming">…</div>' : "";
+  return `<div class="stream${st.open ? " open" : ""}">${plan}${tasks}${text}${more}${typing}</div>`;
+}
+
+// The newest ts among messages of a channel (top level and replies) from someone else.
+function newestFromOthers(channel) {
+  return ui.state.messages.filter((m) => m.channel === channel && m.user !== ui.state.me)
+    .reduce((newest, m) => (Number(m.ts) > Number(newest) ? m.ts : newest), "0");
+}
+
+function unreadCount(channel) {
+  const seen = Number(ui.seen[channel] || 0);
+  return ui.state.messages.filter((m) => m.channel === channel && m.user !== ui.state.me && Number(m.ts) > seen).length;
+}
+
+// Scroll a pane to its end when it shows something new (not on every poll).
+function scrollOnNews(pane, key, html) {
+  const el = $(pane);
+  if (ui.shown[key] !== html) {
+    ui.shown[key] = html;
+    el.scrollTop = el.scrollHeight;
+  }
 }
 
 function render() {
@@ -195,7 +243,13 @@ function render() {
   if (!ui.conversation || (ui.conversation !== "home" && !s.channels.some((c) => c.id === ui.conversation))) {
     ui.conversation = channels[0]?.id;
   }
-  const link = (id, label, testid) => `<li><a href="#" data-conversation="${esc(id)}" data-name="${esc(testid)}" class="${ui.conversation === id ? "active" : ""}">${label}</a></li>`;
+  if (ui.conversation && ui.conversation !== "home") ui.seen[ui.conversation] = newestFromOthers(ui.conversation);
+  for (const c of s.channels) if (!(c.id in ui.seen)) ui.seen[c.id] = newestFromOthers(c.id); // history is read
+  const badge = (id) => {
+    const n = id === ui.conversation ? 0 : unreadCount(id);
+    return n ? ` <span class="badge" data-unread="${n}">${n}</span>` : "";
+  };
+  const link = (id, label, testid) => `<li><a href="#" data-conversation="${esc(id)}" data-name="${esc(testid)}" class="${ui.conversation === id ? "active" : ""}${id !== "home" && id !== ui.conversation && unreadCount(id) ? " unread" : ""}">${label}${id === "home" ? "" : badge(id)}</a></li>`;
   $("channel-list").innerHTML = channels.map((c) => link(c.id, `# ${esc(c.name)}`, c.name)).join("");
   $("dm-list").innerHTML = dm ? link(dm.id, `● ${esc(s.bot.name)}`, "dm") : "";
   $("app-list").innerHTML = link("home", `${esc(s.bot.name)} · Home`, "home");
@@ -212,7 +266,9 @@ function render() {
     $("prompts").innerHTML = "";
   } else {
     const top = s.messages.filter((m) => m.channel === ui.conversation && (!m.thread_ts || m.thread_ts === m.ts));
-    $("messages").innerHTML = top.map((m) => messageHtml(m, `${m.channel}/${m.ts}`, false)).join("");
+    const html = top.map((m) => messageHtml(m, `${m.channel}/${m.ts}`, false)).join("");
+    $("messages").innerHTML = html;
+    scrollOnNews("messages", "messages", `${ui.conversation}:${html}`);
     const prompts = s.prompts[ui.conversation];
     $("prompts").innerHTML = prompts ? prompts.prompts.map((p) => (
       `<button type="button" data-prompt="${esc(p.message)}" title="${esc(p.message)}">${esc(p.title)}</button>`)).join("") : "";
@@ -227,9 +283,19 @@ function renderThread() {
   $("thread").hidden = !parent;
   if (!parent) return;
   const replies = s.messages.filter((m) => m.channel === parent.channel && m.thread_ts === parent.ts && m.ts !== parent.ts);
-  $("thread-messages").innerHTML = [parent, ...replies].map((m) => messageHtml(m, `${m.channel}/${m.ts}`, true)).join("");
+  const html = [parent, ...replies].map((m) => messageHtml(m, `${m.channel}/${m.ts}`, true)).join("");
+  $("thread-messages").innerHTML = html;
+  scrollOnNews("thread-messages", "thread", `${parent.ts}:${html}`);
+  const title = (s.titles || []).find((x) => x.channel === parent.channel && x.thread_ts === parent.ts);
+  $("thread-title").textContent = title ? title.title : "Thread";
   const status = s.statuses.find((x) => x.channel === parent.channel && x.thread_ts === parent.ts);
-  $("thread-status").textContent = status ? `${s.bot.name} ${status.status}` : "";
+  const session = (s.sessions || []).find((x) => x.channel === parent.channel && x.thread_ts === parent.ts);
+  const running = session && session.status === "processing";
+  const words = [status ? `${s.bot.name} ${status.status}` : "", session ? `session ${session.status}` : ""].filter(Boolean);
+  const statusHtml = esc(words.join(" · ")) + (running
+    ? ` <button type="button" class="stop" data-stop="${esc(parent.ts)}" data-channel="${esc(parent.channel)}">Stop</button>` : "");
+  // rewritten only when it changes: a poll must not replace the button under the pointer
+  if ($("thread-status").innerHTML !== statusHtml) $("thread-status").innerHTML = statusHtml;
 }
 
 function renderModal() {
@@ -347,9 +413,11 @@ function send(textarea, threadTs) {
 // -- events ----------------------------------------------------------------------------------
 
 document.addEventListener("click", (event) => {
-  const target = event.target.closest("[data-conversation], [data-thread], [data-where], [data-prompt]");
+  const target = event.target.closest("[data-conversation], [data-thread], [data-where], [data-prompt], [data-stop]");
   if (!target) return;
-  if (target.dataset.conversation) {
+  if (target.dataset.stop) {
+    post("/ui/stop", { channel: target.dataset.channel, thread_ts: target.dataset.stop });
+  } else if (target.dataset.conversation) {
     event.preventDefault();
     selectConversation(target.dataset.conversation);
   } else if (target.dataset.thread) {

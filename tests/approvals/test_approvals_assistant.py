@@ -30,6 +30,7 @@ from assistant.types import (
     LinkRequired,
     NotAuthorised,
     Refused,
+    Reject,
 )
 from audit import AuditLog, AuditObserver, SqlAuditSink
 from broker import ChatUser, LocalIdentityService
@@ -53,7 +54,9 @@ class Clock:
 
 
 @contextlib.asynccontextmanager
-async def assistant(env: AgentEnv, url: str, clock: Clock) -> AsyncIterator[Assistant]:
+async def assistant(
+    env: AgentEnv, url: str, clock: Clock, servers: tuple[str, ...] = ()
+) -> AsyncIterator[Assistant]:
     engine = create_engine(url)
     identities = LocalIdentityService(env.harness.broker, env.harness.linking)
     try:
@@ -78,7 +81,7 @@ async def assistant(env: AgentEnv, url: str, clock: Clock) -> AsyncIterator[Assi
                 identities,
                 clock=clock,
             )
-            yield Assistant(identities, threads, agent, service, clock=clock)
+            yield Assistant(identities, threads, agent, service, clock=clock, servers=servers)
     finally:
         await engine.dispose()
 
@@ -184,3 +187,42 @@ async def test_the_in_process_sweeper_notifies_requesters(
         assert notice.decision == "expired"
         assert notice.requester_ref == REF
         assert notices.empty()
+
+
+async def test_my_requests_newest_first_in_any_state_and_connections_per_server(
+    agent_env: AgentEnv, sqlite_url: str
+) -> None:
+    """App Home's data: the requester's latest requests (decided ones too, newest first)
+    and, per server, whether opsbot gets a token for the user there now."""
+    for name in ("alice", "bob"):
+        await agent_env.user(name)
+    servers = (*(s.name for s in agent_env.server_configs), "nowhere")
+    ask = "Close PAY-104, the alert is fixed"
+    async with assistant(agent_env, sqlite_url, Clock(), servers) as bot:
+        assert await bot.my_requests(chat("carol")) == []  # not linked
+        assert await bot.connections(chat("carol")) == []
+        first = await bot.handle_message(chat("alice"), REF, ask)
+        assert isinstance(first, ApprovalRequested)
+        rejected = await bot.decide(chat("bob"), first.approval.approval_id, Reject("not now"))
+        assert isinstance(rejected, Decided)
+    # a second request, in another thread (a new run of the scripted model)
+    async with assistant(agent_env, sqlite_url, Clock(), servers) as bot:
+        other = PlatformRef("slack", "T-TEST", "C-OPS", "1712.0002")
+        second = await bot.handle_message(chat("alice"), other, ask)
+        assert isinstance(second, ApprovalRequested)
+        mine = await bot.my_requests(chat("alice"))
+        assert [v.approval_id for v in mine] == [
+            second.approval.approval_id,
+            first.approval.approval_id,
+        ]
+        assert [v.state for v in mine] == ["pending", "rejected"]
+        assert mine[1].args == {"key": "PAY-104", "resolution": "Alert fixed"}
+        assert await bot.my_requests(chat("bob")) == []
+        latest = await bot.my_requests(chat("alice"), limit=1)
+        assert [v.approval_id for v in latest] == [second.approval.approval_id]
+
+        shown = {c.server: c for c in await bot.connections(chat("alice"))}
+        assert list(shown) == list(servers)
+        assert all(shown[s.name].connected for s in agent_env.server_configs)
+        assert not shown["nowhere"].connected
+        assert shown["nowhere"].problem == "not reachable as you right now"

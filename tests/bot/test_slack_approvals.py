@@ -55,12 +55,12 @@ async def test_write_posts_a_card_approve_runs_it_updates_card_and_tells_request
     card = await _request_write(env)
     text = _texts(card["blocks"])
     assert "<@U0ALICE> (alice@example.com)" in text
-    assert "`ticketing_update_ticket`" in text
-    assert "`ticketing`" in text
+    assert card["blocks"][0]["text"]["text"] == "ticketing · ticketing_update_ticket"
     assert "• *ticket_id*: `PAY-1`" in text
     assert "• *status*: `closed`" in text
-    assert "1. ticketing_get_ticket PAY-1" in text
-    assert "<!date^" in text  # the expiry, in each reader's time zone
+    assert "Read first: ticketing_get_ticket PAY-1" in text
+    alert = next(b for b in card["blocks"] if b["type"] == "alert")
+    assert "<!date^" in alert["text"]["text"]  # the expiry, in each reader's time zone
     buttons = _buttons(card)
     assert {b["value"] for b in buttons.values()} == {"ap1"}  # only the approval id
     assert "confirm" in buttons["approval_approve"]

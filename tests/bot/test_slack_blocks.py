@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -82,9 +83,59 @@ def test_card_lists_arguments_and_decided_card_has_no_buttons() -> None:
     text = "\n".join(b.get("text", {}).get("text", "") for b in card.blocks)
     assert '• *tags*: `["a", "b"]`' in text
     assert "…" in text  # long values are cut in the card, not in the call
-    assert "_no reads before this proposal_" in text
+    assert "_no reads before this proposal_" in _context_text(card.blocks)
     done = decided_card(view, "ap9", "rejected", "bob", "rejected")
     assert all(b["type"] != "actions" for b in done.blocks)
+
+
+def _context_text(blocks: list[dict[str, Any]]) -> str:
+    return "\n".join(
+        e.get("text", "") for b in blocks if b["type"] == "context" for e in b["elements"]
+    )
+
+
+def _words(text: str) -> set[str]:
+    return {w.strip("*`_:·()").lower() for w in text.split()} - {""}
+
+
+def test_card_says_each_fact_once_with_an_alert_for_risk_and_expiry() -> None:
+    view = replace(
+        _view({"ticket_id": "PAY-1"}),
+        reads=["ticketing_get_ticket PAY-1", "docs_search refunds"],
+        approver_group="ticket-leads",
+    )
+    card = approval_card(view)
+    kinds = [b["type"] for b in card.blocks]
+    assert kinds[0] == "header"
+    assert kinds[-1] == "actions"
+    header = card.blocks[0]["text"]["text"]
+    assert header == "ticketing · ticketing_update_ticket"
+    fields = " ".join(
+        f["text"] for b in card.blocks if b["type"] == "section" for f in b.get("fields", [])
+    )
+    buttons = " ".join(e["text"]["text"] for e in card.blocks[-1]["elements"])
+    # header, fields and buttons share no word
+    assert not _words(header) & _words(fields)
+    assert not _words(header) & _words(buttons)
+    assert not _words(fields) & _words(buttons)
+    assert "<@U1>" in fields
+    assert "ticket-leads" in fields
+    # risk and expiry: one alert, with the expiry as a date every reader sees in their zone
+    alerts = [b for b in card.blocks if b["type"] == "alert"]
+    assert len(alerts) == 1
+    assert alerts[0]["level"] == "warning"
+    assert "*ticketing*" in alerts[0]["text"]["text"]
+    assert "<!date^1796216400^" in alerts[0]["text"]["text"]
+    assert "Expires" not in fields
+    # the chain of reads: one context line, in order
+    reads = _context_text(card.blocks)
+    assert reads.count("\n") == 0
+    assert reads.index("ticketing_get_ticket PAY-1") < reads.index("docs_search refunds")
+    # decided: the same facts without the buttons or the "expires" alert
+    done = decided_card(view, "ap9", "approved", "bob", "done")
+    assert [b["type"] for b in done.blocks].count("alert") == 0
+    assert all(b["type"] != "actions" for b in done.blocks)
+    assert "docs_search refunds" in _context_text(done.blocks)
 
 
 def test_modal_types_cover_arrays_numbers_booleans_and_optional_fields() -> None:

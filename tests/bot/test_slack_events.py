@@ -231,14 +231,14 @@ async def test_app_home_shows_identity_requests_and_approvals(
     await env.sender.post_event({**home, "user": ALICE.user_id, "channel": "D0ALICE"})
     alice_view = (await env.fake.wait_for("views.publish", base + 2))[base + 1]
     alice_text = _texts(alice_view["view"]["blocks"])
-    assert "Your pending requests" in alice_text
+    assert "Your requests" in alice_text
     assert "ticketing_update_ticket" in alice_text
     assert "Waiting for your decision" not in alice_text
     await env.sender.post_event({**home, "user": ERIN.user_id, "channel": "D0ERIN"})
     erin_view = (await env.fake.wait_for("views.publish", base + 3))[base + 2]
     assert "*not connected*" in _texts(erin_view["view"]["blocks"])
     assert _texts(erin_view["view"]["blocks"]).count("Connect your account") == 1
-    assert "Your pending requests" not in _texts(erin_view["view"]["blocks"])
+    assert "Your requests" not in _texts(erin_view["view"]["blocks"])
     await env.sender.post_event({**home, "tab": "messages", "user": ALICE.user_id})
     prompts = (await env.fake.wait_for("assistant.threads.setSuggestedPrompts"))[0]
     assert prompts["channel_id"] == "D0BOB"

@@ -40,6 +40,14 @@ def test_manifest_declares_the_handled_events_command_and_interactivity() -> Non
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
     needed = {s for s in EVENT_SCOPES.values() if s} | {"commands"}
     assert needed <= scopes
+    # the agent messaging experience, not the legacy assistant view
+    assert "assistant_view" not in manifest["features"]
+    assert manifest["features"]["agent_view"]["agent_description"]
+    # standardized app authentication: Slack refuses the manifest without both events
+    connections = manifest["features"]["user_connections"]
+    assert isinstance(connections["is_enabled"], bool)
+    assert connections["auth_hosts"]
+    assert {"user_connection", "user_connection_status_requested"} <= set(SUBSCRIBED_EVENTS)
 
 
 async def test_every_web_api_method_the_bot_calls_is_covered_by_a_scope(env: SlackEnv) -> None:

@@ -173,7 +173,9 @@ async def test_edit_shows_edited_arguments_approving_at_once_and_updates_note_an
         )
         # Homes were republished after the decision: nothing waits any more.
         assert "Waiting for your decision" not in _homes(env, BOB.user_id)[-1]
-        assert "Nothing is waiting for approval." in _homes(env, ALICE.user_id)[-1]
+        # alice's request is listed with its outcome, no longer as waiting
+        assert ":white_check_mark: done" in _homes(env, ALICE.user_id)[-1]
+        assert "waiting for an approver" not in _homes(env, ALICE.user_id)[-1]
 
 
 async def test_a_lying_model_gets_neither_its_claimed_actions_nor_its_urls_shown(

@@ -99,7 +99,7 @@ async def test_golden_path_in_the_browser(browser: Browser, dev: DevProcess) -> 
         timeout=WAIT_MS
     )
     await open_channel(page, "ops-approvals")
-    card = page.locator(".message", has_text="Approval: ticketing")
+    card = page.locator(".message", has_text="ticketing · ")
     await expect(card).to_be_visible(timeout=WAIT_MS)
     await shot(page, "2-approval-card")
 
@@ -160,7 +160,7 @@ async def test_golden_path_in_the_browser(browser: Browser, dev: DevProcess) -> 
     # the app's Home tab (views.publish) and the DM's suggested prompts
     await page.click('.sidebar a[data-name="home"]')
     await expect(page.locator("#messages")).to_contain_text("Connected as alice@example.com")
-    await expect(page.locator("#messages")).to_contain_text("Your pending requests")
+    await expect(page.locator("#messages")).to_contain_text("Your requests")
     await page.click('.sidebar a[data-name="dm"]')
     await expect(page.locator("#prompts").get_by_role("button").first).to_be_visible()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -208,7 +208,7 @@ async def test_dm_assistant_thread_and_app_home_approval(sandbox: Sandbox) -> No
         lambda: "close_ticket" in str(ws.homes.get(ALICE, {})) and ws.homes[ALICE],
         "alice's Home with her request",
     )
-    assert "Your pending requests" in str(home["blocks"])
+    assert "Your requests" in str(home["blocks"])
     sandbox.emulator.open_home(BOB, "home")
     home = await until(
         sandbox,

@@ -1,0 +1,106 @@
+"""App Home: the user's servers and their connection status, their requests with state and
+arguments, what waits for their decision (Approve from Home takes the card's decision path:
+the card in the approvals channel is updated and the requester told), and Refresh."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from testing.fake_assistant import FakeAssistant
+from testing.slack import APPROVALS_CHANNEL_ID, card_decided, home_action
+from tests.bot.conftest import ALICE, BOB, ERIN, SlackEnv
+from tests.bot.test_slack_approvals import _request_write
+from tests.bot.test_slack_events import _texts
+
+
+def _home_opened(user: str) -> dict[str, Any]:
+    return {"type": "app_home_opened", "tab": "home", "channel": f"D{user}", "user": user}
+
+
+async def _published(env: SlackEnv, user: str, after: int) -> dict[str, Any]:
+    calls = await env.fake.wait_for(
+        "views.publish", after + 1, where=lambda p: p["user_id"] == user
+    )
+    view: dict[str, Any] = calls[after]["view"]
+    return view
+
+
+def _home_count(env: SlackEnv, user: str) -> int:
+    return len([p for p in env.fake.calls_to("views.publish") if p["user_id"] == user])
+
+
+def _actions(view: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for b in view["blocks"] if b["type"] == "actions" for e in b["elements"]]
+
+
+async def test_home_lists_servers_requests_and_waiting_with_refresh(
+    env: SlackEnv, fake_assistant: FakeAssistant
+) -> None:
+    fake_assistant.unreachable["docs"] = "not reachable as you right now"
+    await _request_write(env)
+    await env.fake.settle()
+    base = _home_count(env, ALICE.user_id)
+    await env.sender.post_event(_home_opened(ALICE.user_id))
+    home = await _published(env, ALICE.user_id, base)
+    text = _texts(home["blocks"])
+    # servers, each with its status
+    assert ":white_check_mark: `ticketing` — connected" in text
+    assert ":warning: `docs` — not reachable as you right now" in text
+    # her request: state, then what and with which arguments
+    assert "*Your requests*" in text
+    assert "waiting for an approver" in text
+    assert "`ticketing_update_ticket` (ticket_id=PAY-1, status=closed)" in text
+    # alice may not decide her own request: nothing waits for her, no decision buttons
+    assert "Waiting for your decision" not in text
+    assert [a["action_id"] for a in _actions(home)] == ["home_refresh"]
+
+    # Refresh republishes her Home, asking again
+    fake_assistant.unreachable.clear()
+    base = _home_count(env, ALICE.user_id)
+    status, _ = await env.sender.post_interaction(
+        home_action(ALICE.user_id, "home_refresh", "home", block_id="home_top")
+    )
+    assert status == 200
+    home = await _published(env, ALICE.user_id, base)
+    assert ":white_check_mark: `docs` — connected" in _texts(home["blocks"])
+
+
+async def test_approve_from_home_takes_the_cards_path(
+    env: SlackEnv, fake_assistant: FakeAssistant
+) -> None:
+    card = await _request_write(env)
+    await env.fake.settle()
+    base = _home_count(env, BOB.user_id)
+    await env.sender.post_event(_home_opened(BOB.user_id))
+    home = await _published(env, BOB.user_id, base)
+    assert "Waiting for your decision" in _texts(home["blocks"])
+    buttons = {a["action_id"]: a for a in _actions(home)}
+    assert {"approval_approve", "approval_reject", "home_refresh"} <= set(buttons)
+    assert buttons["approval_approve"]["value"] == "ap1"  # only the approval id
+    assert "confirm" in buttons["approval_approve"]
+
+    await env.sender.post_interaction(
+        home_action(BOB.user_id, "approval_approve", buttons["approval_approve"]["value"])
+    )
+    # the card in the approvals channel is updated, as for a click on the card itself
+    await env.fake.wait_for("chat.update", where=card_decided)
+    decided = env.fake.messages[(APPROVALS_CHANNEL_ID, card["ts"])]
+    assert all(b["type"] != "actions" for b in decided["blocks"])
+    assert fake_assistant.executed == [
+        ("ticketing_update_ticket", {"ticket_id": "PAY-1", "status": "closed"}, "alice@example.com")
+    ]
+    # and the Homes were republished: nothing waits for bob, alice's request is done
+    await env.fake.settle()
+    bob_last = [p for p in env.fake.calls_to("views.publish") if p["user_id"] == BOB.user_id][-1]
+    assert "Waiting for your decision" not in _texts(bob_last["view"]["blocks"])
+
+
+async def test_home_of_someone_not_linked_asks_to_connect_and_lists_nothing(
+    env: SlackEnv,
+) -> None:
+    await env.sender.post_event(_home_opened(ERIN.user_id))
+    home = await _published(env, ERIN.user_id, 0)
+    text = _texts(home["blocks"])
+    assert "*not connected*" in text
+    assert "Your servers" not in text
+    assert "Your requests" not in text
