@@ -7,10 +7,8 @@ the call. The check stays; the validator is compiled once per schema (keyed by a
 its canonical JSON, so a new tool version gets a new one) and shared by every session of
 every run. A session hashes a tool's schema once, on that tool's first result.
 
-Example::
-
-    async with ValidatingSession(read, write) as session:   # instead of ClientSession
-        await session.call_tool("get_ticket", {"key": "PAY-1"})
+``agent_core.sessions`` (the one place a session is opened) opens a ``ValidatingSession``
+where it opened mcp's ``ClientSession``; nothing else changes for the caller.
 """
 
 from __future__ import annotations
