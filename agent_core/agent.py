@@ -40,7 +40,7 @@ from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphBubbleUp, GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command
+from langgraph.types import Command, Durability, StateSnapshot
 
 from agent_core.answer import (
     FinalAnswer,
@@ -61,13 +61,8 @@ from agent_core.errors import (
     ToolAuthError,
     ToolCallError,
 )
-from agent_core.guards import (
-    BulkWriteFlag,
-    CallCap,
-    EditGuard,
-    RepeatGuard,
-    not_already_answered,
-)
+from agent_core.fold import fold
+from agent_core.guards import Guards, not_already_answered
 from agent_core.health import ServerHealth
 from agent_core.middleware import (
     BindRunMiddleware,
@@ -225,7 +220,13 @@ class Agent:
         """Answer ``message`` on ``thread_id`` for ``identity`` (who must own the thread)."""
         await self._threads.require_owner(thread_id, identity.subject)
         payload = {"messages": [HumanMessage(content=message)]}
-        return await self._invoke(identity, thread_id, lambda: payload, None, continues=message)
+        # A first run only reads (every write waits for review), and the message it answers
+        # is already durable in the job that runs it: a crash mid-run re-runs the reads, so
+        # the graph checkpoints once, at exit. The interrupt that ends a run with a proposed
+        # write is in that exit checkpoint, saved before ``run`` returns, so before any card.
+        return await self._invoke(
+            identity, thread_id, lambda: payload, None, continues=message, durability="exit"
+        )
 
     async def resume(
         self,
@@ -260,7 +261,12 @@ class Agent:
             return Command(resume={"decisions": checked})
 
         results = {k: load_result(v) for k, v in (recorded or {}).items()}
-        return await self._invoke(identity, thread_id, payload, approval_id, recorded=results)
+        # A resume runs approved writes: each step is saved before the next starts, so a
+        # write's result is never lost after it ran (a retry would only repeat it under the
+        # same idempotency key) and a further interrupt is saved before its card.
+        return await self._invoke(
+            identity, thread_id, payload, approval_id, recorded=results, durability="sync"
+        )
 
     async def execute(
         self,
@@ -345,6 +351,7 @@ class Agent:
         *,
         continues: str | None = None,
         recorded: Mapping[str, ToolMessage] | None = None,
+        durability: Durability,
     ) -> RunResult:
         sessions = self._sessions(identity)
         try:
@@ -363,12 +370,20 @@ class Agent:
                 )
             stopped = False
             graph_input = payload()
-            if continues is not None and await _cut_off_turn_of(graph, config, continues):
-                # A crash stopped this very turn mid-way (a durable job runs it again): carry
-                # on from its last checkpoint instead of asking the same question twice.
-                graph_input = None
+            if continues is not None:
+                state = await graph.aget_state(config)
+                if _waits_on_turn_of(state, continues):
+                    # This very turn already stopped for review and a crash lost the reply
+                    # (the job runs it again): the same proposal, not a second one.
+                    return self._results.interrupt(
+                        thread_id, state.values, state.interrupts[0].value, model_used=""
+                    )
+                if _cut_off_turn_of(state, continues):
+                    # A crash stopped this very turn mid-way (a durable job runs it again):
+                    # carry on from its last checkpoint instead of asking the same twice.
+                    graph_input = None
             try:
-                await graph.ainvoke(graph_input, config, context=ctx)
+                await graph.ainvoke(graph_input, config, context=ctx, durability=durability)
             except GraphRecursionError:
                 stopped = True  # answered below from the state, like a call-limit stop
             except (AgentError, GraphBubbleUp):
@@ -547,7 +562,9 @@ class Agent:
             graph = create_agent(
                 self._model,
                 tools=tools,
-                middleware=self._middleware(list(names)),
+                # One node before and one after each model call instead of one per hook:
+                # each node is a superstep (see agent_core.fold).
+                middleware=fold(self._middleware(list(names))),
                 checkpointer=self._checkpointer,
                 response_format=ToolStrategy(FinalAnswer),
                 context_schema=RunContext,
@@ -589,11 +606,16 @@ class Agent:
         stack.append(HumanInTheLoopMiddleware(interrupt_on=interrupt_on_for(names, self.policy)))
         # Right inside review: a call that already ran on its approval is not run again.
         stack.append(RecordedResults())
-        stack.append(BulkWriteFlag(self.policy, c.bulk_write_threshold))
-        stack.append(RepeatGuard())
-        # Runs first of the after_model hooks: refused calls never reach review or a tool.
-        stack.append(CallCap(self.policy, c.tool_calls_per_turn, c.pending_approvals_per_run))
-        stack.append(EditGuard())
+        # Its checks run with the model call, so refused or repeated calls are answered
+        # before review sees them; its edit guard wraps the call inside review.
+        stack.append(
+            Guards(
+                self.policy,
+                bulk_threshold=c.bulk_write_threshold,
+                max_calls=c.tool_calls_per_turn,
+                max_writes=c.pending_approvals_per_run,
+            )
+        )
         stack.append(ToolErrorMapper())
         retryable = [n for n in names if self.policy.classify(n).kind == "read"]
         retryable = [n for n in retryable if self.policy.classify(n).idempotent]
@@ -613,11 +635,17 @@ class Agent:
         return stack
 
 
-async def _cut_off_turn_of(graph: Any, config: Any, message: str) -> bool:
-    """Whether the thread's last turn asked ``message`` and stopped before it finished."""
-    state = await graph.aget_state(config)
-    if not state.next or state.interrupts:
-        return False
+def _asked_last(state: StateSnapshot, message: str) -> bool:
     messages = state.values.get("messages", [])
     asked = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
     return asked is not None and asked.content == message
+
+
+def _cut_off_turn_of(state: StateSnapshot, message: str) -> bool:
+    """Whether the thread's last turn asked ``message`` and stopped before it finished."""
+    return bool(state.next) and not state.interrupts and _asked_last(state, message)
+
+
+def _waits_on_turn_of(state: StateSnapshot, message: str) -> bool:
+    """Whether the thread's last turn asked ``message`` and waits for review."""
+    return bool(state.interrupts) and _asked_last(state, message)

@@ -10,19 +10,26 @@
 - ``BulkWriteFlag``: flags a model turn proposing many writes, for the approver.
 - ``CallCap``: at most ``max_calls`` tool calls per model turn and ``max_writes`` writes put
   up for approval; the rest are answered as refused and never run (nor reach a card).
+- ``Guards``: all of the above as the agent uses them, one middleware (one hook per step).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, NotRequired
 
-from langchain.agents.middleware import AgentMiddleware, AgentState
-from langchain.agents.middleware.types import PrivateStateAttr, ToolCallRequest
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware.types import (
+    ExtendedModelResponse,
+    PrivateStateAttr,
+    ToolCallRequest,
+)
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall, ToolMessage
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from agent_core.fold import run_hooks
 from agent_core.middleware import ToolHandler, error_message
 from agent_core.policy import ToolPolicy
 from agent_core.texts import note
@@ -246,3 +253,51 @@ class CallCap(AgentMiddleware[Any, Any, Any]):
                 )
             )
         return {"messages": answers} if answers else None
+
+
+class _GuardsState(_ReviewedState, _BulkState):
+    pass
+
+
+class Guards(AgentMiddleware[Any, Any, Any]):
+    """The guards in one middleware: the call cap, then the repeat guard, then the bulk
+    flag on each model response (each on what the one before left), and the edit guard
+    around each tool call.
+
+    The three checks run inside the model call, on the state plus the model's response,
+    and their answers are saved with the response: so they are in the state before review
+    runs (review skips answered calls, and its interrupt saves the state as it is: a check
+    in the same node as review would lose its update at the interrupt). Placed right after
+    the review middleware, so the edit guard wraps the call inside review.
+    """
+
+    state_schema = _GuardsState
+
+    def __init__(
+        self, policy: ToolPolicy, *, bulk_threshold: int, max_calls: int, max_writes: int
+    ) -> None:
+        super().__init__()
+        self.checks = [
+            CallCap(policy, max_calls, max_writes),
+            RepeatGuard(),
+            BulkWriteFlag(policy, bulk_threshold),
+        ]
+        self.edits = EditGuard()
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        response = await handler(request)
+        view: dict[str, Any] = dict(request.state)
+        view["messages"] = [*request.state.get("messages", []), *response.result]
+        update = await run_hooks(self.checks, "after_model", view, request.runtime)  # type: ignore[arg-type]
+        if not update:
+            return response
+        return ExtendedModelResponse(model_response=response, command=Command(update=update))
+
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: ToolHandler
+    ) -> ToolMessage | Command[Any]:
+        return await self.edits.awrap_tool_call(request, handler)

@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
-from langchain.agents.middleware import PIIMiddleware
+from langchain.agents.middleware import AgentMiddleware, AgentState, PIIMiddleware, hook_config
 from langchain.agents.middleware._redaction import (
     PIIMatch,
     detect_credit_card,
     detect_email,
     detect_ip,
 )
+from langgraph.runtime import Runtime
+
+from agent_core.fold import run_hooks
 
 Detector = Callable[[str], list[PIIMatch]]
 
@@ -116,12 +120,31 @@ def _mask(match: PIIMatch) -> str:
     return "*" * max(len(value) - 4, 3) + value[-4:]
 
 
-def pii_middleware() -> list[PIIMiddleware]:
-    """``PIIMiddleware`` on user input: secrets, cards and phones redacted, emails/IPs masked."""
-    return [
-        PIIMiddleware("secret", detector=detect_secret, strategy="redact"),
-        PIIMiddleware("credit_card", strategy="redact"),
-        PIIMiddleware("phone", detector=detect_phone, strategy="redact"),
-        PIIMiddleware("email", strategy="mask"),
-        PIIMiddleware("ip", strategy="mask"),
-    ]
+class PiiRules(AgentMiddleware[Any, Any, Any]):
+    """Every PII rule on user input, in one hook: secrets, cards and phones redacted,
+    emails and IPs masked, in that order (LangChain's ``PIIMiddleware``, one per type)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rules = [
+            PIIMiddleware("secret", detector=detect_secret, strategy="redact"),
+            PIIMiddleware("credit_card", strategy="redact"),
+            PIIMiddleware("phone", detector=detect_phone, strategy="redact"),
+            PIIMiddleware("email", strategy="mask"),
+            PIIMiddleware("ip", strategy="mask"),
+        ]
+
+    @property
+    def name(self) -> str:
+        return "PiiRules"
+
+    @hook_config(can_jump_to=["end"])
+    async def abefore_model(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return await run_hooks(self.rules, "before_model", state, runtime)
+
+
+def pii_middleware() -> list[AgentMiddleware[Any, Any, Any]]:
+    """The PII middleware on user input (one ``PiiRules``; a list, to splice into a stack)."""
+    return [PiiRules()]

@@ -46,6 +46,7 @@ from agent_core.errors import (
 )
 from agent_core.health import ServerHealth, shared_ssl_context
 from agent_core.tools import DiscoveryCache, ServerTools, ToolDefinition
+from agent_core.validation import ValidatingSession
 from broker import Broker, Identity
 from infra.logging import quiet_mcp_streams
 
@@ -309,7 +310,8 @@ class RunSessions:
             async with (
                 client,
                 streamable_http_client(config.url, http_client=client) as (read, write, _),
-                ClientSession(read, write, client_info=CLIENT_INFO) as session,
+                # Output schemas checked with validators compiled once (agent_core.validation).
+                ValidatingSession(read, write, client_info=CLIENT_INFO) as session,
             ):
                 init = await session.initialize()
                 held.ready.set_result((session, init))

@@ -1,0 +1,224 @@
+"""Fold a middleware stack's node hooks into one node before and one node after the model.
+
+``create_agent`` gives every ``before_model``/``after_model`` hook its own graph node, and
+every node is a superstep: a checkpoint write with the whole state. opsbot's stack (PII
+rules, summarisation, the call limits, review and the guards) had 16 such nodes around each
+model call. None of them needs a node of its own: they are plain functions of the state. So
+``fold`` runs them all in one ``before`` node and one ``after`` node per model step, in the
+order ``create_agent`` would (``before`` hooks in list order, ``after`` hooks in reverse),
+each one seeing the state as the hooks before it left it. The wrap hooks (tool and model
+calls) stay where they were, on thin stand-ins that also carry each part's state schema.
+
+An interrupt (human review) ends the folded ``after`` node before its update is saved, so
+review must be the first ``after`` hook (checked): what must be in the state saved at the
+interrupt runs with the model call instead (``agent_core.guards.Guards``). On resume the
+node runs again from the start, as LangGraph does with any node that interrupts.
+
+Example::
+
+    graph = create_agent(model, tools, middleware=fold([*pii, limits, review, guards]))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    AgentState,
+    HumanInTheLoopMiddleware,
+    hook_config,
+)
+from langchain_core.callbacks import BaseCallbackManager
+from langchain_core.messages import AnyMessage, RemoveMessage
+from langchain_core.runnables import RunnableLambda
+from langgraph.config import get_config
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from langgraph.runtime import Runtime
+
+Middleware = AgentMiddleware[Any, Any, Any]
+
+_NODE_HOOKS = ("before_model", "after_model")
+_AGENT_HOOKS = ("before_agent", "after_agent")
+_WRAPS = ("wrap_model_call", "wrap_tool_call")
+# The only jump opsbot's hooks make (a call limit, PII's block strategy): to the end.
+_JUMPS = ["end"]
+
+
+def _overrides(part: Middleware, hook: str) -> bool:
+    """Whether ``part`` defines ``hook`` (sync or async), as ``create_agent`` decides it."""
+    cls = type(part)
+    return getattr(cls, hook) is not getattr(AgentMiddleware, hook) or getattr(
+        cls, f"a{hook}"
+    ) is not getattr(AgentMiddleware, f"a{hook}")
+
+
+def _jumps(part: Middleware, hook: str) -> list[str]:
+    for name in (hook, f"a{hook}"):
+        method = getattr(type(part), name)
+        if method is not getattr(AgentMiddleware, name) and hasattr(method, "__can_jump_to__"):
+            return list(method.__can_jump_to__)
+    return []
+
+
+async def _call(part: Middleware, hook: str, state: Any, runtime: Runtime[Any]) -> Any:
+    cls = type(part)
+    if getattr(cls, f"a{hook}") is not getattr(AgentMiddleware, f"a{hook}"):
+        return await getattr(part, f"a{hook}")(state, runtime)
+    return getattr(part, hook)(state, runtime)
+
+
+def _callbacks_attached() -> bool:
+    try:
+        config = get_config()
+    except RuntimeError:  # outside a graph run (a unit test calling a hook)
+        return False
+    callbacks = config.get("callbacks")
+    if isinstance(callbacks, BaseCallbackManager):
+        return bool(callbacks.handlers)
+    return bool(callbacks)
+
+
+async def _traced(part: Middleware, hook: str, state: Any, runtime: Runtime[Any]) -> Any:
+    """``part``'s hook; with callbacks attached (run telemetry), as a child run named like
+    the node it used to be (``<middleware>.<hook>``), so spans and metrics stay the same."""
+    if not _callbacks_attached():
+        return await _call(part, hook, state, runtime)
+
+    async def run(view: Any) -> Any:
+        return await _call(part, hook, view, runtime)
+
+    step: RunnableLambda[Any, Any] = RunnableLambda(run, name=f"{part.name}.{hook}")
+    return await step.ainvoke(state, get_config())
+
+
+async def run_hooks(
+    parts: Sequence[Middleware], hook: str, state: AgentState[Any], runtime: Runtime[Any]
+) -> dict[str, Any] | None:
+    """``hook`` of each of ``parts`` in turn, each on the state the ones before left; the
+    one update that has the same effect. A jump stops the chain, as between nodes."""
+    pending = _Pending(state)
+    for part in parts:
+        update = await _traced(part, hook, pending.view, runtime)
+        if not update:
+            continue
+        pending.apply(dict(update))
+        if update.get("jump_to"):
+            break
+    return pending.result()
+
+
+class _Pending:
+    """The state as the hooks so far left it, and the one update that gets it there."""
+
+    def __init__(self, state: AgentState[Any]) -> None:
+        self.view: dict[str, Any] = dict(state)
+        self.update: dict[str, Any] = {}
+        self._messages: list[AnyMessage] = []
+        self._replaced = False
+
+    def apply(self, update: dict[str, Any]) -> None:
+        for key, value in update.items():
+            if key == "messages":
+                incoming = list(value)
+                self._replaced |= any(
+                    isinstance(m, RemoveMessage) and m.id == REMOVE_ALL_MESSAGES for m in incoming
+                )
+                self._messages.extend(incoming)
+                self.view["messages"] = add_messages(self.view.get("messages", []), incoming)
+            else:
+                self.view[key] = value
+                self.update[key] = value
+
+    def result(self) -> dict[str, Any] | None:
+        out = dict(self.update)
+        if self._messages:
+            # A hook that rewrote the whole list (summarisation) is stated as such, with what
+            # the later hooks did to it; otherwise the updates go in as they came, in order.
+            out["messages"] = (
+                [RemoveMessage(id=REMOVE_ALL_MESSAGES), *self.view["messages"]]
+                if self._replaced
+                else self._messages
+            )
+        return out or None
+
+
+class FoldedHooks(AgentMiddleware[Any, Any, Any]):
+    """The ``before_model`` and ``after_model`` hooks of ``parts``, one node each."""
+
+    def __init__(self, parts: Sequence[Middleware]) -> None:
+        super().__init__()
+        self.before = [p for p in parts if _overrides(p, "before_model")]
+        # create_agent runs after_model hooks last-registered first.
+        self.after = [p for p in reversed(parts) if _overrides(p, "after_model")]
+        # An interrupt ends the node before its update is saved: the updates of the hooks
+        # before the reviewing one would be missing from the state saved at the interrupt
+        # (they would come back on resume). So review must be the first after-hook; hooks
+        # that must be saved before review run with the model call instead (Guards).
+        reviews = [i for i, p in enumerate(self.after) if isinstance(p, HumanInTheLoopMiddleware)]
+        if reviews and reviews != [0]:
+            raise ValueError("human review must be the first after_model hook of a fold")
+        for part in parts:
+            extra = {j for hook in _NODE_HOOKS for j in _jumps(part, hook)} - set(_JUMPS)
+            if extra:
+                raise ValueError(f"{part.name} jumps to {sorted(extra)}; a fold jumps to end only")
+
+    @property
+    def name(self) -> str:
+        return "opsbot"
+
+    @hook_config(can_jump_to=_JUMPS)  # type: ignore[arg-type]
+    async def abefore_model(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return await run_hooks(self.before, "before_model", state, runtime)
+
+    @hook_config(can_jump_to=_JUMPS)  # type: ignore[arg-type]
+    async def aafter_model(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return await run_hooks(self.after, "after_model", state, runtime)
+
+
+def _stand_in(part: Middleware) -> Middleware:
+    """``part`` without its node hooks: its wrap hooks, state schema, tools and name."""
+    ns: dict[str, Any] = {
+        "state_schema": part.state_schema,
+        "name": property(lambda self: part.name),
+        "transformers": tuple(getattr(part, "transformers", ()) or ()),
+    }
+    if _overrides(part, "wrap_tool_call"):
+
+        async def awrap_tool_call(self: Any, request: Any, handler: Any) -> Any:
+            return await part.awrap_tool_call(request, handler)
+
+        ns["awrap_tool_call"] = awrap_tool_call
+    if _overrides(part, "wrap_model_call"):
+
+        async def awrap_model_call(self: Any, request: Any, handler: Any) -> Any:
+            return await part.awrap_model_call(request, handler)
+
+        ns["awrap_model_call"] = awrap_model_call
+    cls = type(f"{type(part).__name__}Wraps", (AgentMiddleware,), ns)
+    stand_in: Middleware = cls()
+    stand_in.tools = list(getattr(part, "tools", None) or [])
+    return stand_in
+
+
+def fold(stack: Sequence[Middleware]) -> list[Middleware]:
+    """``stack`` with every node hook folded into one ``before`` and one ``after`` node.
+
+    Middleware without node hooks are returned as they are; the others are replaced by
+    stand-ins for their wrap hooks (same place in the list, so wraps nest as before), and
+    their node hooks run in one ``FoldedHooks`` placed first.
+    """
+    for part in stack:
+        for hook in _AGENT_HOOKS:
+            if _overrides(part, hook):
+                raise ValueError(f"{part.name} has a {hook} hook, which a fold does not run")
+    noded = [p for p in stack if any(_overrides(p, h) for h in _NODE_HOOKS)]
+    if not noded:
+        return list(stack)
+    rest = [_stand_in(p) if p in noded else p for p in stack]
+    return [FoldedHooks(noded), *rest]
