@@ -16,6 +16,7 @@ from urllib.parse import quote
 import httpx
 
 from broker.errors import BrokerUnavailableError
+from broker.http import request
 from broker.oidc import OidcProvider
 
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105
@@ -108,12 +109,15 @@ class TokenEndpointClient:
         if meta.revocation_endpoint is None:
             return
         form, headers = self._authenticate({"token": token, "token_type_hint": "refresh_token"})
-        try:
-            await self._http.post(meta.revocation_endpoint, data=form, headers=headers)
-        except httpx.HTTPError as exc:
-            raise BrokerUnavailableError(
-                f"identity provider unreachable (revocation): {type(exc).__name__}"
-            ) from exc
+        await request(
+            self._http,
+            "POST",
+            meta.revocation_endpoint,
+            "identity provider",
+            "revocation",
+            data=form,
+            headers=headers,
+        )
 
     def _authenticate(self, form: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
         """The form and headers carrying the client authentication."""
@@ -158,14 +162,15 @@ async def post_token_form(
 ) -> tuple[int, Any]:
     """POST a token request; its status and JSON body (``None`` when not JSON). Unreachable
     or a 5xx is ``BrokerUnavailableError`` (``who``: the server's role, for the message)."""
-    try:
-        response = await http.post(
-            url, data=data, headers={**headers, "Accept": "application/json"}
-        )
-    except httpx.HTTPError as exc:
-        raise BrokerUnavailableError(
-            f"{who} unreachable (token endpoint): {type(exc).__name__}"
-        ) from exc
+    response = await request(
+        http,
+        "POST",
+        url,
+        who,
+        "token endpoint",
+        data=data,
+        headers={**headers, "Accept": "application/json"},
+    )
     if response.status_code >= 500:
         raise BrokerUnavailableError(f"token endpoint answered {response.status_code}")
     try:

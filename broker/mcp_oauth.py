@@ -27,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from broker.errors import BrokerError, BrokerUnavailableError, ConnectRequired
+from broker.http import request
 from infra.settings import McpOAuthClient
 
 __all__ = [
@@ -74,10 +75,7 @@ def _well_known(url: str, name: str) -> list[str]:
 
 async def _json(http: httpx.AsyncClient, url: str) -> dict[str, Any] | None:
     """The JSON object at ``url``; ``None`` for a 4xx (try the next URL)."""
-    try:
-        response = await http.get(url, headers={"Accept": "application/json"})
-    except httpx.HTTPError as exc:
-        raise BrokerUnavailableError(f"unreachable: {url} ({type(exc).__name__})") from exc
+    response = await request(http, "GET", url, url, headers={"Accept": "application/json"})
     if 400 <= response.status_code < 500:
         return None
     if response.status_code != 200:
@@ -173,12 +171,9 @@ async def register(
         "response_types": ["code"],
         "token_endpoint_auth_method": "client_secret_basic",
     }
-    try:
-        response = await http.post(server.registration_endpoint, json=body)
-    except httpx.HTTPError as exc:
-        raise BrokerUnavailableError(
-            f"unreachable: {server.registration_endpoint} ({type(exc).__name__})"
-        ) from exc
+    response = await request(
+        http, "POST", server.registration_endpoint, server.issuer, "registration", json=body
+    )
     try:
         data = response.json()
     except ValueError:

@@ -22,6 +22,7 @@ import httpx
 import jwt
 
 from broker.errors import BrokerUnavailableError, TokenVerificationError
+from broker.http import request
 from infra.clock import Clock, utc_now
 
 _ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"]
@@ -64,12 +65,7 @@ class OidcProvider:
         self._keys_lock = asyncio.Lock()
 
     async def _get_json(self, url: str, what: str) -> dict[str, Any]:
-        try:
-            response = await self._http.get(url)
-        except httpx.HTTPError as exc:
-            raise BrokerUnavailableError(
-                f"identity provider unreachable ({what}): {type(exc).__name__}"
-            ) from exc
+        response = await request(self._http, "GET", url, "identity provider", what)
         if response.status_code != 200:
             raise BrokerUnavailableError(
                 f"identity provider answered {response.status_code} for {what}"
@@ -119,15 +115,14 @@ class OidcProvider:
         meta = await self.metadata()
         if meta.userinfo_endpoint is None:
             raise TokenVerificationError("the identity provider has no userinfo endpoint")
-        try:
-            response = await self._http.get(
-                meta.userinfo_endpoint,
-                headers={"Authorization": f"Bearer {access_token}", "Accept": "application/json"},
-            )
-        except httpx.HTTPError as exc:
-            raise BrokerUnavailableError(
-                f"identity provider unreachable (userinfo): {type(exc).__name__}"
-            ) from exc
+        response = await request(
+            self._http,
+            "GET",
+            meta.userinfo_endpoint,
+            "identity provider",
+            "userinfo",
+            headers={"Authorization": f"Bearer {access_token}", "Accept": "application/json"},
+        )
         if response.status_code >= 500:
             raise BrokerUnavailableError(f"userinfo endpoint answered {response.status_code}")
         if response.status_code != 200:

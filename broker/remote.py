@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from broker.errors import BrokerUnavailableError, from_wire
+from broker.http import request
 from broker.types import AccessToken, ChatUser, Identity, ServerConnection
 
 
@@ -64,14 +65,14 @@ class RemoteBroker:
         return f"RemoteBroker({self._base!r})"
 
     async def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            response = await self._http.post(
-                f"{self._base}{path}", json=body, headers=self._headers
-            )
-        except httpx.HTTPError as exc:
-            raise BrokerUnavailableError(
-                f"broker service unreachable: {type(exc).__name__}"
-            ) from None
+        response = await request(
+            self._http,
+            "POST",
+            f"{self._base}{path}",
+            "broker service",
+            json=body,
+            headers=self._headers,
+        )
         try:
             data = response.json()
         except ValueError:

@@ -368,36 +368,6 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
         outcome = await _decide(adapter, clicker, approval_id, Approve())
         await adapter.apply_outcome(outcome, approval_id, clicker, channel, ts)
 
-    async def open_modal(
-        context: AsyncBoltContext,
-        body: dict[str, Any],
-        action: dict[str, Any],
-        client: AsyncWebClient,
-        kind: str,
-    ) -> None:
-        clicker, (channel, ts) = _clicker(body), _card_location(body)
-        if await refuse_team(context, body, clicker, channel):
-            return
-        approval_id = str(action["value"])
-        view = await adapter.assistant.approval_view(approval_id)
-        if view is None or view.status != "pending":
-            await adapter.ephemeral(
-                channel,
-                clicker.user_id,
-                text_message(":information_source: This request is no longer pending."),
-            )
-            return
-        ctx = ModalContext(approval_id, channel, ts)
-        modal = edit_modal(view, ctx) if kind == "edit" else reject_modal(view, ctx)
-        opened = await client.views_open(trigger_id=str(body["trigger_id"]), view=modal)
-        # The modal opens first (the trigger id dies in 3 s); then, if the core says this
-        # clicker cannot decide it, the modal turns into the refusal. decide() checks again.
-        refusal = await _refusal(adapter, clicker, approval_id)
-        if refusal is not None:
-            view_id = str((opened.get("view") or {}).get("id", ""))
-            await client.views_update(view_id=view_id, view=_notice_view(refusal.text))
-            await adapter.ephemeral(channel, clicker.user_id, refusal)
-
     def modal_opener(kind: str) -> Callable[..., Awaitable[None]]:
         """The Edit or Reject click: a modal of that kind (Bolt injects by parameter name)."""
 
@@ -409,7 +379,28 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
             context: AsyncBoltContext,
         ) -> None:
             await ack()  # then views.open at once: the trigger id lives 3 seconds
-            await open_modal(context, body, action, client, kind)
+            clicker, (channel, ts) = _clicker(body), _card_location(body)
+            if await refuse_team(context, body, clicker, channel):
+                return
+            approval_id = str(action["value"])
+            view = await adapter.assistant.approval_view(approval_id)
+            if view is None or view.status != "pending":
+                await adapter.ephemeral(
+                    channel,
+                    clicker.user_id,
+                    text_message(":information_source: This request is no longer pending."),
+                )
+                return
+            ctx = ModalContext(approval_id, channel, ts)
+            modal = edit_modal(view, ctx) if kind == "edit" else reject_modal(view, ctx)
+            opened = await client.views_open(trigger_id=str(body["trigger_id"]), view=modal)
+            # The modal opens first (the trigger id dies in 3 s); then, if the core says this
+            # clicker cannot decide it, the modal turns into the refusal. decide() checks again.
+            refusal = await _refusal(adapter, clicker, approval_id)
+            if refusal is not None:
+                view_id = str((opened.get("view") or {}).get("id", ""))
+                await client.views_update(view_id=view_id, view=_notice_view(refusal.text))
+                await adapter.ephemeral(channel, clicker.user_id, refusal)
 
         return clicked
 

@@ -178,13 +178,20 @@ def build_app(idp: DevIdentityProvider) -> Starlette:
             )
         return JSONResponse({"error": "invalid_token"}, 401, headers={"WWW-Authenticate": "Bearer"})
 
-    async def admin(request: Request) -> Response:
+    def admin_refusal(request: Request) -> Response | None:
+        """Why an admin call is refused (disabled, or not the admin token); None: allowed."""
         expected = idp.admin_token
         given = request.headers.get("authorization", "")
         if expected is None:
             return JSONResponse({"error": "admin endpoints are disabled"}, 404)
         if not hmac.compare_digest(given.encode(), f"Bearer {expected}".encode()):
             return JSONResponse({"error": "unauthorized"}, 401)
+        return None
+
+    async def admin(request: Request) -> Response:
+        refused = admin_refusal(request)
+        if refused is not None:
+            return refused
         subject = request.path_params["subject"]
         action = request.path_params["action"]
         try:
@@ -199,12 +206,9 @@ def build_app(idp: DevIdentityProvider) -> Starlette:
         return JSONResponse({"subject": subject, "revoked": idp.is_revoked(subject)})
 
     async def admin_group(request: Request) -> Response:
-        expected = idp.admin_token
-        given = request.headers.get("authorization", "")
-        if expected is None:
-            return JSONResponse({"error": "admin endpoints are disabled"}, 404)
-        if not hmac.compare_digest(given.encode(), f"Bearer {expected}".encode()):
-            return JSONResponse({"error": "unauthorized"}, 401)
+        refused = admin_refusal(request)
+        if refused is not None:
+            return refused
         subject = request.path_params["subject"]
         action = request.path_params["action"]
         if action not in ("add", "remove"):
