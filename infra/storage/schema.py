@@ -87,7 +87,7 @@ processed_events = Table(
     Index("ix_processed_events_received_at", "received_at"),
 )
 
-# One card per approval and platform (migration 0013): an approval shown on Slack and on Teams
+# One card per approval and platform (migration 0011): an approval shown on Slack and on Teams
 # has a row for each, so a decision taken on one can update the other. Teams conversation ids
 # (``19:…@thread.tacv2;messageid=…``) are longer than Slack's, hence 255. The requester's
 # columns are empty on a platform that only mirrors the card (the requester is elsewhere).
@@ -108,7 +108,7 @@ chat_approval_messages = Table(
     Column("service_url", String(512), nullable=True),
 )
 
-# Approval notices (migration 0013): what another platform's adapter must show, durable so
+# Approval notices (migration 0011): what another platform's adapter must show, durable so
 # that any instance of that adapter delivers each notice once: ``post`` a card for an approval
 # requested elsewhere, or show a ``decided`` one (payload: the ``Decided``, as JSON). Claimed
 # with a lease like ``run_jobs``; ``notice_id`` makes publishing idempotent.

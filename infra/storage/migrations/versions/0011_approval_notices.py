@@ -1,7 +1,7 @@
 """Cross-platform approvals: one card row per approval *and platform*, and approval_notices,
 the durable queue through which a decision taken on one platform reaches the others.
 
-Revision ID: 0013
+Revision ID: 0011
 Revises: 0010 (written against 0008; chained after the teams branch's 0010 at its merge)
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013"
+revision = "0011"
 down_revision = "0010"
 branch_labels = None
 depends_on = None
