@@ -106,6 +106,8 @@ class FakeResumer:
     audit: AuditLog | None = None
     # The server's answer per write: "success" or an ``error:<class>`` with a reason.
     answers: list[tuple[str, str | None]] = field(default_factory=list)
+    # Whether the tool takes an idempotency key (the audit then records the key, else none).
+    keyed: bool = True
 
     async def execute(
         self,
@@ -156,7 +158,7 @@ class FakeResumer:
         tool_call_id: str,
         approval_id: str,
     ) -> None:
-        key = idempotency_key(approval_id, tool_call_id)
+        key = idempotency_key(approval_id, tool_call_id) if self.keyed else f"nokey:{tool_call_id}"
         pending = None
         if self.audit is not None:
             pending = await self.audit.write_pending(

@@ -337,3 +337,70 @@ async def test_an_undecided_call_of_the_step_keeps_the_run_waiting_not_the_appro
     [(_who, _thread, decisions)] = harness.resumer.resumes
     assert [d["type"] for d in decisions] == ["approve", "reject"]
     assert len(harness.executor.calls) == 1
+
+
+# --- reconciling a write the server never applied ------------------------------------------
+
+
+async def _reconciled_not_applied(harness: Harness) -> None:
+    """What ``opsbot reconcile`` does when the server's change log has no such key."""
+    assert harness.resumer.audit is not None
+    for pending in await harness.resumer.audit.unresolved_writes():
+        await harness.resumer.audit.write_outcome(
+            pending, outcome="not_applied", detail={"resolved_by": "reconcile"}
+        )
+
+
+async def test_a_never_applied_keyed_write_is_run_again_once_by_the_reconcile(
+    harness: Harness,
+) -> None:
+    approval_id = await harness.open("alice")
+    harness.resumer.answers = [("no-outcome", None)]  # sent, then nothing heard back
+    report = await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    assert report.approval.status is ApprovalStatus.UNKNOWN
+    assert harness.executor.executions == 0
+    assert await harness.service.settle_unknown() == []  # nothing known yet
+
+    await _reconciled_not_applied(harness)
+    [settled] = await harness.service.settle_unknown()
+    # Its key makes a second attempt safe: run once more, and it happened.
+    assert settled.approval.status is ApprovalStatus.SUCCEEDED
+    assert harness.executor.executions == 1
+    assert len(harness.resumer.executed) == 2
+    assert await harness.service.settle_unknown() == []
+
+
+async def test_a_write_still_not_applied_after_its_one_retry_ends_failed(
+    harness: Harness,
+) -> None:
+    approval_id = await harness.open("alice")
+    harness.resumer.answers = [("no-outcome", None), ("no-outcome", None)]
+    await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    await _reconciled_not_applied(harness)
+    [retried] = await harness.service.settle_unknown()
+    assert retried.approval.status is ApprovalStatus.UNKNOWN  # the retry went unheard too
+    await _reconciled_not_applied(harness)
+    [settled] = await harness.service.settle_unknown()
+    assert settled.approval.status is ApprovalStatus.FAILED
+    assert settled.approval.outcome_reason is not None
+    assert "retried once and still not applied" in settled.approval.outcome_reason
+    assert len(harness.resumer.executed) == 2  # the call, and its one retry
+    assert harness.executor.executions == 0
+    assert await harness.service.settle_unknown() == []
+
+
+async def test_a_never_applied_write_without_a_key_is_failed_not_retried(
+    harness: Harness,
+) -> None:
+    approval_id = await harness.open("alice")
+    harness.resumer.keyed = False  # a tool without an idempotency key
+    harness.resumer.answers = [("no-outcome", None)]
+    await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    await _reconciled_not_applied(harness)
+    [settled] = await harness.service.settle_unknown()
+    assert settled.approval.status is ApprovalStatus.FAILED
+    assert settled.approval.outcome_reason is not None
+    assert "not retried" in settled.approval.outcome_reason
+    assert "no idempotency key" in settled.approval.outcome_reason
+    assert len(harness.resumer.executed) == 1
+    assert harness.executor.executions == 0
