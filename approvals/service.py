@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from agent_core.answer import Interrupt
+from agent_core.approved_calls import result_note
 from agent_core.binding import idempotency_key
 from agent_core.errors import NoPendingApprovalError
 from agent_core.policy import ToolPolicy
@@ -415,6 +416,19 @@ class ApprovalService:
                     )
                 elif action.tool_call_id in stored:
                     recorded[action.tool_call_id] = stored[action.tool_call_id]
+                    decisions.append(decision.to_hitl(action, None))
+                elif member.status in (ApprovalStatus.SUCCEEDED, ApprovalStatus.UNKNOWN):
+                    # It ran (or may have) but its result was lost in a crash: tell the model
+                    # what the records say; sending it again is not the resume's to do.
+                    recorded[action.tool_call_id] = result_note(
+                        action.tool_call_id,
+                        action.tool,
+                        f"{action.tool} ran and succeeded; its result was not kept."
+                        if member.status is ApprovalStatus.SUCCEEDED
+                        else f"The outcome of {action.tool} is unknown: "
+                        f"{member.outcome_reason or 'being reconciled'}.",
+                        ok=member.status is ApprovalStatus.SUCCEEDED,
+                    )
                     decisions.append(decision.to_hitl(action, None))
                 else:
                     why = member.outcome_reason or "it could not be run"

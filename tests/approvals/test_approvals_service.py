@@ -404,3 +404,70 @@ async def test_a_never_applied_write_without_a_key_is_failed_not_retried(
     assert "no idempotency key" in settled.approval.outcome_reason
     assert len(harness.resumer.executed) == 1
     assert harness.executor.executions == 0
+
+
+# --- crashes between a decision, its call and the resume -----------------------------------
+
+
+async def test_a_crash_after_the_call_ran_is_finished_by_the_sweeper_without_a_second_send(
+    harness: Harness,
+) -> None:
+    from approvals.store import ApprovalStore
+
+    store: ApprovalStore = harness.store
+    approval_id = await harness.open("alice")
+    claimed = await store.claim(approval_id, "bob", [APPROVE], harness.clock())
+    await store.advance(approval_id, ApprovalStatus.DECIDING, ApprovalStatus.APPROVED)
+    await store.advance(approval_id, ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING)
+    action = claimed.actions[0]
+    # The call reached the server and its outcome was audited; then the process died.
+    await harness.resumer.execute(
+        identity("alice"),
+        "thr-1",
+        {"id": action.tool_call_id, "name": action.tool, "args": action.args},
+        approval_id=claimed.batch,
+    )
+    assert harness.executor.executions == 1
+
+    harness.clock.advance(seconds=25)  # the sweeper's grace is 20 s
+    [report] = await harness.service.finish_interrupted(timedelta(seconds=20))
+    assert report.approval.status is ApprovalStatus.SUCCEEDED
+    assert len(harness.resumer.executed) == 1  # its audit says it ran: not sent again
+    assert harness.executor.executions == 1
+    # The run resumed once; the model is told it ran (its own result was lost).
+    [(_who, _thread, decisions)] = harness.resumer.resumes
+    assert [d["type"] for d in decisions] == ["approve"]
+    [recorded] = harness.resumer.recorded
+    assert "succeeded" in recorded[action.tool_call_id]["data"]["content"]
+    assert await harness.service.finish_interrupted(timedelta(seconds=20)) == []
+
+
+async def test_a_crash_during_the_resume_is_resumed_once_after_the_lease(
+    harness: Harness,
+) -> None:
+    from approvals.service import RESUME_LEASE
+
+    approval_id = await harness.open("alice")
+    harness.resumer.crash_resume = asyncio.CancelledError()
+    with pytest.raises(asyncio.CancelledError):
+        await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    stored = await harness.store.get(approval_id)
+    assert stored is not None
+    assert stored.status is ApprovalStatus.SUCCEEDED  # the call ran and was recorded
+    assert stored.resume_claimed_at is not None
+    assert stored.resumed_at is None
+    # A claimed resume is left alone while it may still be running elsewhere ...
+    harness.clock.advance(seconds=30)
+    assert await harness.service.finish_interrupted(timedelta(seconds=20)) == []
+    # ... and taken over after the lease: resumed once, fed the stored result.
+    harness.clock.advance(seconds=RESUME_LEASE.total_seconds())
+    reports = await asyncio.gather(
+        *(harness.service.finish_interrupted(timedelta(seconds=20)) for _ in range(3))
+    )
+    [report] = [r for batch in reports for r in batch]
+    assert report.result is not None
+    assert len(harness.resumer.resumes) == 2  # the crashed one, and this one
+    assert list(harness.resumer.recorded[-1]) == ["call-0"]
+    assert harness.executor.executions == 1
+    assert len(harness.resumer.executed) == 1
+    assert await harness.service.finish_interrupted(timedelta(seconds=20)) == []
