@@ -32,12 +32,21 @@ from langgraph.types import Command
 from agent_core.binding import RunContext
 from agent_core.middleware import BindRunMiddleware, ToolErrorMapper, ToolHandler
 
-__all__ = ["RecordedResults", "dump_result", "load_result", "run_call"]
+__all__ = ["RecordedResults", "dump_result", "load_result", "result_note", "run_call"]
 
 
 def dump_result(message: ToolMessage) -> dict[str, Any]:
     """A tool result as JSON, to be stored with its approval."""
     return dict(message_to_dict(message))
+
+
+def result_note(call_id: str, tool: str, text: str, *, ok: bool) -> dict[str, Any]:
+    """A stored result for a call whose own result was lost (a crash after it ran): the
+    model is told what the records say instead of the call being sent again."""
+    message = ToolMessage(
+        content=text, name=tool, tool_call_id=call_id, status="success" if ok else "error"
+    )
+    return dump_result(message)
 
 
 def load_result(data: Mapping[str, Any]) -> ToolMessage:

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from agent_core.answer import Interrupt
+from agent_core.approved_calls import result_note
 from agent_core.binding import idempotency_key
 from agent_core.errors import NoPendingApprovalError
 from agent_core.policy import ToolPolicy
@@ -67,6 +68,8 @@ DEFAULT_MAX_AGE = timedelta(hours=1)
 RESUME_LEASE = timedelta(minutes=5)
 # Where an approval keeps the results of its calls that ran, for the run's resume.
 TOOL_RESULTS = "tool_results"
+# Set on an approval whose never-applied write was run again by the reconcile.
+RETRIED = "retried_after_reconcile"
 
 
 class Resumer(Protocol):
@@ -309,7 +312,9 @@ class ApprovalService:
             return DecisionReport(await self._current(approval))
         return await self._resume_batch(approval)
 
-    async def _run_approved(self, approval: Approval, *, rerun: bool) -> Approval:
+    async def _run_approved(
+        self, approval: Approval, *, rerun: bool, retried: bool = False
+    ) -> Approval:
         """Run the approved call(s) of ``approval`` now, as the requester, and finish it from
         what the audit log says each write did; the results are stored for the resume."""
         failure: str | None = None
@@ -354,8 +359,11 @@ class ApprovalService:
         else:
             status, reason = await self._write_outcome(approval, decisions, run_failure)
         outcome: dict[str, Any] = {"reason": reason} if reason else {"result": status.value}
+        results = {**(approval.outcome.get(TOOL_RESULTS) or {}), **results}
         if results:
             outcome[TOOL_RESULTS] = results
+        if retried or approval.outcome.get(RETRIED):
+            outcome[RETRIED] = True  # a never-applied write is run again once, not more
         done = await self.store.finish(approval.approval_id, status, outcome, reason=reason)
         await self._record_finished(done)
         return done
@@ -408,6 +416,19 @@ class ApprovalService:
                     )
                 elif action.tool_call_id in stored:
                     recorded[action.tool_call_id] = stored[action.tool_call_id]
+                    decisions.append(decision.to_hitl(action, None))
+                elif member.status in (ApprovalStatus.SUCCEEDED, ApprovalStatus.UNKNOWN):
+                    # It ran (or may have) but its result was lost in a crash: tell the model
+                    # what the records say; sending it again is not the resume's to do.
+                    recorded[action.tool_call_id] = result_note(
+                        action.tool_call_id,
+                        action.tool,
+                        f"{action.tool} ran and succeeded; its result was not kept."
+                        if member.status is ApprovalStatus.SUCCEEDED
+                        else f"The outcome of {action.tool} is unknown: "
+                        f"{member.outcome_reason or 'being reconciled'}.",
+                        ok=member.status is ApprovalStatus.SUCCEEDED,
+                    )
                     decisions.append(decision.to_hitl(action, None))
                 else:
                     why = member.outcome_reason or "it could not be run"
@@ -495,6 +516,10 @@ class ApprovalService:
             outcomes = [e for e in mine if e.kind is EventKind.WRITE_OUTCOME]
             if any(e.outcome == "success" for e in outcomes):
                 continue
+            if _sent_since_last_outcome(mine):
+                # Sent again (a retry) and not heard back yet: the older outcome is stale.
+                unknown.append(f"the {action.server} server did not confirm the write")
+                continue
             if outcomes and outcomes[-1].outcome in REFUSED_OUTCOMES:
                 last = outcomes[-1]
                 failed.append(
@@ -542,24 +567,67 @@ class ApprovalService:
 
     async def settle_unknown(self, limit: int = 100) -> list[DecisionReport]:
         """Move ``unknown`` approvals to ``succeeded``/``failed`` once the audit log knows
-        (after ``opsbot reconcile`` found each write in, or missing from, the server's log)."""
+        (after ``opsbot reconcile`` found each write in, or missing from, the server's log).
+
+        A write the server never applied is run again, once, when its idempotency key makes
+        that safe (the server applies a key at most once): it then ends ``succeeded`` or
+        ``failed`` like any call. A write without a key is not retried: it ends ``failed``
+        with that reason.
+        """
         reports = []
         for approval in await self.store.find(statuses=[ApprovalStatus.UNKNOWN], limit=limit):
             status, reason = await self._write_outcome(approval, list(approval.decisions))
             if status is ApprovalStatus.UNKNOWN:
                 continue
-            try:
-                done = await self.store.finish(
-                    approval.approval_id,
-                    status,
-                    {"reason": reason} if reason else {"result": status.value},
-                    reason=reason,
+            never_applied = await self._never_applied(approval)
+            if never_applied == "keyed" and not approval.outcome.get(RETRIED):
+                try:
+                    taken = await self.store.advance(
+                        approval.approval_id, ApprovalStatus.UNKNOWN, ApprovalStatus.EXECUTING
+                    )
+                except ApprovalError:
+                    continue  # settled meanwhile by another instance
+                done = await self._run_approved(taken, rerun=False, retried=True)
+                reports.append(DecisionReport(done))
+                continue
+            if never_applied is not None:
+                status = ApprovalStatus.FAILED
+                reason = (
+                    f"{reason}; it was retried once and still not applied"
+                    if never_applied == "keyed"
+                    else f"{reason}; it was not retried: the tool takes no idempotency key, "
+                    "so a retry could apply it twice"
                 )
+            kept = {k: v for k, v in approval.outcome.items() if k in (TOOL_RESULTS, RETRIED)}
+            outcome = {**kept, **({"reason": reason} if reason else {"result": status.value})}
+            try:
+                done = await self.store.finish(approval.approval_id, status, outcome, reason=reason)
             except ApprovalError:
                 continue  # settled meanwhile by another instance
             await self._record_finished(done)
             reports.append(DecisionReport(done))
         return reports
+
+    async def _never_applied(self, approval: Approval) -> str | None:
+        """``"keyed"`` when every approved call's last outcome is "the server has no record"
+        and each was sent with its idempotency key (or never sent at all); ``"unkeyed"`` when
+        one of them went without a key; ``None`` when not every call was never applied."""
+        events = await self._write_events(approval)
+        kinds: set[str] = set()
+        for action, decision in zip(approval.actions, approval.decisions, strict=True):
+            if decision.type == "reject":
+                continue
+            key = idempotency_key(approval.batch, action.tool_call_id)
+            mine = [e for e in events if e.idempotency_key in (key, f"nokey:{action.tool_call_id}")]
+            outcomes = [e for e in mine if e.kind is EventKind.WRITE_OUTCOME]
+            if not outcomes or outcomes[-1].outcome != "not_applied":
+                return None
+            if _sent_since_last_outcome(mine):
+                return None
+            kinds.add("unkeyed" if any(e.idempotency_key != key for e in mine) else "keyed")
+        if not kinds:
+            return None
+        return "unkeyed" if "unkeyed" in kinds else "keyed"
 
     async def _requester_can_act(
         self, requester: Identity, approvals: list[Approval]
@@ -572,6 +640,12 @@ class ApprovalService:
             except BrokerError as exc:
                 return f"the requester's access to {server} was refused ({type(exc).__name__})"
         return None
+
+
+def _sent_since_last_outcome(events: list[Any]) -> bool:
+    """Whether a ``write_pending`` record follows the last outcome (events in log order)."""
+    last = max((i for i, e in enumerate(events) if e.kind is EventKind.WRITE_OUTCOME), default=-1)
+    return any(e.kind is EventKind.WRITE_PENDING for e in events[last + 1 :])
 
 
 __all__ = [

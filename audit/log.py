@@ -91,8 +91,9 @@ class AuditSink(Protocol):
         ...
 
     async def unresolved_writes(self, limit: int = 200) -> list[AuditEvent]:
-        """``write_pending`` events with no ``write_outcome`` for their idempotency key, or
-        only ambiguous ones (``AMBIGUOUS_OUTCOMES``: timed out, server unreachable...)."""
+        """``write_pending`` events with no later ``write_outcome`` for their idempotency
+        key, or only ambiguous ones (``AMBIGUOUS_OUTCOMES``: timed out, server unreachable...).
+        """
         ...
 
 
@@ -271,16 +272,19 @@ class MemoryAuditSink:
         return [e for e in self._events if _matches(e, q)][: q.limit]
 
     async def unresolved_writes(self, limit: int = 200) -> list[AuditEvent]:
-        done = {
-            e.idempotency_key
-            for e in self._events
-            if e.kind is EventKind.WRITE_OUTCOME and e.outcome not in AMBIGUOUS_OUTCOMES
-        }
-        return [
-            e
-            for e in self._events
-            if e.kind is EventKind.WRITE_PENDING and e.idempotency_key not in done
-        ][:limit]
+        found = []
+        for i, e in enumerate(self._events):
+            if e.kind is not EventKind.WRITE_PENDING:
+                continue
+            # Only a later outcome settles it: a retry sends the same key again.
+            if not any(
+                later.kind is EventKind.WRITE_OUTCOME
+                and later.idempotency_key == e.idempotency_key
+                and later.outcome not in AMBIGUOUS_OUTCOMES
+                for later in self._events[i + 1 :]
+            ):
+                found.append(e)
+        return found[:limit]
 
 
 _COLUMNS = (
@@ -340,6 +344,8 @@ class SqlAuditSink:
             and_(
                 outcome.c.kind == EventKind.WRITE_OUTCOME.value,
                 outcome.c.idempotency_key == c.idempotency_key,
+                # Only a later outcome settles it: a retry sends the same key again.
+                outcome.c.seq > c.seq,
                 outcome.c.outcome.not_in(sorted(AMBIGUOUS_OUTCOMES)),
             )
         )

@@ -106,6 +106,10 @@ class FakeResumer:
     audit: AuditLog | None = None
     # The server's answer per write: "success" or an ``error:<class>`` with a reason.
     answers: list[tuple[str, str | None]] = field(default_factory=list)
+    # Raised by ``resume`` only (e.g. ``CancelledError``: the process dies mid-resume).
+    crash_resume: BaseException | None = None
+    # Whether the tool takes an idempotency key (the audit then records the key, else none).
+    keyed: bool = True
 
     async def execute(
         self,
@@ -135,6 +139,9 @@ class FakeResumer:
         self.resumes.append((identity.subject, thread_id, decisions))
         self.recorded.append(dict(recorded or {}))
         await asyncio.sleep(0)
+        if self.crash_resume is not None:
+            crash, self.crash_resume = self.crash_resume, None
+            raise crash
         if self.fail_with is not None:
             raise self.fail_with
         interrupt = self.interrupts[thread_id]
@@ -156,7 +163,7 @@ class FakeResumer:
         tool_call_id: str,
         approval_id: str,
     ) -> None:
-        key = idempotency_key(approval_id, tool_call_id)
+        key = idempotency_key(approval_id, tool_call_id) if self.keyed else f"nokey:{tool_call_id}"
         pending = None
         if self.audit is not None:
             pending = await self.audit.write_pending(

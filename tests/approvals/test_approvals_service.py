@@ -337,3 +337,137 @@ async def test_an_undecided_call_of_the_step_keeps_the_run_waiting_not_the_appro
     [(_who, _thread, decisions)] = harness.resumer.resumes
     assert [d["type"] for d in decisions] == ["approve", "reject"]
     assert len(harness.executor.calls) == 1
+
+
+# --- reconciling a write the server never applied ------------------------------------------
+
+
+async def _reconciled_not_applied(harness: Harness) -> None:
+    """What ``opsbot reconcile`` does when the server's change log has no such key."""
+    assert harness.resumer.audit is not None
+    for pending in await harness.resumer.audit.unresolved_writes():
+        await harness.resumer.audit.write_outcome(
+            pending, outcome="not_applied", detail={"resolved_by": "reconcile"}
+        )
+
+
+async def test_a_never_applied_keyed_write_is_run_again_once_by_the_reconcile(
+    harness: Harness,
+) -> None:
+    approval_id = await harness.open("alice")
+    harness.resumer.answers = [("no-outcome", None)]  # sent, then nothing heard back
+    report = await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    assert report.approval.status is ApprovalStatus.UNKNOWN
+    assert harness.executor.executions == 0
+    assert await harness.service.settle_unknown() == []  # nothing known yet
+
+    await _reconciled_not_applied(harness)
+    [settled] = await harness.service.settle_unknown()
+    # Its key makes a second attempt safe: run once more, and it happened.
+    assert settled.approval.status is ApprovalStatus.SUCCEEDED
+    assert harness.executor.executions == 1
+    assert len(harness.resumer.executed) == 2
+    assert await harness.service.settle_unknown() == []
+
+
+async def test_a_write_still_not_applied_after_its_one_retry_ends_failed(
+    harness: Harness,
+) -> None:
+    approval_id = await harness.open("alice")
+    harness.resumer.answers = [("no-outcome", None), ("no-outcome", None)]
+    await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    await _reconciled_not_applied(harness)
+    [retried] = await harness.service.settle_unknown()
+    assert retried.approval.status is ApprovalStatus.UNKNOWN  # the retry went unheard too
+    await _reconciled_not_applied(harness)
+    [settled] = await harness.service.settle_unknown()
+    assert settled.approval.status is ApprovalStatus.FAILED
+    assert settled.approval.outcome_reason is not None
+    assert "retried once and still not applied" in settled.approval.outcome_reason
+    assert len(harness.resumer.executed) == 2  # the call, and its one retry
+    assert harness.executor.executions == 0
+    assert await harness.service.settle_unknown() == []
+
+
+async def test_a_never_applied_write_without_a_key_is_failed_not_retried(
+    harness: Harness,
+) -> None:
+    approval_id = await harness.open("alice")
+    harness.resumer.keyed = False  # a tool without an idempotency key
+    harness.resumer.answers = [("no-outcome", None)]
+    await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    await _reconciled_not_applied(harness)
+    [settled] = await harness.service.settle_unknown()
+    assert settled.approval.status is ApprovalStatus.FAILED
+    assert settled.approval.outcome_reason is not None
+    assert "not retried" in settled.approval.outcome_reason
+    assert "no idempotency key" in settled.approval.outcome_reason
+    assert len(harness.resumer.executed) == 1
+    assert harness.executor.executions == 0
+
+
+# --- crashes between a decision, its call and the resume -----------------------------------
+
+
+async def test_a_crash_after_the_call_ran_is_finished_by_the_sweeper_without_a_second_send(
+    harness: Harness,
+) -> None:
+    from approvals.store import ApprovalStore
+
+    store: ApprovalStore = harness.store
+    approval_id = await harness.open("alice")
+    claimed = await store.claim(approval_id, "bob", [APPROVE], harness.clock())
+    await store.advance(approval_id, ApprovalStatus.DECIDING, ApprovalStatus.APPROVED)
+    await store.advance(approval_id, ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING)
+    action = claimed.actions[0]
+    # The call reached the server and its outcome was audited; then the process died.
+    await harness.resumer.execute(
+        identity("alice"),
+        "thr-1",
+        {"id": action.tool_call_id, "name": action.tool, "args": action.args},
+        approval_id=claimed.batch,
+    )
+    assert harness.executor.executions == 1
+
+    harness.clock.advance(seconds=25)  # the sweeper's grace is 20 s
+    [report] = await harness.service.finish_interrupted(timedelta(seconds=20))
+    assert report.approval.status is ApprovalStatus.SUCCEEDED
+    assert len(harness.resumer.executed) == 1  # its audit says it ran: not sent again
+    assert harness.executor.executions == 1
+    # The run resumed once; the model is told it ran (its own result was lost).
+    [(_who, _thread, decisions)] = harness.resumer.resumes
+    assert [d["type"] for d in decisions] == ["approve"]
+    [recorded] = harness.resumer.recorded
+    assert "succeeded" in recorded[action.tool_call_id]["data"]["content"]
+    assert await harness.service.finish_interrupted(timedelta(seconds=20)) == []
+
+
+async def test_a_crash_during_the_resume_is_resumed_once_after_the_lease(
+    harness: Harness,
+) -> None:
+    from approvals.service import RESUME_LEASE
+
+    approval_id = await harness.open("alice")
+    harness.resumer.crash_resume = asyncio.CancelledError()
+    with pytest.raises(asyncio.CancelledError):
+        await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    stored = await harness.store.get(approval_id)
+    assert stored is not None
+    assert stored.status is ApprovalStatus.SUCCEEDED  # the call ran and was recorded
+    assert stored.resume_claimed_at is not None
+    assert stored.resumed_at is None
+    # A claimed resume is left alone while it may still be running elsewhere ...
+    harness.clock.advance(seconds=30)
+    assert await harness.service.finish_interrupted(timedelta(seconds=20)) == []
+    # ... and taken over after the lease: resumed once, fed the stored result.
+    harness.clock.advance(seconds=RESUME_LEASE.total_seconds())
+    reports = await asyncio.gather(
+        *(harness.service.finish_interrupted(timedelta(seconds=20)) for _ in range(3))
+    )
+    [report] = [r for batch in reports for r in batch]
+    assert report.result is not None
+    assert len(harness.resumer.resumes) == 2  # the crashed one, and this one
+    assert list(harness.resumer.recorded[-1]) == ["call-0"]
+    assert harness.executor.executions == 1
+    assert len(harness.resumer.executed) == 1
+    assert await harness.service.finish_interrupted(timedelta(seconds=20)) == []

@@ -114,7 +114,13 @@ async def test_after_revocation_next_exchange_fails_and_cache_stops_serving(
     with pytest.raises(AccessRevokedError):
         await broker.get_token(carol, "ticketing")
     assert exchanges_at_idp(idp, "carol", "database") == 1
-    assert broker.metrics.failures["AccessRevokedError"] == 2
+    # The first refusal came from the IdP and marked the link broken; the second is refused
+    # from that mark, without asking the IdP again.
+    assert broker.metrics.failures["AccessRevokedError"] == 1
+    assert broker.metrics.failures["LinkBrokenError"] == 1
+    link = await identity_broker.links.get(carol.chat_user)  # type: ignore[arg-type]
+    assert link is not None
+    assert link.broken_at is not None
 
 
 async def test_revocation_during_subject_token_cache_still_refuses(
