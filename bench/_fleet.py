@@ -142,7 +142,7 @@ async def opsbot_command(env: Mapping[str, str], *args: str, bound: float = 120.
 
 @contextlib.asynccontextmanager
 async def opsbot_slack(
-    env: Mapping[str, str], *, bound: float = 120.0
+    env: Mapping[str, str], *, bound: float = 300.0
 ) -> AsyncIterator[AppProcess]:
     """``opsbot slack`` on a free loopback port; SIGTERM (then SIGKILL) on exit."""
     proc = await asyncio.create_subprocess_exec(
