@@ -88,7 +88,6 @@ class TeamsAdapter:
         instance). In-process runs live in this process: a crash loses a run in flight."""
         if not await self.processed.claim(message.delivery_id):
             return False
-        await self.outbound.conversations.save(conversation_of(message))
         self._start(self.converse(message))
         return True
 
@@ -121,8 +120,11 @@ class TeamsAdapter:
     async def answer(
         self, message: TeamsMessage, *, retry_on_connection_error: bool = False
     ) -> None:
-        """Show typing while the core works, then deliver its reply in the conversation."""
+        """Keep the conversation reference (for later proactive posts: a decision's result),
+        show typing while the core works, then deliver its reply in the conversation.
+        The reference is saved here, after the 202, to keep the acknowledgement to one write."""
         conversation = conversation_of(message)
+        await self.outbound.conversations.save(conversation)
         if len(message.text) > self.config.max_message_chars:
             await self._post(conversation, [note_activity(self._too_long())])
             return

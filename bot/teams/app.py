@@ -23,7 +23,6 @@ from microsoft_agents.hosting.core import (
     AgentApplication,
     ApplicationOptions,
     MemoryStorage,
-    RestChannelServiceClientFactory,
     TurnContext,
     TurnState,
 )
@@ -34,6 +33,7 @@ from bot.teams.adapter import TeamsAdapter
 from bot.teams.approval_store import SqlTeamsCards
 from bot.teams.approvals import TeamsApprovals
 from bot.teams.auth import ConnectorAuth
+from bot.teams.clients import PooledClientFactory
 from bot.teams.config import TeamsBotConfig
 from bot.teams.core import AssistantPort, ChatUser
 from bot.teams.credentials import BotConnections, ClientCredentials
@@ -154,10 +154,8 @@ def build_agent_application(
     return application
 
 
-def make_cloud_adapter(connections: Connections) -> CloudAdapter:
-    cloud = CloudAdapter(
-        channel_service_client_factory=RestChannelServiceClientFactory(connections)
-    )
+def make_cloud_adapter(factory: PooledClientFactory) -> CloudAdapter:
+    cloud = CloudAdapter(channel_service_client_factory=factory)
 
     async def on_turn_error(_context: TurnContext, error: Exception) -> None:
         log.error("a Teams turn failed: %s", type(error).__name__, exc_info=error)
@@ -188,7 +186,8 @@ async def open_teams_bot(
             tenant_id=config.tenant_id,
         )
         connections = BotConnections(credentials)
-        cloud = make_cloud_adapter(connections)
+        factory = PooledClientFactory(connections)
+        cloud = make_cloud_adapter(factory)
         outbound = TeamsOutbound(cloud, config.app_id, SqlConversations(engine, clock))
         approvals = TeamsApprovals(
             outbound,
@@ -212,3 +211,4 @@ async def open_teams_bot(
             yield TeamsBot(config, cloud, application, adapter, auth)
         finally:
             await adapter.close()
+            await factory.close()

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.teams.adapter import TeamsAdapter, conversation_of
+from bot.teams.adapter import TeamsAdapter
 from bot.teams.app import TeamsBot, open_teams_bot
 from bot.teams.config import TeamsBotConfig
 from bot.teams.core import AssistantPort
@@ -45,7 +45,6 @@ class DurableTeamsAdapter(TeamsAdapter):
         """Store the message as a job before the 202 (if this raises, Teams gets a 503 and
         nothing is marked seen). The job id is the delivery's, so a redelivery reaching any
         instance is recognised here; the delivery is then recorded beside Slack's."""
-        await self.outbound.conversations.save(conversation_of(message))
         job_id = f"teams-{message.delivery_id}"
         first = await self.queue.enqueue(
             job_id, JOB_KIND, message.user_key, {"message": message.to_payload()}
@@ -56,6 +55,12 @@ class DurableTeamsAdapter(TeamsAdapter):
         if self.runner is not None:
             self.runner.notify()
         return True
+
+    async def idle(self) -> None:
+        """Wait for this instance's runs to finish (tests, bench)."""
+        await super().idle()
+        if self.runner is not None:
+            await self.runner.idle()
 
     async def run_job(self, job: Job) -> None:
         """Answer one accepted message, on whichever instance claimed it. A database

@@ -15,18 +15,44 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bot.teams.core import PlatformRef
 from bot.teams.incoming import PLATFORM
 from infra.clock import Clock, utc_now
 from infra.storage.schema import processed_events, teams_conversations
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """Where a thread lives in Teams: enough to post in it from any instance."""
+
+    ref: PlatformRef
+    conversation_id: str
+    conversation_type: str
+    service_url: str
+    reference: dict[str, Any]
+
+
+_SQLITE_WRITERS: weakref.WeakKeyDictionary[AsyncEngine, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def write_lock(engine: AsyncEngine) -> contextlib.AbstractAsyncContextManager[Any]:
+    """SQLite has a single writer: this process's Teams writes queue here instead of in
+    SQLite's busy-wait backoff (multi-second tails under bursts). PostgreSQL: no lock."""
+    if engine.dialect.name != "sqlite":
+        return contextlib.nullcontext()
+    lock = _SQLITE_WRITERS.get(engine)
+    if lock is None:
+        lock = _SQLITE_WRITERS[engine] = asyncio.Lock()
+    return lock
 
 
 class SqlProcessedActivities:
@@ -35,13 +61,12 @@ class SqlProcessedActivities:
     def __init__(self, engine: AsyncEngine, clock: Clock = utc_now) -> None:
         self._engine = engine
         self._clock = clock
-        # SQLite has one writer: queue this process's claims (as Slack's store does).
-        self._write_lock: contextlib.AbstractAsyncContextManager[Any] = (
-            asyncio.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
-        )
+        self._write_lock = write_lock(engine)
 
-    async def claim(self, delivery_id: str) -> bool:
-        """``True`` the first time ``delivery_id`` is seen, on any instance."""
+    async def claim(self, delivery_id: str, conversation: Conversation | None = None) -> bool:
+        """``True`` the first time ``delivery_id`` is seen, on any instance. With
+        ``conversation``, its reference is saved in the same transaction (one write per
+        delivery: SQLite's single writer made separate ones queue up under bursts)."""
         try:
             async with self._write_lock, self._engine.begin() as conn:
                 await conn.execute(
@@ -49,6 +74,8 @@ class SqlProcessedActivities:
                         event_id=delivery_id, platform=PLATFORM, received_at=self._clock()
                     )
                 )
+                if conversation is not None:
+                    await save_conversation(conn, conversation, self._clock())
         except IntegrityError:
             return False
         return True
@@ -65,15 +92,42 @@ class SqlProcessedActivities:
         return int(result.rowcount or 0)
 
 
-@dataclass(frozen=True, slots=True)
-class Conversation:
-    """Where a thread lives in Teams: enough to post in it from any instance."""
-
-    ref: PlatformRef
-    conversation_id: str
-    conversation_type: str
-    service_url: str
-    reference: dict[str, Any]
+async def save_conversation(
+    conn: AsyncConnection, conversation: Conversation, now: datetime
+) -> None:
+    """Insert or refresh one thread's conversation reference, inside ``conn``'s transaction."""
+    ref = conversation.ref
+    values = {
+        "conversation_id": conversation.conversation_id,
+        "conversation_type": conversation.conversation_type,
+        "service_url": conversation.service_url,
+        "reference": conversation.reference,
+        "updated_at": now,
+    }
+    c = teams_conversations.c
+    changed = await conn.execute(
+        update(teams_conversations)
+        .where(
+            c.tenant_id == ref.team_id,
+            c.channel_key == ref.channel_id,
+            c.thread_key == ref.thread_ts,
+        )
+        .values(**values)
+    )
+    if changed.rowcount:
+        return
+    # Two first messages of one thread at once: the other's insert wins, which is the same
+    # reference.
+    with contextlib.suppress(IntegrityError):
+        async with conn.begin_nested():
+            await conn.execute(
+                teams_conversations.insert().values(
+                    tenant_id=ref.team_id,
+                    channel_key=ref.channel_id,
+                    thread_key=ref.thread_ts,
+                    **values,
+                )
+            )
 
 
 class SqlConversations:
@@ -83,37 +137,8 @@ class SqlConversations:
 
     async def save(self, conversation: Conversation) -> None:
         """Insert or refresh (Teams may move a conversation to another ``serviceUrl``)."""
-        ref = conversation.ref
-        values = {
-            "conversation_id": conversation.conversation_id,
-            "conversation_type": conversation.conversation_type,
-            "service_url": conversation.service_url,
-            "reference": conversation.reference,
-            "updated_at": self._clock(),
-        }
-        c = teams_conversations.c
-        async with self._engine.begin() as conn:
-            changed = await conn.execute(
-                update(teams_conversations)
-                .where(
-                    c.tenant_id == ref.team_id,
-                    c.channel_key == ref.channel_id,
-                    c.thread_key == ref.thread_ts,
-                )
-                .values(**values)
-            )
-            if changed.rowcount:
-                return
-            with contextlib.suppress(IntegrityError):
-                async with conn.begin_nested():
-                    await conn.execute(
-                        teams_conversations.insert().values(
-                            tenant_id=ref.team_id,
-                            channel_key=ref.channel_id,
-                            thread_key=ref.thread_ts,
-                            **values,
-                        )
-                    )
+        async with write_lock(self._engine), self._engine.begin() as conn:
+            await save_conversation(conn, conversation, self._clock())
 
     async def get(self, ref: PlatformRef) -> Conversation | None:
         if ref.platform != PLATFORM:
