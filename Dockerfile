@@ -17,14 +17,15 @@ ENV UV_COMPILE_BYTECODE=1 \
     UV_PYTHON_DOWNLOADS=never \
     UV_PROJECT_ENVIRONMENT=/app/.venv
 WORKDIR /src
-# Dependencies first: this layer is rebuilt only when the lock file changes.
+# Dependencies first: this layer is rebuilt only when the lock file changes. The Teams
+# adapter (extra `teams`: the Microsoft 365 Agents SDK) is included: `opsbot serve` needs it.
 RUN --mount=type=cache,target=/root/.cache/uv \
     --mount=type=bind,source=uv.lock,target=uv.lock \
     --mount=type=bind,source=pyproject.toml,target=pyproject.toml \
-    uv sync --locked --no-dev --no-install-project
+    uv sync --locked --no-dev --extra teams --no-install-project
 COPY . /src
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv sync --locked --no-dev --no-editable
+    uv sync --locked --no-dev --extra teams --no-editable
 # The model provider's LangChain integration is the operator's choice, not an opsbot
 # dependency: docker build --build-arg MODEL_PACKAGES="langchain-openai" . (empty: demo only).
 ARG MODEL_PACKAGES=""

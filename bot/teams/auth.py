@@ -40,6 +40,8 @@ MAX_LEEWAY_SECONDS = 300
 # this: forged tokens must not turn opsbot into a JWKS request amplifier.
 MIN_REFETCH_SECONDS = 30.0
 KEYS_MAX_AGE_SECONDS = 24 * 3600.0
+# Carries the signing key's endorsements from verify_token to check_activity (removed there).
+_ENDORSEMENTS = "_opsbot_key_endorsements"
 
 
 class Rejected(Exception):
@@ -95,6 +97,13 @@ class ConnectorAuth:
         self, authorization: str | None, activity: Mapping[str, Any]
     ) -> dict[str, Any]:
         """The verified claims, or ``Rejected``."""
+        claims = await self.verify_token(authorization)
+        self.check_activity(claims, activity)
+        return claims
+
+    async def verify_token(self, authorization: str | None) -> dict[str, Any]:
+        """The token's claims once its signature, algorithm, issuer, audience and lifetime are
+        verified; ``check_activity`` then binds them to the activity."""
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Rejected("no Bearer token")
@@ -124,15 +133,14 @@ class ConnectorAuth:
             raise Rejected(f"token refused: {type(exc).__name__}: {exc}") from None
         if claims.get("aud") != config.app_id:  # pyjwt accepts a list containing it
             raise Rejected("audience is not exactly the bot's app id")
-        self._check_activity(claims, endorsements, activity)
+        claims[_ENDORSEMENTS] = sorted(endorsements) if endorsements is not None else None
         return claims
 
-    def _check_activity(
-        self,
-        claims: Mapping[str, Any],
-        endorsements: frozenset[str] | None,
-        activity: Mapping[str, Any],
-    ) -> None:
+    def check_activity(self, claims: dict[str, Any], activity: Mapping[str, Any]) -> None:
+        """The activity is the one the token was issued for: same ``serviceUrl``, a channel the
+        key is endorsed for, a served tenant."""
+        listed = claims.pop(_ENDORSEMENTS, None)
+        endorsements = frozenset(listed) if isinstance(listed, list) else None
         service_url = activity.get("serviceUrl")
         claimed = claims.get("serviceurl")
         if not isinstance(service_url, str) or not service_url:

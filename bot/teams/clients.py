@@ -26,8 +26,14 @@ from microsoft_agents.hosting.core.authorization import (
     ClaimsIdentity,
     Connections,
 )
-from microsoft_agents.hosting.core.connector import ConnectorClientBase
+from microsoft_agents.hosting.core.connector import ConnectorClientBase, get_product_info
 from microsoft_agents.hosting.core.connector.client import UserTokenClient
+from microsoft_agents.hosting.core.connector.client.agent_sign_in import AgentSignIn
+from microsoft_agents.hosting.core.connector.client.connector_client import (
+    AttachmentsOperations,
+    ConversationsOperations,
+)
+from microsoft_agents.hosting.core.connector.client.user_token import UserToken
 from microsoft_agents.hosting.core.connector.teams import TeamsConnectorClient
 
 log = logging.getLogger(__name__)
@@ -36,11 +42,26 @@ REQUEST_TIMEOUT = ClientTimeout(total=30)
 
 
 class _SharedConnectorClient(TeamsConnectorClient):
+    """A Connector client over a session the factory configured (headers included): the
+    SDK's constructor would look up its own package version on disk for the User-Agent on
+    every turn (``get_product_info`` scans site-packages), once per client."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self.client = session
+        self._attachments = AttachmentsOperations(session)
+        self._conversations = ConversationsOperations(session)
+
     async def close(self) -> None:
         """The session belongs to the factory: it outlives the turn."""
 
 
 class _SharedUserTokenClient(UserTokenClient):
+    def __init__(self, session: ClientSession, app_id: str) -> None:
+        self._app_id = app_id
+        self.client = session
+        self._agent_sign_in = AgentSignIn(session)
+        self._user_token = UserToken(session)
+
     async def close(self) -> None:
         """The session belongs to the factory: it outlives the turn."""
 
@@ -57,6 +78,7 @@ class PooledClientFactory(RestChannelServiceClientFactory):
         self._token_endpoint = token_service_endpoint
         self._token_audience = token_service_audience
         self._sessions: dict[tuple[str, str], ClientSession] = {}
+        self._user_agent = get_product_info()
 
     def _session(self, endpoint: str, token: str) -> ClientSession:
         endpoint = endpoint if endpoint.endswith("/") else f"{endpoint}/"
@@ -69,7 +91,14 @@ class PooledClientFactory(RestChannelServiceClientFactory):
                 stale = self._sessions.pop(old_key)
                 if not stale.closed:
                     _close_later(stale)
-            session = ClientSession(base_url=endpoint, timeout=REQUEST_TIMEOUT)
+            headers = {
+                "Accept": "application/json",
+                "Content-Type": "application/json",
+                "User-Agent": self._user_agent,
+            }
+            if len(token) > 1:
+                headers["Authorization"] = f"Bearer {token}"
+            session = ClientSession(base_url=endpoint, timeout=REQUEST_TIMEOUT, headers=headers)
             self._sessions[key] = session
         return session
 
@@ -88,8 +117,7 @@ class PooledClientFactory(RestChannelServiceClientFactory):
         token = await provider.get_access_token(
             audience, scopes or claims_identity.get_token_scope()
         )
-        session = self._session(service_url, token)
-        return _SharedConnectorClient(endpoint=service_url, token=token, session=session)
+        return _SharedConnectorClient(self._session(service_url, token))
 
     async def create_user_token_client(
         self,
@@ -102,10 +130,7 @@ class PooledClientFactory(RestChannelServiceClientFactory):
             self._token_audience, claims_identity.get_token_scope()
         )
         return _SharedUserTokenClient(
-            app_id=claims_identity.get_app_id() or "",
-            endpoint=self._token_endpoint,
-            token=token,
-            session=self._session(self._token_endpoint, token),
+            self._session(self._token_endpoint, token), claims_identity.get_app_id() or ""
         )
 
     async def close(self) -> None:

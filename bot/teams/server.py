@@ -1,8 +1,9 @@
 """``POST /api/messages``: size cap, opsbot's own authentication, then the Agents SDK.
 
-The order matters: the body is read with a cap (413), parsed (400), authenticated
-(``bot.teams.auth``: 401 and one log line for any failure; nothing else runs), and only then
-handed to ``CloudAdapter.process`` with the verified claims as its ``ClaimsIdentity``.
+The order matters: the body is read with a cap (413), the token verified (401), the body
+parsed (400) and bound to the token (``serviceurl``, tenant: 401); any failure is one log line
+and nothing else runs. Only then is the activity handed to ``CloudAdapter.process`` with the
+verified claims as its ``ClaimsIdentity``.
 
 Example::
 
@@ -42,15 +43,18 @@ def messages_handler(bot: TeamsBot) -> Callable[[web.Request], Awaitable[web.Str
         if raw is None:
             return _refuse(413, "request body too large", request.content_length)
         try:
+            # The token first: a caller without one learns nothing, not even about the body.
+            claims = await bot.auth.verify_token(request.headers.get("Authorization"))
+        except Rejected as exc:
+            return _refuse(401, f"unauthenticated: {exc.reason}", len(raw))
+        try:
             activity = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError):
             activity = None
         if not isinstance(activity, dict):
-            # Authenticate first when we can: an unauthenticated caller learns nothing, but
-            # without an activity there is no serviceUrl to check the token against.
             return _refuse(400, "malformed activity: not a JSON object", len(raw))
         try:
-            claims = await bot.auth.verify(request.headers.get("Authorization"), activity)
+            bot.auth.check_activity(claims, activity)
         except Rejected as exc:
             return _refuse(401, f"unauthenticated: {exc.reason}", len(raw))
         with warnings.catch_warnings():

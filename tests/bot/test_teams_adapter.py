@@ -258,3 +258,23 @@ async def test_durable_runs_are_jobs(run_teams: RunTeams, assistant: FakeAssista
         status = await adapter.queue.status(job_id)
     assert status is not None
     assert status[0] == JobStatus.DONE
+
+
+@pytest.mark.parametrize("kind", ["conversationUpdate", "installationUpdate", "no_user"])
+async def test_activities_that_are_not_a_persons_message_run_nothing(
+    run_teams: RunTeams, assistant: FakeAssistant, kind: str
+) -> None:
+    async with run_teams(assistant) as env:
+        activity = env.fake.personal(ALICE, "hi")
+        if kind == "no_user":
+            del activity["from"]["aadObjectId"]  # a bot or an anonymous sender
+        else:
+            activity["type"] = kind
+            activity.pop("text")
+        status, body = await env.post(activity)
+        assert status in (200, 202)
+        await env.bot.adapter.idle()
+        await env.fake.settle(quiet=0.2)
+    assert assistant.messages == []
+    assert env.fake.posted() == []
+    assert "Exception" not in body

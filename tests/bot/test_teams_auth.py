@@ -143,6 +143,9 @@ async def test_malformed_body_is_400_and_oversized_413(
     env: TeamsEnv, assistant: FakeAssistant
 ) -> None:
     async with aiohttp.ClientSession() as session:
+        # Without a token, a malformed body is still only "unauthenticated".
+        async with session.post(f"{env.url}/api/messages", data=b"{not json") as response:
+            assert response.status == 401
         async with session.post(
             f"{env.url}/api/messages",
             data=b"{not json",
