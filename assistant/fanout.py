@@ -54,6 +54,9 @@ DECIDED = "decided"
 QUEUED, CLAIMED, DONE, FAILED = "queued", "claimed", "done", "failed"
 MAX_ATTEMPTS = 8
 LEASE = timedelta(seconds=60)
+# Delivered notices are kept a week (to see what was told where), then pruned by the loop.
+KEEP_DELIVERED = timedelta(days=7)
+PRUNE_EVERY_SECONDS = 3600.0
 
 _DECIDED = TypeAdapter(Decided)
 
@@ -283,11 +286,16 @@ class ApprovalFanout:
         """Deliver ``platform``'s notices until cancelled: at once when this process published
         one, else every ``interval`` seconds (notices from other instances)."""
         wake = self._event(platform)
+        pruned_at = float("-inf")
+        loop = asyncio.get_running_loop()
         while True:
             wake.clear()
             try:
                 while await self.deliver(platform, handle) > 0:
                     pass
+                if loop.time() - pruned_at >= PRUNE_EVERY_SECONDS:
+                    pruned_at = loop.time()
+                    await self.store.prune(KEEP_DELIVERED)
             except Exception as exc:  # the database is away: try again next tick
                 log.warning("delivering approval notices failed: %s", type(exc).__name__)
             with contextlib.suppress(TimeoutError):

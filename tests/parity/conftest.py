@@ -14,7 +14,7 @@ from infra.serving import bind_socket
 from infra.storage import create_engine
 from testing.fake_assistant import FakeAssistant
 from testing.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack, SlackSender
-from testing.teams import FakeTeams, new_user
+from testing.teams import APPROVALS_CHANNEL_ID, FakeTeams, new_user
 from tests.fixtures.teams import RunTeams
 from tests.parity.drivers import PEOPLE, Driver, SlackDriver, TeamsDriver
 
@@ -42,11 +42,13 @@ async def driver(
 ) -> AsyncIterator[Driver]:
     """Both fakes run for either platform (cheap); only the one under test is used."""
     if request.param == "teams":
-        async with run_teams(assistant) as env:
+        async with run_teams(assistant, approvals_conversation_id=APPROVALS_CHANNEL_ID) as env:
+            fake_teams.members[APPROVALS_CHANNEL_ID] = list(TEAMS_PEOPLE.values())
             teams = TeamsDriver(fake_teams, env.url, TEAMS_PEOPLE)
             _link_everyone(assistant, teams)
             yield teams
             await env.bot.adapter.idle()
+            await env.bot.adapter.approvals.idle()
         return
     engine = create_engine(sqlite_url)
     config = SlackBotConfig(
