@@ -81,7 +81,9 @@ async def assistant(
                 identities,
                 clock=clock,
             )
-            yield Assistant(identities, threads, agent, service, clock=clock, exchange_servers=servers)
+            yield Assistant(
+                identities, threads, agent, service, clock=clock, exchange_servers=servers
+            )
     finally:
         await engine.dispose()
 
