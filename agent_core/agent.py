@@ -93,6 +93,9 @@ ALLOWED_DECISIONS: list[DecisionType] = ["approve", "edit", "reject"]
 # callback handlers to attach to that run only (see ``opsbot.observability.runs``).
 RunCallbacks = Callable[[Identity, str, Sequence[str]], Sequence[BaseCallbackHandler]]
 LIMIT_TEXT = "Model call limits exceeded"
+# Where ``ainvoke`` puts a run's interrupts in its output (LangGraph's key; its constant is
+# private since 1.0).
+INTERRUPT = "__interrupt__"
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,8 +385,16 @@ class Agent:
                     # A crash stopped this very turn mid-way (a durable job runs it again):
                     # carry on from its last checkpoint instead of asking the same twice.
                     graph_input = None
+            out: Any = None
             try:
-                await graph.ainvoke(graph_input, config, context=ctx, durability=durability)
+                out = await graph.ainvoke(
+                    graph_input,
+                    config,
+                    context=ctx,
+                    durability=durability,
+                    # Every state channel, as ``aget_state`` reads them (private ones too).
+                    output_keys=graph.stream_channels_asis,
+                )
             except GraphRecursionError:
                 stopped = True  # answered below from the state, like a call-limit stop
             except (AgentError, GraphBubbleUp):
@@ -394,14 +405,19 @@ class Agent:
                 raise ModelUnavailableError(
                     f"the model failed ({type(exc).__name__}); please try again"
                 ) from exc
-            state = await graph.aget_state(config)
+            if isinstance(out, dict):
+                # The final state as the run left it (the same channels ``aget_state`` reads)
+                # and its interrupts: no second read of the checkpoint.
+                values = {k: v for k, v in out.items() if k != INTERRUPT}
+                interrupts = [i.value for i in out.get(INTERRUPT, ())]
+            else:
+                state = await graph.aget_state(config)
+                values, interrupts = state.values, [i.value for i in state.interrupts]
             used = ctx.models_used[-1] if ctx.models_used else model_name(self._model)
-            if state.interrupts:
-                return self._results.interrupt(
-                    thread_id, state.values, state.interrupts[0].value, model_used=used
-                )
+            if interrupts:
+                return self._results.interrupt(thread_id, values, interrupts[0], model_used=used)
             answer = self._results.answer(
-                state.values,
+                values,
                 toolset.unavailable,
                 toolset.no_access,
                 used,

@@ -1,98 +1,206 @@
-"""One agent turn against the reference servers vs. the same MCP calls made directly.
+"""What one agent turn costs next to the MCP calls it makes (issue 21), in one run.
 
-A zero-latency scripted model makes K ``ticketing_get_ticket`` calls (one per step) and then
-answers; the turn runs through the whole agent (thread check, health, tokens, per-run session,
-middleware, checkpointer, answer verification). The baseline makes the same K calls with the
-MCP client on an already-open session (the honest "direct" figure). Also reports how many
-``tools/list`` calls a cold and a warm run make (warm must be 0).
+For K = 1, 4 and 8 ``ticketing_get_ticket`` calls per turn (a zero-latency scripted model
+makes one call per step, then answers), interleaved round by round so that a noisy machine
+affects all of them alike:
+
+- **floor**: the same K calls made directly on one open MCP session;
+- **peer**: a plain ``create_agent`` with ``MultiServerMCPClient``'s tools on one open
+  session, no middleware, no checkpointer;
+- **opsbot**: ``Agent.run`` as production wires it: thread check, health, tokens, a session
+  per server per run, the middleware, the SQLite checkpointer, the SQL thread store and the
+  audit log.
+
+Wall time and client CPU (this thread's CPU time: the IdP and the MCP servers run on a
+thread of their own, so their work is not counted) are medians over the rounds. Also: SQL
+statements and commits per opsbot turn, and ``tools/list`` calls per cold and warm run.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import logging
 import statistics
 import tempfile
+import threading
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-KEYS = ["PAY-101", "PAY-102", "PAY-103", "PAY-104"]
+T = TypeVar("T")
+KS = (1, 4, 8)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--calls", type=int, default=8, help="K tool calls per turn")
-    parser.add_argument("--turns", type=int, default=15, help="measured turns (median)")
+    parser.add_argument("--turns", type=int, default=15, help="measured rounds (median)")
+
+
+class _Elsewhere:
+    """An event loop on its own thread, holding async contexts (the servers) open."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.stack = contextlib.AsyncExitStack()
+
+    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    async def enter(self, cm: contextlib.AbstractAsyncContextManager[T]) -> T:
+        return await self.call(self.stack.enter_async_context(cm))
+
+    async def close(self) -> None:
+        await self.call(self.stack.aclose())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+async def _timed(work: Callable[[], Awaitable[None]]) -> tuple[float, float]:
+    cpu, wall = time.thread_time(), time.perf_counter()
+    await work()
+    return (time.perf_counter() - wall) * 1000, (time.thread_time() - cpu) * 1000
+
+
+@contextlib.asynccontextmanager
+async def _servers(tmp: Path) -> AsyncIterator[tuple[Any, Any, _Elsewhere]]:
+    from mcp_servers import start_reference_servers
+    from testing.identity import start_dev_idp
+
+    elsewhere = _Elsewhere()
+    try:
+        idp = await elsewhere.enter(start_dev_idp())
+        servers = await elsewhere.enter(
+            start_reference_servers(issuer=idp.issuer, jwks_url=idp.jwks_url, data_dir=tmp)
+        )
+        yield idp, servers, elsewhere
+    finally:
+        await elsewhere.close()
 
 
 async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
-    from langchain_core.messages import BaseMessage
+    from langchain.agents import create_agent
+    from langchain.agents.structured_output import ToolStrategy
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+    from langchain_mcp_adapters.tools import load_mcp_tools
 
+    from agent_core.answer import FinalAnswer
     from agent_core.threads import PlatformRef
-    from mcp_servers import start_reference_servers
-    from testing.agent import FunctionChatModel, call, final, open_agent_env, tool_results
-    from testing.identity import start_dev_idp
+    from testing.agent import FunctionChatModel, open_agent_env
     from testing.mcp import mcp_session
+    from testing.sql import count_statements
+    from testing.turns import READ_KEYS, open_sql_agent, reads_then_answer
 
-    k = int(getattr(args, "calls", 0) or 8)
     turns = int(getattr(args, "turns", 0) or 15)
-
-    def step(messages: list[BaseMessage]) -> Any:
-        done = len(tool_results(messages))
-        if done < k:
-            return call("ticketing_get_ticket", key=KEYS[done % len(KEYS)])
-        return final("done", [("ticketing", KEYS[0])])
-
+    # Log lines are the servers' and the clients' alike; rendering them is not the turn.
+    logging.disable(logging.CRITICAL)
     with tempfile.TemporaryDirectory() as tmp:
         async with (
-            start_dev_idp() as idp,
-            start_reference_servers(
-                issuer=idp.issuer, jwks_url=idp.jwks_url, data_dir=Path(tmp)
-            ) as servers,
+            _servers(Path(tmp)) as (idp, servers, _),
             open_agent_env(idp, servers) as env,
         ):
-            model = FunctionChatModel(fn=step)
-            agent = env.agent(model)
             alice = await env.user("alice")
-
-            async def turn(i: int) -> float:
-                ref = PlatformRef("slack", "T-BENCH", "C-BENCH", f"{time.time_ns()}-{i}")
-                thread = await agent.threads.get_or_create(ref, alice.subject)
-                started = time.perf_counter()
-                result = await agent.run(alice, thread.thread_id, f"show {k} tickets ({i})")
-                elapsed = (time.perf_counter() - started) * 1000
-                assert result.kind == "answer", result
-                return elapsed
-
-            before = agent.stats.list_tools_calls
-            await turn(-1)
-            cold = agent.stats.list_tools_calls - before
-            before = agent.stats.list_tools_calls
-            agent_ms = [await turn(i) for i in range(turns)]
-            warm = (agent.stats.list_tools_calls - before) / turns
-
             token = (await env.harness.broker.get_token(alice, "ticketing")).value
-            direct_ms: list[float] = []
-            async with mcp_session(servers.ticketing, token) as session:
-                await session.list_tools()  # as the agent's cache does: schemas known up front
-                for _ in range(turns):
-                    started = time.perf_counter()
-                    for j in range(k):
-                        result = await session.call_tool("get_ticket", {"key": KEYS[j % 4]})
-                        assert not result.isError
-                    direct_ms.append((time.perf_counter() - started) * 1000)
+            agents = {}
+            url = f"sqlite:///{tmp}/opsbot.db"
+            async with contextlib.AsyncExitStack() as stack:
+                for k in KS:
+                    model = FunctionChatModel(fn=reads_then_answer(k))
+                    agents[k] = await stack.enter_async_context(
+                        open_sql_agent(env, model, url, migrated=k != KS[0])
+                    )
+                client = MultiServerMCPClient(
+                    {
+                        "ticketing": {
+                            "transport": "streamable_http",
+                            "url": servers.ticketing.url,
+                            "headers": {"Authorization": f"Bearer {token}"},
+                        }
+                    }
+                )
+                peer_session = await stack.enter_async_context(client.session("ticketing"))
+                peer_tools = await load_mcp_tools(
+                    peer_session, server_name="ticketing", tool_name_prefix=True
+                )
+                peers = {
+                    k: create_agent(
+                        FunctionChatModel(fn=reads_then_answer(k)),
+                        tools=peer_tools,
+                        response_format=ToolStrategy(FinalAnswer),
+                    )
+                    for k in KS
+                }
+                floor_session = await stack.enter_async_context(
+                    mcp_session(servers.ticketing, token)
+                )
+                await floor_session.list_tools()  # schemas known up front, as opsbot's cache
 
-    agent_median = statistics.median(agent_ms)
-    direct_median = statistics.median(direct_ms)
+                async def floor(k: int) -> None:
+                    for j in range(k):
+                        result = await floor_session.call_tool(
+                            "get_ticket", {"key": READ_KEYS[j % len(READ_KEYS)]}
+                        )
+                        assert not result.isError
+
+                async def peer(k: int, i: int) -> None:
+                    await peers[k].ainvoke({"messages": [("user", f"show {k} tickets ({i})")]})
+
+                sql_counts: list[int] = []
+
+                async def opsbot(k: int, i: int) -> None:
+                    agent = agents[k]
+                    ref = PlatformRef("slack", "T-BENCH", "C-BENCH", f"{time.time_ns()}-{k}-{i}")
+                    with count_statements() as sql:
+                        thread = await agent.threads.get_or_create(ref, alice.subject)
+                        result = await agent.run(alice, thread.thread_id, f"show {k} tickets ({i})")
+                    assert result.kind == "answer", result
+                    if k == 1:
+                        sql_counts.append(sql.total)
+
+                cold: dict[int, int] = {}
+                for k in KS:  # warm-up: discovery, imports, first connections
+                    before = agents[k].stats.list_tools_calls
+                    await opsbot(k, -1)
+                    cold[k] = agents[k].stats.list_tools_calls - before
+                    await peer(k, -1)
+                    await floor(k)
+                sql_counts.clear()
+                lists_before = sum(a.stats.list_tools_calls for a in agents.values())
+                samples: dict[str, dict[int, list[tuple[float, float]]]] = {
+                    name: {k: [] for k in KS} for name in ("floor", "peer", "opsbot")
+                }
+                for i in range(turns):
+                    for k in KS:
+                        samples["floor"][k].append(await _timed(lambda: floor(k)))
+                        samples["peer"][k].append(await _timed(lambda: peer(k, i)))
+                        samples["opsbot"][k].append(await _timed(lambda: opsbot(k, i)))
+                warm = (sum(a.stats.list_tools_calls for a in agents.values()) - lists_before) / (
+                    turns * len(KS)
+                )
+
+    def median(name: str, k: int, index: int) -> float:
+        return round(statistics.median(s[index] for s in samples[name][k]), 2)
+
+    wall = {n: {str(k): median(n, k, 0) for k in KS} for n in samples}
+    cpu = {n: {str(k): median(n, k, 1) for k in KS} for n in samples}
+    ops_cpu = cpu["opsbot"]
     return {
-        "k_tool_calls": k,
         "turns": turns,
-        "agent_turn_ms_p50": round(agent_median, 2),
-        "agent_turn_ms_max": round(max(agent_ms), 2),
-        "direct_k_calls_ms_p50": round(direct_median, 2),
-        "agent_per_call_ms": round(agent_median / k, 2),
-        "direct_per_call_ms": round(direct_median / k, 2),
-        "overhead_ratio": round(agent_median / direct_median, 2),
-        "list_tools_calls_per_run": {"cold": cold, "warm": warm},
+        "overhead_ratio": round(wall["opsbot"]["1"] / wall["floor"]["1"], 2),
+        "overhead_ratio_by_k": {
+            str(k): round(wall["opsbot"][str(k)] / wall["floor"][str(k)], 2) for k in KS
+        },
+        "cpu_ms_per_turn": ops_cpu,
+        "peer_cpu_ratio": round(ops_cpu["1"] / cpu["peer"]["1"], 2),
+        "cpu_ms_per_extra_call": round((ops_cpu["8"] - ops_cpu["1"]) / 7, 2),
+        "peer_cpu_ms_per_extra_call": round((cpu["peer"]["8"] - cpu["peer"]["1"]) / 7, 2),
+        "sql_statements_per_turn": statistics.median(sql_counts),
+        "wall_ms": wall,
+        "cpu_ms": cpu,
+        "list_tools_calls_per_run": {"cold": cold[KS[0]], "warm": warm},
         "model": "scripted, zero latency",
-        "baseline": "same K calls with the MCP client on an already-open session",
+        "database": "SQLite (checkpointer, threads, audit log)",
     }
