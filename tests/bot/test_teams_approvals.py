@@ -328,3 +328,20 @@ async def test_a_decision_made_elsewhere_updates_the_teams_card(
 
 def test_tenant_of_the_fake_is_the_bots() -> None:
     assert ALICE.tenant_id == TENANT_ID
+
+
+async def test_a_slow_decision_is_answered_at_once_and_finished_for_everyone(
+    env: TeamsEnv, assistant: FakeAssistant
+) -> None:
+    """Teams gives an invoke a few seconds: a longer decision answers "Approving…" and the
+    terminal card reaches everyone's copy when it is done."""
+    env.bot.adapter.approvals.decide_wait = 0.05
+    assistant.decide_delay = 0.5
+    card, _ = await request_write(env)
+    answer = await invoke(env, click(env.fake, BOB, card, "approve"))
+    assert "Approving…" in shown(answer["value"])
+    assert verbs(answer["value"]) == []
+    root = card.conversation_id.partition(";messageid=")[2]
+    (update,) = await env.fake.wait_for("update", where=lambda c: c.activity_id == root)
+    assert "Approved by bob@example.com" in update.text
+    assert len(assistant.executed) == 1
