@@ -25,7 +25,7 @@ async def test_migrate_is_idempotent(engine: AsyncEngine) -> None:
 
 # Tables other libraries create in the same database (LangGraph's checkpointer and store,
 # the job queue); they manage their own migrations.
-FOREIGN_TABLE_PREFIXES = ("checkpoint", "store", "procrastinate_")
+FOREIGN_TABLE_PREFIXES = ("checkpoint", "store")
 
 
 def _ours(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
