@@ -7,6 +7,7 @@ test fake) and renders the results.
 
 from assistant.outcomes import args_summary, describe_state, is_settled, normalise_state
 from assistant.types import *  # noqa: F403
-from assistant.types import __all__ as __all__
+from assistant.types import __all__ as _types_all
 
-__all__ += ["args_summary", "describe_state", "is_settled", "normalise_state"]
+# A new list: ``+=`` on the imported one would change ``assistant.types.__all__`` itself.
+__all__ = [*_types_all, "args_summary", "describe_state", "is_settled", "normalise_state"]
