@@ -130,6 +130,7 @@ async def open_durable_bot(
             lease=lease,
             poll_seconds=poll_seconds,
             recover_on_start=embedded,
+            kinds=(JOB_KIND,),
         ) as runner:
             adapter.runner = runner
             yield SlackBot(bot.app, adapter)

@@ -95,6 +95,7 @@ async def open_durable_teams_bot(
             lease=lease,
             poll_seconds=poll_seconds,
             recover_on_start=engine.dialect.name == "sqlite",
+            kinds=(JOB_KIND,),
         ) as runner:
             adapter.runner = runner
             yield bot

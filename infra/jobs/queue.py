@@ -11,7 +11,7 @@ A job put back by ``retry`` is queued with ``lease_until`` as the time it may ru
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -100,9 +100,11 @@ class SqlJobQueue:
         limit: int,
         per_user: int,
         busy_users: Mapping[str, int] | None = None,
+        kinds: Collection[str] | None = None,
     ) -> list[Job]:
         """Claim up to ``limit`` runnable jobs (queued, or running with an expired lease),
-        oldest first, at most ``per_user`` running per user across all workers."""
+        oldest first, at most ``per_user`` running per user across all workers; only jobs of
+        ``kinds`` when given (one process may run a worker per chat platform)."""
         if limit <= 0:
             return []
         now = self._clock()
@@ -114,6 +116,8 @@ class SqlJobQueue:
             ),
             and_(c.status == JobStatus.RUNNING.value, c.lease_until < now),
         )
+        if kinds is not None:
+            runnable = and_(runnable, c.kind.in_(list(kinds)))
         async with self._engine.connect() as conn:
             rows = (
                 await conn.execute(
@@ -228,14 +232,18 @@ class SqlJobQueue:
             )
         return result.rowcount == 1
 
-    async def release_all_running(self) -> int:
-        """Requeue every running job at once (embedded, single-process start: no other
-        worker can hold one, so the previous process's leases need not run out)."""
+    async def release_all_running(self, kinds: Collection[str] | None = None) -> int:
+        """Requeue every running job (of ``kinds``, when given) at once (embedded,
+        single-process start: no other worker can hold one, so the previous process's leases
+        need not run out)."""
         c = run_jobs.c
+        running = c.status == JobStatus.RUNNING.value
+        if kinds is not None:
+            running = and_(running, c.kind.in_(list(kinds)))
         async with self._engine.begin() as conn:
             result = await conn.execute(
                 update(run_jobs)
-                .where(c.status == JobStatus.RUNNING.value)
+                .where(running)
                 .values(status=JobStatus.QUEUED.value, owner=None, lease_until=None)
             )
         return int(result.rowcount or 0)

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import secrets
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
@@ -95,6 +95,7 @@ class JobRunner:
         recover_on_start: bool = False,
         worker_id: str | None = None,
         max_backoff: float = 10.0,
+        kinds: Collection[str] | None = None,
     ) -> None:
         self.queue = queue
         self.worker_id = worker_id or f"w-{secrets.token_hex(6)}"
@@ -103,6 +104,8 @@ class JobRunner:
         self._lease = lease
         self._poll = poll_seconds
         self._recover = recover_on_start
+        # Only these job kinds (None: all): Slack's and Teams' workers share one queue table.
+        self._kinds = frozenset(kinds) if kinds is not None else None
         self._max_backoff = max(max_backoff, poll_seconds)
         self.claim_attempts = 0  # claim-loop iterations (a test checks it does not spin)
         self._claim_failures = 0
@@ -126,7 +129,7 @@ class JobRunner:
     async def __aenter__(self) -> JobRunner:
         if self._recover:
             try:
-                recovered = await self.queue.release_all_running()
+                recovered = await self.queue.release_all_running(self._kinds)
             except Exception as exc:  # e.g. not migrated: the claim loop says why, once
                 log.debug("recovering unfinished runs failed: %s", type(exc).__name__)
             else:
@@ -204,6 +207,7 @@ class JobRunner:
             limit=free,
             per_user=self._limits.per_user_runs,
             busy_users=busy,
+            kinds=self._kinds,
         )
         for job in jobs:
             self._running[job.job_id] = (job, asyncio.create_task(self._run(job)))

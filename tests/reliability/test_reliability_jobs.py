@@ -248,3 +248,46 @@ def test_connection_errors_are_told_apart_from_real_failures() -> None:
     assert not is_connection_error(psycopg.errors.UndefinedTable("relation does not exist"))
     assert not is_connection_error(wrapped(psycopg.errors.UniqueViolation("duplicate key")))
     assert not is_connection_error(sqlite3.OperationalError("no such table: run_jobs"))
+
+
+async def test_a_worker_runs_only_its_own_kinds_of_job(database_url: str) -> None:
+    """``opsbot serve`` runs a Slack and a Teams worker on one queue table: each takes only
+    its own platform's jobs, and a start-up recovery requeues only its own."""
+    engine = create_engine(database_url)
+    seen: dict[str, list[str]] = {"slack": [], "teams": []}
+    done = asyncio.Event()
+
+    def handler_for(platform: str):  # type: ignore[no-untyped-def]
+        async def handler(job: Job) -> None:
+            seen[platform].append(job.kind)
+            if sum(len(v) for v in seen.values()) >= 6:
+                done.set()
+
+        return handler
+
+    try:
+        queue = SqlJobQueue(engine)
+        # A Teams job left running by a dead process: the Slack worker's recovery leaves it.
+        assert await queue.enqueue("T-old", "teams_message", "u0", {})
+        assert [
+            j.job_id
+            for j in await queue.claim("dead", lease=timedelta(hours=1), limit=1, per_user=1)
+        ] == ["T-old"]
+        assert await queue.release_all_running(("slack_message",)) == 0
+        async with (
+            JobRunner(
+                queue, handler_for("slack"), poll_seconds=0.02, kinds=("slack_message",)
+            ) as slack,
+            JobRunner(
+                queue, handler_for("teams"), poll_seconds=0.02, kinds=("teams_message",)
+            ) as teams,
+        ):
+            for i in range(3):
+                assert await queue.enqueue(f"S{i}", "slack_message", f"u{i}", {})
+                assert await queue.enqueue(f"T{i}", "teams_message", f"u{i}", {})
+            await asyncio.wait_for(done.wait(), BOUND)
+            await asyncio.wait_for(asyncio.gather(slack.idle(), teams.idle()), BOUND)
+        assert seen == {"slack": ["slack_message"] * 3, "teams": ["teams_message"] * 3}
+        assert await queue.release_all_running(("teams_message",)) == 1  # T-old, still held
+    finally:
+        await engine.dispose()
