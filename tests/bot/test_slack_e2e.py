@@ -237,7 +237,7 @@ async def test_real_core_double_click_executes_once(
         await env.fake.settle(limit=60)
         assert [c.tool for c in await _changes(servers, "PAY-103")] == ["close_ticket"]
         notes = env.fake.calls_to("chat.postEphemeral")
-        assert all("already decided by bob" in n["text"] for n in notes)
+        assert all("already decided by bob" in n["text"] for n in notes), [n["text"] for n in notes]
 
 
 async def test_real_core_edit_invalid_then_valid_runs_the_edited_call(
