@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 import signal
 import sys
@@ -93,9 +92,9 @@ async def open_services() -> AsyncIterator[Services]:
 
 
 def app_env(database_url: str, services: Services, **extra: str) -> dict[str, str]:
-    """An ``opsbot slack`` process's environment: the parent's minus any opsbot or Slack
-    settings, plus these."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPSBOT_", "SLACK_", "PORT"))}
+    """An ``opsbot slack`` process's whole environment (nothing of this one's: the app is
+    configured by these alone, as deployed)."""
+    env: dict[str, str] = {}
     env.update(
         OPSBOT_DATABASE_URL=database_url,
         OPSBOT_DATA_DIR=str(services.data_dir / "app"),
