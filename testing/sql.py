@@ -17,14 +17,13 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import inspect
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
-
-import contextvars
 
 import aiosqlite
 import psycopg
