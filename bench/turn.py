@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import statistics
 import tempfile
@@ -174,9 +175,9 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                 }
                 for i in range(turns):
                     for k in KS:
-                        samples["floor"][k].append(await _timed(lambda: floor(k)))
-                        samples["peer"][k].append(await _timed(lambda: peer(k, i)))
-                        samples["opsbot"][k].append(await _timed(lambda: opsbot(k, i)))
+                        samples["floor"][k].append(await _timed(functools.partial(floor, k)))
+                        samples["peer"][k].append(await _timed(functools.partial(peer, k, i)))
+                        samples["opsbot"][k].append(await _timed(functools.partial(opsbot, k, i)))
                 warm = (sum(a.stats.list_tools_calls for a in agents.values()) - lists_before) / (
                     turns * len(KS)
                 )

@@ -57,11 +57,9 @@ async def open_sql_agent(
         if not migrated:
             await migrate(engine)
         async with contextlib.AsyncExitStack() as stack:
-            saver = (
-                checkpointer
-                if checkpointer is not None
-                else await stack.enter_async_context(open_checkpointer(url))
-            )
+            saver = checkpointer
+            if saver is None:
+                saver = await stack.enter_async_context(open_checkpointer(url))
             configs = tuple(c for c in env.server_configs if servers is None or c.name in servers)
             yield Agent(
                 AgentConfig(servers=configs, retry_initial_delay=0.0),

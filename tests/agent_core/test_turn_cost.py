@@ -1,0 +1,116 @@
+"""What one read turn costs (issue 21): supersteps, checkpoint writes, SQL statements, and
+output-schema validators compiled once — counted, so a regression fails here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.memory import InMemorySaver
+
+from agent_core import validation
+from agent_core.threads import PlatformRef
+from testing.agent import AgentEnv, FunctionChatModel, new_thread
+from testing.sql import count_statements
+from testing.turns import open_sql_agent, reads_then_answer
+
+MAX_SUPERSTEPS = 8
+MAX_SQL_STATEMENTS = 12
+
+
+class CountingSaver(InMemorySaver):
+    """Counts checkpoint writes and pending-write batches; keeps each checkpoint's step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[int] = []
+        self.write_batches = 0
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        self.steps.append(int(metadata.get("step", -1)))
+        return await super().aput(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        self.write_batches += 1
+        await super().aput_writes(*args, **kwargs)
+
+
+async def test_a_one_read_turn_is_at_most_eight_supersteps_and_one_checkpoint_write(
+    agent_env: AgentEnv,
+) -> None:
+    saver = CountingSaver()
+    agent = agent_env.agent(FunctionChatModel(fn=reads_then_answer(1)), checkpointer=saver)
+    alice = await agent_env.user("alice")
+    thread = await new_thread(agent, alice)
+
+    first = await agent.run(alice, thread, "show PAY-101")
+    second = await agent.run(alice, thread, "show PAY-101 again")
+
+    assert first.kind == second.kind == "answer"
+    # Reads checkpoint once, at exit (the acked message is durable in the job table).
+    assert len(saver.steps) == 2
+    assert saver.write_batches == 0
+    # A checkpoint's step counts the supersteps since the thread began, each turn's input
+    # being one step of its own: a turn is the steps between two checkpoints, less its input.
+    first_turn = saver.steps[0] + 1  # a new thread starts at step -1, its input
+    second_turn = saver.steps[1] - saver.steps[0] - 1
+    assert first_turn == second_turn
+    assert first_turn <= MAX_SUPERSTEPS, saver.steps
+
+
+async def test_each_further_read_adds_the_tool_step_and_one_model_step(
+    agent_env: AgentEnv,
+) -> None:
+    """A read is four supersteps: before the model, the model, after it, the tool."""
+    steps = {}
+    for k in (1, 3):
+        saver = CountingSaver()
+        agent = agent_env.agent(FunctionChatModel(fn=reads_then_answer(k)), checkpointer=saver)
+        alice = await agent_env.user("alice")
+        await agent.run(alice, await new_thread(agent, alice), f"show {k} tickets")
+        steps[k] = saver.steps[-1] + 1
+    assert steps[3] - steps[1] == 2 * 4
+
+
+async def test_a_one_read_turn_sends_at_most_twelve_sql_statements(
+    agent_env: AgentEnv, database_url: str
+) -> None:
+    """Thread lookup, owner check, checkpoint read and write, audit record: statements and
+    commits, counted at the driver for this turn's tasks only (not the MCP server's own
+    database). PostgreSQL has one commit more (the SQLAlchemy session of a read) and the
+    pools' liveness checks on checkout, counted apart."""
+    model = FunctionChatModel(fn=reads_then_answer(1))
+    async with open_sql_agent(agent_env, model, database_url, migrated=True) as agent:
+        alice = await agent_env.user("alice")
+        counts = []
+        for i in range(3):  # the first turn opens the connections and discovers the tools
+            ref = PlatformRef("slack", "T-COST", "C-COST", f"17000000{i}.000100")
+            with count_statements() as sql:
+                thread = await agent.threads.get_or_create(ref, alice.subject)
+                result = await agent.run(alice, thread.thread_id, "show PAY-101")
+            assert result.kind == "answer", result
+            counts.append(sql)
+    warm = counts[1:]
+    assert all(c.executes > 0 for c in warm)  # the counter sees this backend's driver
+    postgres = database_url.startswith("postgresql")
+    assert max(c.total for c in warm) <= MAX_SQL_STATEMENTS + (1 if postgres else 0), counts
+    assert max(c.pings for c in warm) <= (7 if postgres else 0), counts
+
+
+async def test_output_validators_are_compiled_once_per_schema(agent_env: AgentEnv) -> None:
+    agent = agent_env.agent(FunctionChatModel(fn=reads_then_answer(2)))
+    alice = await agent_env.user("alice")
+    await agent.run(alice, await new_thread(agent, alice), "warm up")
+    compiled = validation.compiled_count()
+    for i in range(3):
+        result = await agent.run(alice, await new_thread(agent, alice), f"show tickets {i}")
+        assert result.kind == "answer"
+    assert validation.compiled_count() == compiled
+    assert agent.stats.tool_calls >= 8
