@@ -8,8 +8,8 @@ finishes and is audited; nothing after it starts.
 Example::
 
     runs = SqlRunRegistry(engine)
-    stop = await runs.start(thread_id)          # the run's own stop signal
-    ...                                          # another instance: await runs.stop(thread_id, "alice")
+    stop = await runs.start(thread_id)   # the run's own stop signal
+    await runs.stop(thread_id, "alice")  # on any instance
     assert await stop.requested()
     await runs.finish(stop.run_id)
 """
@@ -155,7 +155,5 @@ class SqlRunRegistry:
         c = agent_runs.c
         async with self._engine.begin() as conn:
             await conn.execute(
-                update(agent_runs)
-                .where(c.run_id == run_id, c.state == RUNNING)
-                .values(state=DONE)
+                update(agent_runs).where(c.run_id == run_id, c.state == RUNNING).values(state=DONE)
             )

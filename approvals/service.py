@@ -345,9 +345,7 @@ class ApprovalService:
 
     async def _record_decisions(self, approval: Approval, label: str | None = None) -> None:
         for action, decision in zip(approval.actions, approval.decisions, strict=True):
-            kind = label or (
-                "expired" if approval.decided_by == EXPIRY_DECIDER else decision.type
-            )
+            kind = label or ("expired" if approval.decided_by == EXPIRY_DECIDER else decision.type)
             await self.audit.record(
                 EventKind.DECISION,
                 requester=approval.requester_subject,

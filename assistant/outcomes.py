@@ -3,8 +3,8 @@
 The card, the requester's thread, App Home and ``opsbot approvals`` all call
 ``describe_state`` so they can never disagree. States (see ``approvals``):
 ``pending → approved → executing → succeeded | failed | unknown``, plus ``rejected``,
-``expired`` and ``withdrawn``; the older ``deciding``/``edited`` are mapped onto them. ``reason`` is the
-approval's ``outcome_reason``: text for people, never for the model.
+``expired`` and ``withdrawn``; the older ``deciding``/``edited`` are mapped onto them.
+``reason`` is the approval's ``outcome_reason``: text for people, never for the model.
 
 Example::
 

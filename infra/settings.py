@@ -262,6 +262,10 @@ class SlackSettings(Section):
     """Web API retries on HTTP 429 (honouring Retry-After)."""
     server_error_retries: int = 2
     """Web API retries on HTTP 500/503."""
+    streaming: bool = True
+    """Stream answers with one task per tool call (chat.startStream) and set agent session
+    status; false, or a workspace where Slack refuses those methods: a placeholder message
+    that is replaced by the answer."""
 
 
 class RunSettings(Section):

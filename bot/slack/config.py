@@ -31,3 +31,6 @@ class SlackBotConfig:
     max_message_chars: int = 4000
     rate_limit_retries: int = 3
     server_error_retries: int = 2
+    # Stream answers (chat.*Stream) and set agent session status; off, or refused by Slack:
+    # the placeholder message that is replaced by the answer.
+    streaming: bool = True

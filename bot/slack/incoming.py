@@ -30,6 +30,7 @@ from pydantic import (
 from bot.slack.cards import APPROVE_ACTION_ID, EDIT_ACTION_ID, REJECT_ACTION_ID
 from bot.slack.core import ChatUser
 from bot.slack.modals import EDIT_CALLBACK_ID, REJECT_CALLBACK_ID
+from bot.slack.streaming import FEEDBACK_ACTION_ID
 
 # Bolt context key under which the accept middleware leaves the message it accepted.
 ACCEPTED = "opsbot_accepted_message"
@@ -96,10 +97,12 @@ class Progress:
     thread_ts: str | None = None
     placeholder_ts: str | None = None
     status_set: bool = False
+    # The streamed answer's message (``chat.startStream``), appended to by a retry.
+    stream_ts: str | None = None
 
     @property
     def indicator_shown(self) -> bool:
-        return self.placeholder_ts is not None or self.status_set
+        return self.placeholder_ts is not None or self.status_set or self.stream_ts is not None
 
     def to_payload(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,6 +115,7 @@ class Progress:
             thread_ts=p.get("thread_ts"),
             placeholder_ts=p.get("placeholder_ts"),
             status_set=bool(p.get("status_set")),
+            stream_ts=p.get("stream_ts"),
         )
 
 
@@ -244,6 +248,10 @@ class _Event(_Envelope):
                 raise ValueError(f"a {self.type} event needs channel and ts")
             if self.user is None and not (self.bot_id or self.subtype):
                 raise ValueError(f"a {self.type} event needs a user")
+        if self.type == "agent_session_stopped" and not (
+            self.user and self.channel and self.thread_ts
+        ):
+            raise ValueError("agent_session_stopped needs user, channel and thread_ts")
         if self.type == "app_home_opened":
             if self.user is None:
                 raise ValueError("app_home_opened needs a user")
@@ -332,13 +340,15 @@ class Malformed:
 
 
 COMMANDS = frozenset({"/ops"})
-EVENT_KINDS = frozenset({"app_mention", "message", "app_home_opened"})
+EVENT_KINDS = frozenset({"app_mention", "message", "app_home_opened", "agent_session_stopped"})
 INTERACTION_MODELS: dict[str, type[_Model]] = {
     "block_actions": _BlockActions,
     "view_submission": _ViewSubmission,
 }
 # Buttons whose value is an approval id.
-ACTIONS_WITH_VALUE = frozenset({APPROVE_ACTION_ID, EDIT_ACTION_ID, REJECT_ACTION_ID})
+ACTIONS_WITH_VALUE = frozenset(
+    {APPROVE_ACTION_ID, EDIT_ACTION_ID, REJECT_ACTION_ID, FEEDBACK_ACTION_ID}
+)
 # Modals whose submission carries opsbot's context in private_metadata.
 VIEWS_WITH_CONTEXT = frozenset({EDIT_CALLBACK_ID, REJECT_CALLBACK_ID})
 

@@ -65,6 +65,7 @@ def slack_config(settings: Settings) -> SlackBotConfig:
         max_message_chars=settings.slack.max_message_chars,
         rate_limit_retries=settings.slack.rate_limit_retries,
         server_error_retries=settings.slack.server_error_retries,
+        streaming=settings.slack.streaming,
     )
 
 
