@@ -13,6 +13,7 @@ import functools
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
+from agent_core.runs import SqlRunRegistry
 from agent_core.threads import SqlThreadStore
 from approvals.service import ApprovalService
 from assistant.service import Assistant, Recovery
@@ -89,6 +90,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                     recovery=recovery,
                     links=local,
                     people=functools.partial(linked_chat_users, engine),
+                    runs=SqlRunRegistry(engine, clock),
                 )
     finally:
         await engine.dispose()

@@ -37,7 +37,7 @@ from bot.slack.render import (
     slack_date,
     text_message,
 )
-from bot.slack.streaming import AgentSessions, LiveAnswer, closing_blocks, markdown_text
+from bot.slack.streaming import LiveAnswer, closing_blocks, markdown_text
 from infra.storage.faults import is_connection_error
 
 log = logging.getLogger(__name__)
@@ -81,13 +81,6 @@ class Indicator:
 class SlackAdapter(DecisionViews):
     # Streaming until Slack says this workspace has no such method (then the placeholder).
     streaming_available: bool = True
-
-    @property
-    def sessions(self) -> AgentSessions:
-        found = self.__dict__.get("_agent_sessions")
-        if found is None:
-            found = self.__dict__["_agent_sessions"] = AgentSessions(self.client)
-        return found
 
     # -- policy on who may talk to us at all -------------------------------------------
 

@@ -144,6 +144,7 @@ _STATE_EMOJI = {
     "unknown": ":grey_question:",
     "rejected": ":no_entry:",
     "expired": ":hourglass:",
+    "withdrawn": ":leftwards_arrow_with_hook:",
 }
 
 
@@ -159,6 +160,7 @@ _DECISION_LABEL = {
     "edited": ":pencil2: Approved with edits",
     "rejected": ":no_entry: Rejected",
     "expired": ":hourglass: Expired",
+    "withdrawn": ":leftwards_arrow_with_hook: Withdrawn",
 }
 
 
