@@ -53,16 +53,16 @@ def two_tool_model(messages: list[BaseMessage]) -> AIMessage:
 
 @contextlib.asynccontextmanager
 async def agent_stack(
-    run_app: RunApp, agent_env: AgentEnv, url: str, model: Any = ops_model, **options: Any
+    run_app: RunApp, agents: AgentEnv, url: str, model: Any = ops_model, **options: Any
 ) -> AsyncIterator[tuple[SlackEnv, Assistant]]:
     """The real core (with the run registry Stop needs) behind the Slack app, the fake
     Slack's streaming and agent sessions on."""
     for name, user in (("alice", ALICE), ("bob", BOB), ("dave", DAVE)):
-        await agent_env.harness.link(name, user)
+        await agents.harness.link(name, user)
     engine = create_engine(url)
     try:
         async with (
-            real_assistant(agent_env, url, model, runs=SqlRunRegistry(engine)) as assistant,
+            real_assistant(agents, url, model, runs=SqlRunRegistry(engine)) as assistant,
             run_app(assistant, url, **options) as env,
         ):
             env.fake.agent_features = True
@@ -86,7 +86,9 @@ def tasks(chunks: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 async def test_two_tool_answer_streams_a_task_per_call_then_the_answer_sources_and_feedback(
-    run_app: RunApp, agent_env: AgentEnv, sqlite_url: str
+    run_app: RunApp,
+    agent_env: AgentEnv,  # noqa: F811  (the fixture imported above)
+    sqlite_url: str,
 ) -> None:
     async with agent_stack(run_app, agent_env, sqlite_url, two_tool_model) as (env, _):
         ts = "1700010000.0001"
@@ -136,7 +138,9 @@ async def test_two_tool_answer_streams_a_task_per_call_then_the_answer_sources_a
 
 
 async def test_feedback_click_is_audited_and_counted(
-    run_app: RunApp, agent_env: AgentEnv, sqlite_url: str
+    run_app: RunApp,
+    agent_env: AgentEnv,  # noqa: F811  (the fixture imported above)
+    sqlite_url: str,
 ) -> None:
     def count(rating: str) -> float:
         return REGISTRY.get_sample_value("opsbot_answer_feedback_total", {"rating": rating}) or 0.0
@@ -170,7 +174,9 @@ async def test_feedback_click_is_audited_and_counted(
 
 
 async def test_session_is_suspended_while_an_approval_waits_and_active_after_it(
-    run_app: RunApp, agent_env: AgentEnv, sqlite_url: str
+    run_app: RunApp,
+    agent_env: AgentEnv,  # noqa: F811  (the fixture imported above)
+    sqlite_url: str,
 ) -> None:
     async with agent_stack(run_app, agent_env, sqlite_url) as (env, _):
         ts = "1700010200.0001"
@@ -199,7 +205,9 @@ async def test_session_is_suspended_while_an_approval_waits_and_active_after_it(
 
 
 async def test_streaming_refused_falls_back_to_the_placeholder_replaced_by_the_answer(
-    run_app: RunApp, agent_env: AgentEnv, sqlite_url: str
+    run_app: RunApp,
+    agent_env: AgentEnv,  # noqa: F811  (the fixture imported above)
+    sqlite_url: str,
 ) -> None:
     async with agent_stack(run_app, agent_env, sqlite_url) as (env, _):
         env.fake.agent_features = False  # Slack answers unknown_method, as the sandbox does
@@ -216,4 +224,5 @@ async def test_streaming_refused_falls_back_to_the_placeholder_replaced_by_the_a
         # Asked once; a workspace without the method is not asked again by this process.
         assert len([c for c in env.fake.calls if c.method == "chat.startStream"]) == 1
         assert len([c for c in env.fake.calls if c.method == "agents.sessions.setStatus"]) == 1
-        assert env.fake.streams == {} and env.fake.sessions == {}
+        assert env.fake.streams == {}
+        assert env.fake.sessions == {}
