@@ -154,6 +154,9 @@ class LiveAnswer:
             self.unavailable = error in UNAVAILABLE
             log.info("streaming unavailable (%s): using a placeholder message", error)
             return False
+        if not response.get("ts"):
+            log.warning("chat.startStream answered without a ts: using a placeholder message")
+            return False
         self.channel = str(response.get("channel") or self.channel)
         self.ts = str(response["ts"])
         return True
