@@ -24,7 +24,6 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from agent_core.answer import FinalAnswer, Source
-
 from infra.storage.engine import SQLITE_BUSY_TIMEOUT_MS, sqlite_file
 from infra.storage.postgres import open_set_up
 
