@@ -163,7 +163,7 @@ class LiveAnswer:
 
     async def event(self, event: RunEvent) -> None:
         self._queue.put_nowait(self._task_chunk(event))
-        if self._writer is None:
+        if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write())
 
     def _task_chunk(self, event: RunEvent) -> dict[str, Any]:
@@ -195,7 +195,7 @@ class LiveAnswer:
             return
         try:
             await self.client.chat_appendStream(channel=self.channel, ts=self.ts, **fields)
-        except _Failure as exc:
+        except Exception as exc:  # a display failure never fails the run: post instead
             self.broken = True
             log.warning("stream broke (%s): the reply is posted as a message", _error(exc))
 

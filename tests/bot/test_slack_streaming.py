@@ -18,6 +18,7 @@ from audit.log import AuditQuery, EventKind
 from infra.observability.metrics import REGISTRY
 from infra.storage import create_engine
 from testing.agent import AgentEnv, call, tool_results
+from testing.fake_assistant import FakeAssistant
 from testing.slack import TEAM_ID, block_action, card_decided, mention
 from tests.bot.conftest import RunApp, SlackEnv
 from tests.bot.test_slack_e2e import (
@@ -226,3 +227,36 @@ async def test_streaming_refused_falls_back_to_the_placeholder_replaced_by_the_a
         assert len([c for c in env.fake.calls if c.method == "agents.sessions.setStatus"]) == 1
         assert env.fake.streams == {}
         assert env.fake.sessions == {}
+
+
+async def test_a_stream_that_breaks_midway_still_delivers_the_answer_as_a_message(
+    run_app: RunApp, fake_assistant: FakeAssistant
+) -> None:
+    async with run_app(fake_assistant) as env:
+        env.fake.agent_features = True
+        env.fake.fail_next("chat.stopStream", 200, error="message_not_in_streaming_state")
+        ts = "1700010400.0001"
+        await env.sender.post_event(mention(ALICE.user_id, "hello", channel=CHANNEL, ts=ts))
+        (posted,) = await env.fake.wait_for("chat.postMessage", wait=30)
+        await env.fake.settle()
+        assert posted["thread_ts"] == ts
+        assert "PAY-1 is open" in _texts(posted["blocks"])
+        _key, chunks = stream_of(env, ts)
+        assert tasks(chunks) == [
+            ("ticketing · get ticket PAY-1", "in_progress"),
+            ("ticketing · get ticket PAY-1", "complete"),
+        ]
+        assert env.fake.sessions[(CHANNEL, ts)] == ["processing", "active"]
+
+
+async def test_streaming_switched_off_uses_the_placeholder_without_asking_slack(
+    run_app: RunApp, fake_assistant: FakeAssistant
+) -> None:
+    async with run_app(fake_assistant, streaming=False) as env:
+        env.fake.agent_features = True
+        await env.sender.post_event(mention(ALICE.user_id, "hello", channel=CHANNEL))
+        (answer,) = await env.fake.wait_for("chat.update", wait=30)
+        await env.fake.settle()
+        assert "PAY-1 is open" in _texts(answer["blocks"])
+        assert env.fake.calls_to("chat.startStream") == []
+        assert env.fake.streams == {}
