@@ -96,6 +96,7 @@ ALLOWED_DECISIONS: list[DecisionType] = ["approve", "edit", "reject"]
 # callback handlers to attach to that run only (see ``opsbot.observability.runs``).
 RunCallbacks = Callable[[Identity, str, Sequence[str]], Sequence[BaseCallbackHandler]]
 LIMIT_TEXT = "Model call limits exceeded"
+STOPPED_ANSWER = "Stopped at your request: nothing further was run."
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,9 +366,14 @@ class Agent:
                 return self._results.interrupt(
                     thread_id, state.values, state.interrupts[0].value, model_used=used
                 )
-            return self._results.answer(
+            answer = self._results.answer(
                 state.values, toolset.unavailable, toolset.no_access, used, stopped=stopped
             )
+            if stop is not None and await stop.requested():
+                # Ended by Stop, not by the model: say so (what ran is in actions_taken).
+                answer.answer = STOPPED_ANSWER
+                answer.sources, answer.caveats = [], []
+            return answer
         finally:
             await sessions.aclose()
 

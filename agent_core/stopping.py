@@ -85,7 +85,10 @@ class StopGuard(AgentMiddleware[Any, Any, Any]):
         self, request: ToolCallRequest, handler: ToolHandler
     ) -> ToolMessage | Command[Any]:
         ctx = request.runtime.context
-        if isinstance(ctx, RunContext) and await _stopped(ctx):
+        # A resume's calls are the ones an approver just approved: they run (Stop ends the
+        # run before its next model step instead).
+        resumed = isinstance(ctx, RunContext) and ctx.approval_id is not None
+        if isinstance(ctx, RunContext) and not resumed and await _stopped(ctx):
             name = request.tool_call["name"]
             await _skip(ctx, name, request.tool_call.get("args"))
             return error_message(request, STOPPED_TEXT, people=STOPPED_PEOPLE.format(tool=name))

@@ -26,7 +26,7 @@ from agent_core.answer import Interrupt
 from agent_core.binding import idempotency_key
 from agent_core.errors import NoPendingApprovalError
 from agent_core.policy import ToolPolicy
-from agent_core.runs import ALREADY_STOPPED, StopSignal
+from agent_core.runs import ALREADY_STOPPED, RunRegistry, StopSignal
 from approvals.errors import (
     ApprovalError,
     ApprovalNotFoundError,
@@ -117,7 +117,10 @@ class ApprovalService:
         *,
         clock: Clock = utc_now,
         new_id: IdFactory = random_id,
+        runs: RunRegistry | None = None,
     ) -> None:
+        # Resumed runs are registered here too, so the requester's Stop reaches them.
+        self._runs = runs
         self.store = store
         self.audit = audit
         self.tools = tools
@@ -386,6 +389,9 @@ class ApprovalService:
             decisions.append(decision.to_hitl(action, None))
         result: Any = None
         resume_failure: str | None = None
+        registered = None
+        if stop is None and self._runs is not None:
+            registered = stop = await self._runs.start(first.thread_id)
         try:
             result = await self._resumer.resume(
                 requester, first.thread_id, decisions, approval_id=first.batch, stop=stop
@@ -397,6 +403,9 @@ class ApprovalService:
         except Exception as exc:  # recorded; the outcome comes from the audit log
             log.warning("resume of approval %s failed: %s", first.batch, type(exc))
             resume_failure = f"resuming the thread failed ({error_outcome(exc)})"
+        finally:
+            if registered is not None and self._runs is not None:
+                await self._runs.finish(registered.run_id)
         finished: list[Approval] = []
         for approval in running:
             reason: str | None

@@ -64,6 +64,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                 extra_middleware=ops.middleware(),
                 oauth_token=mcp_oauth,
             )
+            runs = SqlRunRegistry(engine, clock)  # Stop reaches runs and resumes alike
             service = ApprovalService(
                 SqlApprovalStore(engine),
                 audit,
@@ -72,6 +73,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                 identities.resolve_subject,
                 identities,
                 clock=clock,
+                runs=runs,
             )
             recovery = Recovery(
                 Reconciler(audit, _change_log(settings, identities), clock=clock, grace=grace),
@@ -90,7 +92,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                     recovery=recovery,
                     links=local,
                     people=functools.partial(linked_chat_users, engine),
-                    runs=SqlRunRegistry(engine, clock),
+                    runs=runs,
                 )
     finally:
         await engine.dispose()

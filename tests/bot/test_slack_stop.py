@@ -260,3 +260,56 @@ async def test_only_the_requester_can_stop_their_run(
         card = next(m for k, m in env.fake.messages.items() if k[0] == APPROVALS_CHANNEL_ID)
         assert "Withdrawn" not in _texts(card["blocks"])
         assert await audit_events(sqlite_url, EventKind.RUN_STOPPED) == []
+
+
+async def test_stop_during_an_approved_write_lets_it_finish_and_skips_the_next_model_step(
+    run_app: RunApp,
+    agent_env: AgentEnv,  # noqa: F811  (the fixture imported above)
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    servers = agent_env.servers
+    entered, release = asyncio.Event(), asyncio.Event()
+    original = servers.tickets.close_ticket
+
+    async def held_close(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        await release.wait()
+        return await original(*args, **kwargs)
+
+    monkeypatch.setattr(servers.tickets, "close_ticket", held_close)
+    model = CountingModel(ops_model)
+    async with agent_stack(run_app, agent_env, sqlite_url, model) as (env, _):
+        ts = "1700020300.0001"
+        await env.sender.post_event(mention(ALICE.user_id, "close PAY-102", channel=CHANNEL, ts=ts))
+        await env.fake.wait_for(
+            "chat.postMessage", where=lambda p: p["channel"] == "ops-approvals", wait=60
+        )
+        await env.fake.settle()
+        steps_before = model.calls
+        (card_key,) = [k for k in env.fake.messages if k[0] == APPROVALS_CHANNEL_ID]
+        await _click(env, BOB.user_id, "approval_approve", env.fake.messages[card_key])
+        await asyncio.wait_for(entered.wait(), 60)  # the approved write is at the server
+        await env.sender.post_event(session_stopped(ALICE.user_id, ts))
+
+        async def stop_recorded() -> bool:
+            return bool(await audit_events(sqlite_url, EventKind.RUN_STOPPED))
+
+        await until(stop_recorded)
+        release.set()
+        told = await env.fake.wait_for(
+            "chat.postMessage",
+            where=lambda p: p["channel"] == CHANNEL and "Stopped at your request" in p["text"],
+            wait=60,
+        )
+        await env.fake.settle()
+        assert told[0]["thread_ts"] == ts
+        assert model.calls == steps_before  # the answer after the write was never asked for
+        # The approved write ran once and is recorded as done.
+        assert servers.ticketing.server.served == ["get_ticket", "close_ticket"]
+        changes = [c for c in await servers.tickets.all_changes() if c.ticket_key == "PAY-102"]
+        assert [c.tool for c in changes] == ["close_ticket"]
+        outcomes = await audit_events(sqlite_url, EventKind.WRITE_OUTCOME)
+        assert [(o.tool, o.outcome) for o in outcomes] == [("ticketing_close_ticket", "success")]
+        (finished,) = await audit_events(sqlite_url, EventKind.APPROVAL_FINISHED)
+        assert finished.outcome == "succeeded"
