@@ -30,6 +30,7 @@ from agent_core.approved_calls import result_note
 from agent_core.binding import idempotency_key
 from agent_core.errors import NoPendingApprovalError
 from agent_core.policy import ToolPolicy
+from agent_core.runs import ALREADY_STOPPED, RunRegistry, RunStop, StopSignal
 from approvals.errors import (
     ApprovalError,
     ApprovalNotFoundError,
@@ -96,8 +97,10 @@ class Resumer(Protocol):
         *,
         approval_id: str,
         recorded: Mapping[str, Mapping[str, Any]] | None = None,
+        stop: StopSignal | None = None,
     ) -> Any:
-        """Resume with one decision per call; ``recorded`` results are fed, not re-run."""
+        """Resume with one decision per call; ``recorded`` results are fed, not re-run;
+        ``stop`` is read before each model step (the requester's Stop)."""
         ...
 
 
@@ -142,7 +145,10 @@ class ApprovalService:
         *,
         clock: Clock = utc_now,
         new_id: IdFactory = random_id,
+        runs: RunRegistry | None = None,
     ) -> None:
+        # Resumed runs are registered here too, so the requester's Stop reaches them.
+        self._runs = runs
         self.store = store
         self.audit = audit
         self.tools = tools
@@ -249,6 +255,41 @@ class ApprovalService:
                 continue  # decided meanwhile by a person: not the sweeper's any more
             await self._record_decisions(claimed)
             reports.append(await self._settle(claimed))
+        return reports
+
+    async def withdraw(self, requester: Identity, thread_id: str) -> list[DecisionReport]:
+        """The requester stopped the run on ``thread_id``: every approval of it still pending
+        ends ``withdrawn`` (nothing runs) and, once every call of its step is done, the paused
+        run resumes with its stop already set: the results of calls that ran are fed, and no
+        model step follows. Only the requester's own approvals; one a person decided first is
+        left alone (it runs as decided)."""
+        now = self._clock()
+        pending = [
+            a
+            for a in await self.store.find(
+                statuses=[ApprovalStatus.PENDING], requester_subject=requester.subject, limit=500
+            )
+            if a.thread_id == thread_id
+        ]
+        reason = f"withdrawn by {requester.subject}: the requester stopped the request"
+        reports = []
+        for approval in pending:
+            reject = ActionDecision("reject", message=f"Withdrawn: {reason}. Nothing was done.")
+            try:
+                claimed = await self.store.claim(
+                    approval.approval_id, requester.subject, [reject] * len(approval.actions), now
+                )
+            except ApprovalError:
+                continue  # decided (or expired) meanwhile: that decision stands
+            await self._record_decisions(claimed, label="withdrawn")
+            done = await self.store.finish(
+                claimed.approval_id,
+                ApprovalStatus.WITHDRAWN,
+                {"result": ApprovalStatus.WITHDRAWN.value},
+                reason=reason,
+            )
+            await self._record_finished(done)
+            reports.append(await self._resume_batch(done))
         return reports
 
     async def finish_interrupted(self, grace: timedelta, limit: int = 100) -> list[DecisionReport]:
@@ -435,14 +476,31 @@ class ApprovalService:
                     refusal = ActionDecision("reject", message=f"Not executed: {why}")
                     decisions.append(refusal.to_hitl(action, None))
         result: Any = None
+        # A step the requester withdrew (Stop) closes without another model step; any other
+        # resume is registered as a run, so the requester's Stop reaches it too.
+        stop: StopSignal | None = None
+        registered: RunStop | None = None
+        if any(a.status is ApprovalStatus.WITHDRAWN for a in batch):
+            stop = ALREADY_STOPPED
+        elif self._runs is not None:
+            registered = await self._runs.start(first.thread_id)
+            stop = registered
         try:
             result = await self._resumer.resume(
-                requester, first.thread_id, decisions, approval_id=first.batch, recorded=recorded
+                requester,
+                first.thread_id,
+                decisions,
+                approval_id=first.batch,
+                recorded=recorded,
+                stop=stop,
             )
         except NoPendingApprovalError:
             pass  # resumed before (a crash after the resume, before it was recorded)
         except Exception as exc:  # the writes stand; the requester is told from the records
             log.warning("resume of batch %s failed: %s", first.batch, type(exc))
+        finally:
+            if registered is not None and self._runs is not None:
+                await self._runs.finish(registered.run_id)
         await self.store.finish_resume(first.batch, self._clock())
         return DecisionReport(await self._current(approval), result)
 
@@ -462,8 +520,9 @@ class ApprovalService:
             len(approval.actions) - 1
         )
 
-    async def _record_decisions(self, approval: Approval) -> None:
+    async def _record_decisions(self, approval: Approval, label: str | None = None) -> None:
         for action, decision in zip(approval.actions, approval.decisions, strict=True):
+            kind = label or ("expired" if approval.decided_by == EXPIRY_DECIDER else decision.type)
             await self.audit.record(
                 EventKind.DECISION,
                 requester=approval.requester_subject,
@@ -471,7 +530,7 @@ class ApprovalService:
                 tool=action.tool,
                 approval_id=approval.approval_id,
                 approver=approval.decided_by,
-                decision="expired" if approval.decided_by == EXPIRY_DECIDER else decision.type,
+                decision=kind,
                 args=action.args,
                 edited_args=decision.args if decision.type == "edit" else None,
                 detail={"message": decision.message} if decision.message else None,

@@ -135,6 +135,7 @@ class FakeResumer:
         *,
         approval_id: str,
         recorded: Mapping[str, Any] | None = None,
+        stop: Any = None,
     ) -> Any:
         self.resumes.append((identity.subject, thread_id, decisions))
         self.recorded.append(dict(recorded or {}))
