@@ -323,8 +323,13 @@ class ApprovalService:
     async def _settle(self, claimed: Approval, *, rerun: bool = False) -> DecisionReport:
         """Carry a claimed decision through: a rejection (or expiry) is final at once; an
         approved call runs now (``approved → executing → succeeded | failed | unknown``).
-        Then, if it was the last open call of its step, the run resumes."""
+        Then, if it was the last open call of its step, the run resumes.
+
+        From the approved call to the resume this is one registered run: a Stop pressed
+        while the call is at its server lets it finish (it was approved) and the resume then
+        takes no model step."""
         approval = claimed
+        registered: RunStop | None = None
         try:
             if approval.status is ApprovalStatus.DECIDING:
                 if all(d.type == "reject" for d in approval.decisions):
@@ -341,6 +346,9 @@ class ApprovalService:
                     approval = await self.store.advance(
                         approval.approval_id, ApprovalStatus.DECIDING, ApprovalStatus.APPROVED
                     )
+            running = approval.status in (ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING)
+            if running and self._runs is not None:
+                registered = await self._runs.start(approval.thread_id)
             if approval.status is ApprovalStatus.APPROVED:
                 approval = await self.store.advance(
                     approval.approval_id, ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING
@@ -350,8 +358,14 @@ class ApprovalService:
                 approval = await self._run_approved(approval, rerun=rerun)
         except ApprovalError:
             # Moved on by another instance meanwhile (a recovering sweeper): it carries on.
+            if registered is not None and self._runs is not None:
+                await self._runs.finish(registered.run_id)
             return DecisionReport(await self._current(approval))
-        return await self._resume_batch(approval)
+        try:
+            return await self._resume_batch(approval, run=registered)
+        finally:
+            if registered is not None and self._runs is not None:
+                await self._runs.finish(registered.run_id)
 
     async def _run_approved(
         self, approval: Approval, *, rerun: bool, retried: bool = False
@@ -429,10 +443,13 @@ class ApprovalService:
         keyed = any(e.idempotency_key == key for e in mine)
         return keyed and not any(e.kind is EventKind.WRITE_OUTCOME for e in mine)
 
-    async def _resume_batch(self, approval: Approval) -> DecisionReport:
+    async def _resume_batch(
+        self, approval: Approval, *, run: RunStop | None = None
+    ) -> DecisionReport:
         """Resume the paused run once every call of its step is decided and done (exactly one
         caller does: ``store.claim_resume``); the model gets the stored results of the calls
-        that ran, and a refusal for the others. Otherwise this one waits."""
+        that ran, and a refusal for the others. Otherwise this one waits. ``run``: the
+        caller's registered run (its stop signal), kept open by the caller."""
         batch = await self.store.find(batch=approval.batch, limit=1000)
         if not batch or any(a.status in OPEN_STATUSES for a in batch):
             return DecisionReport(await self._current(approval))
@@ -482,6 +499,8 @@ class ApprovalService:
         registered: RunStop | None = None
         if any(a.status is ApprovalStatus.WITHDRAWN for a in batch):
             stop = ALREADY_STOPPED
+        elif run is not None:
+            stop = run
         elif self._runs is not None:
             registered = await self._runs.start(first.thread_id)
             stop = registered
