@@ -124,7 +124,6 @@ def register(app: AsyncApp, adapter: SlackAdapter) -> None:
     _register_approvals(app, adapter)
     _register_home_actions(app, adapter)
     register_user_connections(app, adapter)
-
     _register_agent_session(app, adapter)
 
 
