@@ -48,7 +48,7 @@ from agent_core.answer import (
     RunResult,
 )
 from agent_core.approved_calls import RecordedResults, dump_result, load_result, run_call
-from agent_core.binding import RunContext, ToolObserver
+from agent_core.binding import RunContext, RunProgress, StopSignal, ToolObserver
 from agent_core.credentials import OAuthTokenSource
 from agent_core.decisions import check_edited_args, validate_decisions
 from agent_core.errors import (
@@ -76,6 +76,7 @@ from agent_core.pii import pii_middleware
 from agent_core.policy import ToolPolicy
 from agent_core.results import Results
 from agent_core.sessions import RunSessions, ServerConfig, SessionStats
+from agent_core.stopping import StopCheck, StopGuard
 from agent_core.threads import ThreadStore
 from agent_core.tools import (
     DiscoveryCache,
@@ -96,6 +97,7 @@ LIMIT_TEXT = "Model call limits exceeded"
 # Where ``ainvoke`` puts a run's interrupts in its output (LangGraph's key; its constant is
 # private since 1.0).
 INTERRUPT = "__interrupt__"
+STOPPED_ANSWER = "Stopped at your request: nothing further was run."
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,8 +221,19 @@ class Agent:
 
     # --- public API --------------------------------------------------------------------
 
-    async def run(self, identity: Identity, thread_id: str, message: str) -> RunResult:
-        """Answer ``message`` on ``thread_id`` for ``identity`` (who must own the thread)."""
+    async def run(
+        self,
+        identity: Identity,
+        thread_id: str,
+        message: str,
+        *,
+        progress: RunProgress | None = None,
+        stop: StopSignal | None = None,
+    ) -> RunResult:
+        """Answer ``message`` on ``thread_id`` for ``identity`` (who must own the thread).
+
+        ``progress`` is told of each MCP call as it starts and ends; ``stop`` is read before
+        each model step and tool call (a stopped run starts nothing more)."""
         await self._threads.require_owner(thread_id, identity.subject)
         payload = {"messages": [HumanMessage(content=message)]}
         # A first run only reads (every write waits for review), and the message it answers
@@ -228,7 +241,14 @@ class Agent:
         # the graph checkpoints once, at exit. The interrupt that ends a run with a proposed
         # write is in that exit checkpoint, saved before ``run`` returns, so before any card.
         return await self._invoke(
-            identity, thread_id, lambda: payload, None, continues=message, durability="exit"
+            identity,
+            thread_id,
+            lambda: payload,
+            None,
+            continues=message,
+            durability="exit",
+            progress=progress,
+            stop=stop,
         )
 
     async def resume(
@@ -239,6 +259,7 @@ class Agent:
         *,
         approval_id: str | None = None,
         recorded: Mapping[str, Mapping[str, Any]] | None = None,
+        stop: StopSignal | None = None,
     ) -> RunResult:
         """Continue a paused run with one decision per pending action, in order.
 
@@ -268,7 +289,13 @@ class Agent:
         # write's result is never lost after it ran (a retry would only repeat it under the
         # same idempotency key) and a further interrupt is saved before its card.
         return await self._invoke(
-            identity, thread_id, payload, approval_id, recorded=results, durability="sync"
+            identity,
+            thread_id,
+            payload,
+            approval_id,
+            recorded=results,
+            durability="sync",
+            stop=stop,
         )
 
     async def execute(
@@ -355,12 +382,15 @@ class Agent:
         continues: str | None = None,
         recorded: Mapping[str, ToolMessage] | None = None,
         durability: Durability,
+        progress: RunProgress | None = None,
+        stop: StopSignal | None = None,
     ) -> RunResult:
         sessions = self._sessions(identity)
         try:
             toolset = await self._toolset(sessions)
             ctx = self._context(identity, thread_id, sessions, toolset, approval_id)
             ctx.recorded = dict(recorded or {})
+            ctx.progress, ctx.stop = progress, stop
             names = tuple(sorted(d.prefixed_name for d in toolset.definitions))
             for d in toolset.definitions:
                 if d.prefixed_name not in self._tools:
@@ -425,6 +455,10 @@ class Agent:
                 not_connected=toolset.not_connected,
             )
             answer.connect = dict(sessions.connect_needed)
+            if stop is not None and await stop.requested():
+                # Ended by Stop, not by the model: say so (what ran is in actions_taken).
+                answer.answer = STOPPED_ANSWER
+                answer.sources, answer.caveats = [], []
             return answer
         finally:
             await sessions.aclose()
@@ -623,15 +657,20 @@ class Agent:
         # Right inside review: a call that already ran on its approval is not run again.
         stack.append(RecordedResults())
         # Its checks run with the model call, so refused or repeated calls are answered
-        # before review sees them; its edit guard wraps the call inside review.
+        # before review sees them; its edit guard wraps the call inside review. The Stop
+        # check goes first: a stopped run's proposals reach neither the caps nor review.
         stack.append(
             Guards(
                 self.policy,
                 bulk_threshold=c.bulk_write_threshold,
                 max_calls=c.tool_calls_per_turn,
                 max_writes=c.pending_approvals_per_run,
+                first=[StopCheck()],
             )
         )
+        # Ends a stopped run before its next model step, and answers its unstarted calls.
+        # Inside RecordedResults: a call that ran on its approval is always fed its result.
+        stack.append(StopGuard())
         stack.append(ToolErrorMapper())
         retryable = [n for n in names if self.policy.classify(n).kind == "read"]
         retryable = [n for n in retryable if self.policy.classify(n).idempotent]

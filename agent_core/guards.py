@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
@@ -274,10 +274,18 @@ class Guards(AgentMiddleware[Any, Any, Any]):
     state_schema = _GuardsState
 
     def __init__(
-        self, policy: ToolPolicy, *, bulk_threshold: int, max_calls: int, max_writes: int
+        self,
+        policy: ToolPolicy,
+        *,
+        bulk_threshold: int,
+        max_calls: int,
+        max_writes: int,
+        first: Sequence[AgentMiddleware[Any, Any, Any]] = (),
     ) -> None:
         super().__init__()
+        # ``first``: checks before the caps (the Stop check); one that jumps ends the chain.
         self.checks = [
+            *first,
             CallCap(policy, max_calls, max_writes),
             RepeatGuard(),
             BulkWriteFlag(policy, bulk_threshold),

@@ -30,6 +30,7 @@ from agent_core.approved_calls import result_note
 from agent_core.binding import idempotency_key
 from agent_core.errors import NoPendingApprovalError
 from agent_core.policy import ToolPolicy
+from agent_core.runs import ALREADY_STOPPED, RunRegistry, RunStop, StopSignal
 from approvals.errors import (
     ApprovalError,
     ApprovalNotFoundError,
@@ -96,8 +97,10 @@ class Resumer(Protocol):
         *,
         approval_id: str,
         recorded: Mapping[str, Mapping[str, Any]] | None = None,
+        stop: StopSignal | None = None,
     ) -> Any:
-        """Resume with one decision per call; ``recorded`` results are fed, not re-run."""
+        """Resume with one decision per call; ``recorded`` results are fed, not re-run;
+        ``stop`` is read before each model step (the requester's Stop)."""
         ...
 
 
@@ -142,7 +145,10 @@ class ApprovalService:
         *,
         clock: Clock = utc_now,
         new_id: IdFactory = random_id,
+        runs: RunRegistry | None = None,
     ) -> None:
+        # Resumed runs are registered here too, so the requester's Stop reaches them.
+        self._runs = runs
         self.store = store
         self.audit = audit
         self.tools = tools
@@ -251,6 +257,41 @@ class ApprovalService:
             reports.append(await self._settle(claimed))
         return reports
 
+    async def withdraw(self, requester: Identity, thread_id: str) -> list[DecisionReport]:
+        """The requester stopped the run on ``thread_id``: every approval of it still pending
+        ends ``withdrawn`` (nothing runs) and, once every call of its step is done, the paused
+        run resumes with its stop already set: the results of calls that ran are fed, and no
+        model step follows. Only the requester's own approvals; one a person decided first is
+        left alone (it runs as decided)."""
+        now = self._clock()
+        pending = [
+            a
+            for a in await self.store.find(
+                statuses=[ApprovalStatus.PENDING], requester_subject=requester.subject, limit=500
+            )
+            if a.thread_id == thread_id
+        ]
+        reason = f"withdrawn by {requester.subject}: the requester stopped the request"
+        reports = []
+        for approval in pending:
+            reject = ActionDecision("reject", message=f"Withdrawn: {reason}. Nothing was done.")
+            try:
+                claimed = await self.store.claim(
+                    approval.approval_id, requester.subject, [reject] * len(approval.actions), now
+                )
+            except ApprovalError:
+                continue  # decided (or expired) meanwhile: that decision stands
+            await self._record_decisions(claimed, label="withdrawn")
+            done = await self.store.finish(
+                claimed.approval_id,
+                ApprovalStatus.WITHDRAWN,
+                {"result": ApprovalStatus.WITHDRAWN.value},
+                reason=reason,
+            )
+            await self._record_finished(done)
+            reports.append(await self._resume_batch(done))
+        return reports
+
     async def finish_interrupted(self, grace: timedelta, limit: int = 100) -> list[DecisionReport]:
         """Finish every approval a crash left in flight for longer than ``grace``, then resume
         the runs whose steps are decided to the end but were never resumed.
@@ -282,8 +323,13 @@ class ApprovalService:
     async def _settle(self, claimed: Approval, *, rerun: bool = False) -> DecisionReport:
         """Carry a claimed decision through: a rejection (or expiry) is final at once; an
         approved call runs now (``approved → executing → succeeded | failed | unknown``).
-        Then, if it was the last open call of its step, the run resumes."""
+        Then, if it was the last open call of its step, the run resumes.
+
+        From the approved call to the resume this is one registered run: a Stop pressed
+        while the call is at its server lets it finish (it was approved) and the resume then
+        takes no model step."""
         approval = claimed
+        registered: RunStop | None = None
         try:
             if approval.status is ApprovalStatus.DECIDING:
                 if all(d.type == "reject" for d in approval.decisions):
@@ -300,6 +346,9 @@ class ApprovalService:
                     approval = await self.store.advance(
                         approval.approval_id, ApprovalStatus.DECIDING, ApprovalStatus.APPROVED
                     )
+            running = approval.status in (ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING)
+            if running and self._runs is not None:
+                registered = await self._runs.start(approval.thread_id)
             if approval.status is ApprovalStatus.APPROVED:
                 approval = await self.store.advance(
                     approval.approval_id, ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING
@@ -309,8 +358,14 @@ class ApprovalService:
                 approval = await self._run_approved(approval, rerun=rerun)
         except ApprovalError:
             # Moved on by another instance meanwhile (a recovering sweeper): it carries on.
+            if registered is not None and self._runs is not None:
+                await self._runs.finish(registered.run_id)
             return DecisionReport(await self._current(approval))
-        return await self._resume_batch(approval)
+        try:
+            return await self._resume_batch(approval, run=registered)
+        finally:
+            if registered is not None and self._runs is not None:
+                await self._runs.finish(registered.run_id)
 
     async def _run_approved(
         self, approval: Approval, *, rerun: bool, retried: bool = False
@@ -388,10 +443,13 @@ class ApprovalService:
         keyed = any(e.idempotency_key == key for e in mine)
         return keyed and not any(e.kind is EventKind.WRITE_OUTCOME for e in mine)
 
-    async def _resume_batch(self, approval: Approval) -> DecisionReport:
+    async def _resume_batch(
+        self, approval: Approval, *, run: RunStop | None = None
+    ) -> DecisionReport:
         """Resume the paused run once every call of its step is decided and done (exactly one
         caller does: ``store.claim_resume``); the model gets the stored results of the calls
-        that ran, and a refusal for the others. Otherwise this one waits."""
+        that ran, and a refusal for the others. Otherwise this one waits. ``run``: the
+        caller's registered run (its stop signal), kept open by the caller."""
         batch = await self.store.find(batch=approval.batch, limit=1000)
         if not batch or any(a.status in OPEN_STATUSES for a in batch):
             return DecisionReport(await self._current(approval))
@@ -435,14 +493,33 @@ class ApprovalService:
                     refusal = ActionDecision("reject", message=f"Not executed: {why}")
                     decisions.append(refusal.to_hitl(action, None))
         result: Any = None
+        # A step the requester withdrew (Stop) closes without another model step; any other
+        # resume is registered as a run, so the requester's Stop reaches it too.
+        stop: StopSignal | None = None
+        registered: RunStop | None = None
+        if any(a.status is ApprovalStatus.WITHDRAWN for a in batch):
+            stop = ALREADY_STOPPED
+        elif run is not None:
+            stop = run
+        elif self._runs is not None:
+            registered = await self._runs.start(first.thread_id)
+            stop = registered
         try:
             result = await self._resumer.resume(
-                requester, first.thread_id, decisions, approval_id=first.batch, recorded=recorded
+                requester,
+                first.thread_id,
+                decisions,
+                approval_id=first.batch,
+                recorded=recorded,
+                stop=stop,
             )
         except NoPendingApprovalError:
             pass  # resumed before (a crash after the resume, before it was recorded)
         except Exception as exc:  # the writes stand; the requester is told from the records
             log.warning("resume of batch %s failed: %s", first.batch, type(exc))
+        finally:
+            if registered is not None and self._runs is not None:
+                await self._runs.finish(registered.run_id)
         await self.store.finish_resume(first.batch, self._clock())
         return DecisionReport(await self._current(approval), result)
 
@@ -462,8 +539,9 @@ class ApprovalService:
             len(approval.actions) - 1
         )
 
-    async def _record_decisions(self, approval: Approval) -> None:
+    async def _record_decisions(self, approval: Approval, label: str | None = None) -> None:
         for action, decision in zip(approval.actions, approval.decisions, strict=True):
+            kind = label or ("expired" if approval.decided_by == EXPIRY_DECIDER else decision.type)
             await self.audit.record(
                 EventKind.DECISION,
                 requester=approval.requester_subject,
@@ -471,7 +549,7 @@ class ApprovalService:
                 tool=action.tool,
                 approval_id=approval.approval_id,
                 approver=approval.decided_by,
-                decision="expired" if approval.decided_by == EXPIRY_DECIDER else decision.type,
+                decision=kind,
                 args=action.args,
                 edited_args=decision.args if decision.type == "edit" else None,
                 detail={"message": decision.message} if decision.message else None,

@@ -13,6 +13,7 @@ import functools
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
+from agent_core.runs import SqlRunRegistry
 from agent_core.threads import SqlThreadStore
 from approvals.service import ApprovalService
 from assistant.service import Assistant, Recovery
@@ -75,6 +76,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                 extra_middleware=ops.middleware(),
                 oauth_token=mcp_oauth,
             )
+            runs = SqlRunRegistry(engine, clock)  # Stop reaches runs and resumes alike
             service = ApprovalService(
                 SqlApprovalStore(engine),
                 audit,
@@ -83,6 +85,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                 identities.resolve_subject,
                 identities,
                 clock=clock,
+                runs=runs,
             )
             recovery = Recovery(
                 Reconciler(audit, _change_log(settings, identities), clock=clock, grace=grace),
@@ -109,6 +112,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                     servers=servers,
                     exchange_servers=list(settings.exchange_audiences),
                     oauth_servers=[s.name for s in settings.mcp_servers if s.auth == "oauth"],
+                    runs=runs,
                 )
     finally:
         await engine.dispose()

@@ -34,6 +34,7 @@ from bot.teams.core import (
     Refused,
     Reply,
     ServerConnectRequired,
+    Stopped,
 )
 from bot.teams.incoming import TeamsMessage
 from bot.teams.outbound import TeamsOutbound
@@ -181,6 +182,10 @@ class TeamsAdapter:
             if reply.answer is not None:
                 await self._post(conversation, answer_activities(reply.answer))
             await self._privately(message, server_connect_activity(reply.server, reply.connect_url))
+            return
+        if isinstance(reply, Stopped):
+            # Teams has no Stop of its own; a run stopped elsewhere still says what ran.
+            await self._post(conversation, [note_activity(reply.text)])
             return
         await self._waiting(reply, message, conversation)
 

@@ -101,6 +101,8 @@ class FakeResumer:
     # Each approved call run on its own decision, and the results each resume was fed.
     executed: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     recorded: list[dict[str, Any]] = field(default_factory=list)
+    # Whether each resume's stop signal was set when it ran (None: resumed without one).
+    stopped: list[bool | None] = field(default_factory=list)
     fail_with: Exception | None = None
     # Audited like the agent's ``AuditObserver``: pending before, outcome after each write.
     audit: AuditLog | None = None
@@ -135,9 +137,11 @@ class FakeResumer:
         *,
         approval_id: str,
         recorded: Mapping[str, Any] | None = None,
+        stop: Any = None,
     ) -> Any:
         self.resumes.append((identity.subject, thread_id, decisions))
         self.recorded.append(dict(recorded or {}))
+        self.stopped.append(None if stop is None else await stop.requested())
         await asyncio.sleep(0)
         if self.crash_resume is not None:
             crash, self.crash_resume = self.crash_resume, None
