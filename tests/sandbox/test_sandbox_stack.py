@@ -215,7 +215,9 @@ async def test_dm_assistant_thread_and_app_home_approval(sandbox: Sandbox) -> No
         lambda: "Waiting for your decision" in str(ws.homes.get(BOB, {})) and ws.homes[BOB],
         "bob's Home with the request",
     )
-    actions = next(i for i, b in enumerate(home["blocks"]) if b["type"] == "actions")
+    actions = next(
+        i for i, b in enumerate(home["blocks"]) if b.get("block_id") == "approval_decision"
+    )
     sandbox.emulator.click_home(BOB, actions, 0)
     told = await until(
         sandbox,
