@@ -47,7 +47,7 @@ from agent_core.answer import (
     Interrupt,
     RunResult,
 )
-from agent_core.binding import RunContext, ToolObserver
+from agent_core.binding import RunContext, RunProgress, StopSignal, ToolObserver
 from agent_core.credentials import OAuthTokenSource
 from agent_core.decisions import validate_decisions
 from agent_core.errors import (
@@ -78,6 +78,7 @@ from agent_core.pii import pii_middleware
 from agent_core.policy import ToolPolicy
 from agent_core.results import Results
 from agent_core.sessions import RunSessions, ServerConfig, SessionStats
+from agent_core.stopping import StopGuard
 from agent_core.threads import ThreadStore
 from agent_core.tools import (
     DiscoveryCache,
@@ -95,6 +96,7 @@ ALLOWED_DECISIONS: list[DecisionType] = ["approve", "edit", "reject"]
 # callback handlers to attach to that run only (see ``opsbot.observability.runs``).
 RunCallbacks = Callable[[Identity, str, Sequence[str]], Sequence[BaseCallbackHandler]]
 LIMIT_TEXT = "Model call limits exceeded"
+STOPPED_ANSWER = "Stopped at your request: nothing further was run."
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,11 +219,30 @@ class Agent:
 
     # --- public API --------------------------------------------------------------------
 
-    async def run(self, identity: Identity, thread_id: str, message: str) -> RunResult:
-        """Answer ``message`` on ``thread_id`` for ``identity`` (who must own the thread)."""
+    async def run(
+        self,
+        identity: Identity,
+        thread_id: str,
+        message: str,
+        *,
+        progress: RunProgress | None = None,
+        stop: StopSignal | None = None,
+    ) -> RunResult:
+        """Answer ``message`` on ``thread_id`` for ``identity`` (who must own the thread).
+
+        ``progress`` is told of each MCP call as it starts and ends; ``stop`` is read before
+        each model step and tool call (a stopped run starts nothing more)."""
         await self._threads.require_owner(thread_id, identity.subject)
         payload = {"messages": [HumanMessage(content=message)]}
-        return await self._invoke(identity, thread_id, lambda: payload, None, continues=message)
+        return await self._invoke(
+            identity,
+            thread_id,
+            lambda: payload,
+            None,
+            continues=message,
+            progress=progress,
+            stop=stop,
+        )
 
     async def resume(
         self,
@@ -230,6 +251,7 @@ class Agent:
         decisions: Sequence[Mapping[str, Any]],
         *,
         approval_id: str | None = None,
+        stop: StopSignal | None = None,
     ) -> RunResult:
         """Continue a paused run with one decision per pending action, in order.
 
@@ -252,7 +274,7 @@ class Agent:
             checked = validate_decisions(pending, decisions, self)
             return Command(resume={"decisions": checked})
 
-        return await self._invoke(identity, thread_id, payload, approval_id)
+        return await self._invoke(identity, thread_id, payload, approval_id, stop=stop)
 
     async def pending(self, identity: Identity, thread_id: str) -> Interrupt | None:
         """The interrupt the thread is waiting on, if any (owner only)."""
@@ -287,6 +309,8 @@ class Agent:
         approval_id: str | None,
         *,
         continues: str | None = None,
+        progress: RunProgress | None = None,
+        stop: StopSignal | None = None,
     ) -> RunResult:
         sessions = self._sessions(identity)
         try:
@@ -305,6 +329,8 @@ class Agent:
                 write_attempts=self.config.write_attempts,
                 write_retry_initial_delay=self.config.write_retry_initial_delay,
                 write_retry_max_delay=self.config.write_retry_max_delay,
+                progress=progress,
+                stop=stop,
             )
             names = tuple(sorted(d.prefixed_name for d in toolset.definitions))
             for d in toolset.definitions:
@@ -340,9 +366,14 @@ class Agent:
                 return self._results.interrupt(
                     thread_id, state.values, state.interrupts[0].value, model_used=used
                 )
-            return self._results.answer(
+            answer = self._results.answer(
                 state.values, toolset.unavailable, toolset.no_access, used, stopped=stopped
             )
+            if stop is not None and await stop.requested():
+                # Ended by Stop, not by the model: say so (what ran is in actions_taken).
+                answer.answer = STOPPED_ANSWER
+                answer.sources, answer.caveats = [], []
+            return answer
         finally:
             await sessions.aclose()
 
@@ -507,6 +538,9 @@ class Agent:
         stack.append(RepeatGuard())
         # Runs first of the after_model hooks: refused calls never reach review or a tool.
         stack.append(CallCap(self.policy, c.tool_calls_per_turn, c.pending_approvals_per_run))
+        # After CallCap: its after_model hook runs before all the others (a stopped run's
+        # proposals reach neither review nor a tool), and it wraps every tool call.
+        stack.append(StopGuard())
         stack.append(EditGuard())
         stack.append(ToolErrorMapper())
         retryable = [n for n in names if self.policy.classify(n).kind == "read"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ from agent_core.errors import (
 from agent_core.policy import ToolPolicy
 from agent_core.tools import IDEMPOTENCY_ARG, ToolDefinition, prefixed, result_text
 from broker import Identity
+
+log = logging.getLogger(__name__)
 
 ActingAs = Literal["user", "service", "anonymous"]
 
@@ -118,6 +121,39 @@ class RunContext:
     write_attempts: int = 3
     write_retry_initial_delay: float = 0.5
     write_retry_max_delay: float = 4.0
+    # Told of each call as it starts and ends (the chat adapter's live progress); unlike
+    # the observer (audit), a failing listener never fails the call.
+    progress: RunProgress | None = None
+    # Checked before each model step and tool call: Stop ends the run there.
+    stop: StopSignal | None = None
+    # Calls that were never started because the run was stopped (prefixed tool names).
+    skipped: list[str] = field(default_factory=list)
+
+
+class RunProgress(ToolObserver, Protocol):
+    """A run's live progress listener: every call as it starts and ends, and each call a
+    Stop kept from starting."""
+
+    async def tool_call_skipped(self, tool: str, args: Mapping[str, Any]) -> None: ...
+
+
+class StopSignal(Protocol):
+    """Whether the run was asked to stop (``agent_core.runs.RunStop``)."""
+
+    async def requested(self) -> bool: ...
+
+
+async def tell_progress(ctx: RunContext, event: ToolCallEvent, outcome: str | None) -> None:
+    """Pass a call's start (``outcome`` None) or end to the run's progress listener."""
+    if ctx.progress is None:
+        return
+    try:
+        if outcome is None:
+            await ctx.progress.tool_call_started(event)
+        else:
+            await ctx.progress.tool_call_finished(event, outcome, 0.0)
+    except Exception as exc:  # progress is a courtesy; the call and its audit stand
+        log.warning("progress listener failed: %s", type(exc).__name__)
 
 
 # The server could not be reached (or failed transiently); a write is retried only when
@@ -189,6 +225,7 @@ class AuditInterceptor:
         ctx.calls.append(event)
         if ctx.observer is not None:
             await ctx.observer.tool_call_started(event)
+        await tell_progress(ctx, event, None)
         started = time.perf_counter()
         outcome = "error:interrupted"
         reason: str | None = "the call was interrupted — outcome unknown"
@@ -222,6 +259,7 @@ class AuditInterceptor:
                 latency = (time.perf_counter() - started) * 1000
                 finished = dataclasses.replace(event, reason=reason)
                 await ctx.observer.tool_call_finished(finished, outcome, latency)
+            await tell_progress(ctx, dataclasses.replace(event, reason=reason), outcome)
 
 
 def _convertible(result: CallToolResult) -> CallToolResult:

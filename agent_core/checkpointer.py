@@ -20,12 +20,23 @@ import aiosqlite
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from agent_core.answer import FinalAnswer, Source
 from infra.storage.engine import SQLITE_BUSY_TIMEOUT_MS, sqlite_file
 from infra.storage.postgres import open_set_up
 
 MEMORY_URL = "memory://"
+# opsbot's own types that checkpoints hold (the structured answer in the agent's state).
+# Registered, they load without LangGraph's "unregistered type" warning; anything else not
+# on LangGraph's safe list, or the graph's state schema, is refused when a checkpoint loads.
+CHECKPOINT_TYPES: tuple[type, ...] = (FinalAnswer, Source)
+
+
+def checkpoint_serializer() -> JsonPlusSerializer:
+    """The serializer every checkpointer of opsbot uses (see ``CHECKPOINT_TYPES``)."""
+    return JsonPlusSerializer(allowed_msgpack_modules=CHECKPOINT_TYPES)
 
 
 @asynccontextmanager
@@ -34,11 +45,14 @@ async def open_checkpointer(
 ) -> AsyncIterator[BaseCheckpointSaver[str]]:
     """Open (and set up, once) the checkpointer for ``url``; closes it on exit."""
     if url == MEMORY_URL:
-        yield InMemorySaver()
+        yield InMemorySaver(serde=checkpoint_serializer())
         return
     if url.startswith("postgresql"):
         async with open_set_up(
-            url, AsyncPostgresSaver, max_size=pool_size, name="checkpointer"
+            url,
+            lambda pool: AsyncPostgresSaver(pool, serde=checkpoint_serializer()),
+            max_size=pool_size,
+            name="checkpointer",
         ) as saver:
             yield saver
         return
@@ -48,6 +62,6 @@ async def open_checkpointer(
         # so a write waits for the other writer (audit, approvals) instead of failing.
         await conn.execute("PRAGMA journal_mode=WAL")
         await conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        saver_sqlite = AsyncSqliteSaver(conn)
+        saver_sqlite = AsyncSqliteSaver(conn, serde=checkpoint_serializer())
         await saver_sqlite.setup()
         yield saver_sqlite

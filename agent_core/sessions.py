@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -51,6 +52,29 @@ __all__ = ["RunSessions", "ServerConfig", "SessionStats", "classify_failure"]
 
 CLIENT_INFO = Implementation(name="opsbot", version="0.1.0")
 T = TypeVar("T")
+MCP_CLIENT_LOGGER = "mcp.client.streamable_http"
+
+
+class PerCallAtDebug(logging.Filter):
+    """The MCP client says at INFO what it does for every session (its id, the protocol
+    version, stream reconnects); opsbot opens one per server per run, so at INFO that is a
+    few lines per tool call. They are DEBUG lines here; warnings and errors are untouched."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def quiet_mcp_client() -> None:
+    """Install ``PerCallAtDebug`` on the MCP client's logger (once)."""
+    logger = logging.getLogger(MCP_CLIENT_LOGGER)
+    if not any(isinstance(f, PerCallAtDebug) for f in logger.filters):
+        logger.addFilter(PerCallAtDebug())
+
+
+quiet_mcp_client()
 
 
 class _Held:

@@ -65,6 +65,10 @@ class ThreadStore(Protocol):
 
     async def get(self, thread_id: str) -> Thread | None: ...
 
+    async def find(self, ref: PlatformRef) -> Thread | None:
+        """The thread at ``ref`` if there is one (never creates it)."""
+        ...
+
     async def require_owner(self, thread_id: str, subject: str) -> Thread:
         """The thread if ``subject`` owns it; raises ``NotThreadOwnerError`` otherwise.
 
@@ -103,6 +107,10 @@ class MemoryThreadStore:
 
     async def get(self, thread_id: str) -> Thread | None:
         return self._by_id.get(thread_id)
+
+    async def find(self, ref: PlatformRef) -> Thread | None:
+        found = self._by_ref.get(ref)
+        return None if found is None else self._by_id[found]
 
     async def require_owner(self, thread_id: str, subject: str) -> Thread:
         return _check_owner(await self.get(thread_id), thread_id, subject)
@@ -155,6 +163,9 @@ class SqlThreadStore:
 
     async def require_owner(self, thread_id: str, subject: str) -> Thread:
         return _check_owner(await self.get(thread_id), thread_id, subject)
+
+    async def find(self, ref: PlatformRef) -> Thread | None:
+        return await self._get_by_ref(ref)
 
     async def _get_by_ref(self, ref: PlatformRef) -> Thread | None:
         c = threads_table.c

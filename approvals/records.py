@@ -13,12 +13,13 @@ from broker.types import ChatUser
 class ApprovalStatus(StrEnum):
     """The approval's state (``Approval.state``)::
 
-        pending → deciding → rejected | expired
+        pending → deciding → rejected | expired | withdrawn
                            → approved → executing → succeeded | failed | unknown
         unknown → succeeded | failed   (the reconciler, from the server's change log)
 
     ``deciding`` is the internal claim (one decision wins); ``approved`` means decided and
-    not yet running; ``unknown`` means the write may or may not have happened.
+    not yet running; ``unknown`` means the write may or may not have happened;
+    ``withdrawn``: the requester stopped the run before anyone decided (nothing ran).
     """
 
     PENDING = "pending"
@@ -30,6 +31,7 @@ class ApprovalStatus(StrEnum):
     UNKNOWN = "unknown"
     REJECTED = "rejected"
     EXPIRED = "expired"
+    WITHDRAWN = "withdrawn"
 
     @property
     def is_final(self) -> bool:

@@ -26,6 +26,7 @@ from agent_core.answer import Interrupt
 from agent_core.binding import idempotency_key
 from agent_core.errors import NoPendingApprovalError
 from agent_core.policy import ToolPolicy
+from agent_core.runs import ALREADY_STOPPED, RunRegistry, StopSignal
 from approvals.errors import (
     ApprovalError,
     ApprovalNotFoundError,
@@ -71,6 +72,7 @@ class Resumer(Protocol):
         decisions: list[dict[str, Any]],
         *,
         approval_id: str,
+        stop: StopSignal | None = None,
     ) -> Any: ...
 
 
@@ -115,7 +117,10 @@ class ApprovalService:
         *,
         clock: Clock = utc_now,
         new_id: IdFactory = random_id,
+        runs: RunRegistry | None = None,
     ) -> None:
+        # Resumed runs are registered here too, so the requester's Stop reaches them.
+        self._runs = runs
         self.store = store
         self.audit = audit
         self.tools = tools
@@ -224,6 +229,39 @@ class ApprovalService:
             reports.append(await self._settle(claimed))
         return reports
 
+    async def withdraw(self, requester: Identity, thread_id: str) -> list[DecisionReport]:
+        """The requester stopped the run on ``thread_id``: every approval of it still pending
+        ends ``withdrawn`` (nothing runs) and the paused run is closed without another model
+        step. Only the requester's own approvals; one a person decided first is left alone."""
+        now = self._clock()
+        pending = [
+            a
+            for a in await self.store.find(
+                statuses=[ApprovalStatus.PENDING], requester_subject=requester.subject, limit=500
+            )
+            if a.thread_id == thread_id
+        ]
+        reason = f"withdrawn by {requester.subject}: the requester stopped the request"
+        reports = []
+        for approval in pending:
+            reject = ActionDecision("reject", message=f"Withdrawn: {reason}. Nothing was done.")
+            try:
+                claimed = await self.store.claim(
+                    approval.approval_id, requester.subject, [reject] * len(approval.actions), now
+                )
+            except ApprovalError:
+                continue  # decided (or expired) meanwhile: that decision stands
+            await self._record_decisions(claimed, label="withdrawn")
+            done = await self.store.finish(
+                claimed.approval_id,
+                ApprovalStatus.WITHDRAWN,
+                {"result": ApprovalStatus.WITHDRAWN.value},
+                reason=reason,
+            )
+            await self._record_finished(done)
+            reports.append(await self._run_batch(done, stop=ALREADY_STOPPED))
+        return reports
+
     async def finish_interrupted(self, grace: timedelta, limit: int = 100) -> list[DecisionReport]:
         """Finish every approval a crash left in ``deciding`` for longer than ``grace``.
 
@@ -271,7 +309,9 @@ class ApprovalService:
                 )
         return await self._run_batch(approval)
 
-    async def _run_batch(self, approval: Approval, *, rerun: bool = False) -> DecisionReport:
+    async def _run_batch(
+        self, approval: Approval, *, rerun: bool = False, stop: StopSignal | None = None
+    ) -> DecisionReport:
         """Resume the run once every approval of the batch is decided (exactly one caller
         does, by moving the approved ones to ``executing``); otherwise this one waits."""
         batch = await self.store.find(batch=approval.batch, limit=1000)
@@ -284,7 +324,7 @@ class ApprovalService:
         if not approved and not rerun and running_elsewhere:
             return DecisionReport(await self._current(approval))
         batch = await self.store.find(batch=approval.batch, limit=1000)
-        result, finished = await self._execute(batch)
+        result, finished = await self._execute(batch, stop)
         mine = next((a for a in finished if a.approval_id == approval.approval_id), None)
         me = mine or await self._current(approval)
         others = tuple(a for a in finished if a.approval_id != approval.approval_id)
@@ -306,8 +346,9 @@ class ApprovalService:
             len(approval.actions) - 1
         )
 
-    async def _record_decisions(self, approval: Approval) -> None:
+    async def _record_decisions(self, approval: Approval, label: str | None = None) -> None:
         for action, decision in zip(approval.actions, approval.decisions, strict=True):
+            kind = label or ("expired" if approval.decided_by == EXPIRY_DECIDER else decision.type)
             await self.audit.record(
                 EventKind.DECISION,
                 requester=approval.requester_subject,
@@ -315,13 +356,15 @@ class ApprovalService:
                 tool=action.tool,
                 approval_id=approval.approval_id,
                 approver=approval.decided_by,
-                decision="expired" if approval.decided_by == EXPIRY_DECIDER else decision.type,
+                decision=kind,
                 args=action.args,
                 edited_args=decision.args if decision.type == "edit" else None,
                 detail={"message": decision.message} if decision.message else None,
             )
 
-    async def _execute(self, batch: list[Approval]) -> tuple[Any, list[Approval]]:
+    async def _execute(
+        self, batch: list[Approval], stop: StopSignal | None = None
+    ) -> tuple[Any, list[Approval]]:
         """Resume the thread with every call's decision, in order; finish the approvals
         that ran (``executing``) from what the audit log says each write did."""
         first = batch[0]
@@ -346,9 +389,12 @@ class ApprovalService:
             decisions.append(decision.to_hitl(action, None))
         result: Any = None
         resume_failure: str | None = None
+        registered = None
+        if stop is None and self._runs is not None:
+            registered = stop = await self._runs.start(first.thread_id)
         try:
             result = await self._resumer.resume(
-                requester, first.thread_id, decisions, approval_id=first.batch
+                requester, first.thread_id, decisions, approval_id=first.batch, stop=stop
             )
         except NoPendingApprovalError:
             # A retry after a crash: the thread already moved past the interrupt. The audit
@@ -357,6 +403,9 @@ class ApprovalService:
         except Exception as exc:  # recorded; the outcome comes from the audit log
             log.warning("resume of approval %s failed: %s", first.batch, type(exc))
             resume_failure = f"resuming the thread failed ({error_outcome(exc)})"
+        finally:
+            if registered is not None and self._runs is not None:
+                await self._runs.finish(registered.run_id)
         finished: list[Approval] = []
         for approval in running:
             reason: str | None

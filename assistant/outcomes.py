@@ -2,9 +2,9 @@
 
 The card, the requester's thread, App Home and ``opsbot approvals`` all call
 ``describe_state`` so they can never disagree. States (see ``approvals``):
-``pending → approved → executing → succeeded | failed | unknown``, plus ``rejected`` and
-``expired``; the older ``deciding``/``edited`` are mapped onto them. ``reason`` is the
-approval's ``outcome_reason``: text for people, never for the model.
+``pending → approved → executing → succeeded | failed | unknown``, plus ``rejected``,
+``expired`` and ``withdrawn``; the older ``deciding``/``edited`` are mapped onto them.
+``reason`` is the approval's ``outcome_reason``: text for people, never for the model.
 
 Example::
 
@@ -37,11 +37,12 @@ STATE_LABELS: dict[str, str] = {
     "unknown": "outcome unknown — being reconciled",
     "rejected": "rejected, nothing was run",
     "expired": "expired before anyone decided, nothing was run",
+    "withdrawn": "withdrawn (the request was stopped), nothing was run",
 }
 
 # Older names for the same facts, so records written before the new states still read right.
 _ALIASES = {"deciding": "approved", "edited": "approved"}
-_SETTLED = frozenset({"succeeded", "failed", "unknown", "rejected", "expired"})
+_SETTLED = frozenset({"succeeded", "failed", "unknown", "rejected", "expired", "withdrawn"})
 SUMMARY_LIMIT = 120
 
 

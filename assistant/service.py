@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from agent_core import answer as core
 from agent_core.errors import AgentError
+from agent_core.runs import ALREADY_STOPPED, RunRegistry, StopSignal
 from agent_core.threads import NotThreadOwnerError, PlatformRef, ThreadError, ThreadStore
 from approvals.errors import (
     AlreadyDecidedError,
@@ -36,6 +37,7 @@ from approvals.records import EXPIRY_DECIDER, ActionDecision, Approval, Approval
 from approvals.rules import check_decider
 from approvals.service import ApprovalService, DecisionReport
 from assistant.outcomes import reason_of, state_of
+from assistant.progress import ProgressRelay, call_title
 from assistant.types import (
     AlreadyDecided,
     Answer,
@@ -57,14 +59,20 @@ from assistant.types import (
     Reject,
     Remembered,
     Reply,
+    RunEvents,
     ServerConnection,
     Source,
+    Stopped,
+    StopResult,
+    ToolCallAwaitingApproval,
     UserStatus,
 )
+from audit.log import EventKind
 from audit.reconcile import Reconciler, ReconcileReport
 from broker.errors import AccessRevokedError, BrokerError, LinkingError
 from broker.types import ChatUser, Identity, IdentityService, LinkCompleter
 from infra.clock import Clock, utc_now
+from infra.observability.metrics import FEEDBACK, STOPS
 from memory.chat import MemoryCommands, describe
 
 log = logging.getLogger(__name__)
@@ -104,7 +112,24 @@ MY_REQUESTS_SCANNED = 500
 class AgentPort(Protocol):
     """What the façade needs from ``agent_core.Agent``."""
 
-    async def run(self, identity: Identity, thread_id: str, message: str) -> core.RunResult: ...
+    async def run(
+        self,
+        identity: Identity,
+        thread_id: str,
+        message: str,
+        *,
+        progress: ProgressRelay | None = None,
+        stop: StopSignal | None = None,
+    ) -> core.RunResult: ...
+
+    async def resume(
+        self,
+        identity: Identity,
+        thread_id: str,
+        decisions: list[dict[str, Any]],
+        *,
+        stop: StopSignal | None = None,
+    ) -> core.RunResult: ...
 
     def tool_schema(self, name: str) -> dict[str, Any] | None: ...
 
@@ -130,7 +155,10 @@ class Assistant:
         links: LinkCompleter | None = None,
         people: Callable[[], Awaitable[list[ChatUser]]] | None = None,
         servers: Sequence[str] = (),
+        runs: RunRegistry | None = None,
     ) -> None:
+        # Where Stop finds a working run (any instance); None: Stop only withdraws approvals.
+        self._runs = runs
         self._identities = identities
         # The MCP servers reached with the user's exchanged token (App Home's connections).
         self._servers = tuple(servers)
@@ -155,7 +183,14 @@ class Assistant:
 
     # --- messages -------------------------------------------------------------------
 
-    async def handle_message(self, chat_user: ChatUser, ref: PlatformRef, text: str) -> Reply:
+    async def handle_message(
+        self,
+        chat_user: ChatUser,
+        ref: PlatformRef,
+        text: str,
+        *,
+        events: RunEvents | None = None,
+    ) -> Reply:
         text = text.strip()
         if not text:
             return Refused("Send a question or a request, e.g. 'show ticket PAY-101'.")
@@ -164,15 +199,113 @@ class Assistant:
         identity = await self._identity(chat_user)
         if not isinstance(identity, Identity):
             return identity
+        relay = ProgressRelay(events)
+        stop = None
         try:
             thread = await self._threads.get_or_create(ref, identity.subject)
-            result = await self._agent.run(identity, thread.thread_id, text)
+            if thread.owner_subject != identity.subject:
+                raise NotThreadOwnerError("this conversation belongs to another user")
+            stop = await self._runs.start(thread.thread_id) if self._runs is not None else None
+            try:
+                result = await self._agent.run(
+                    identity, thread.thread_id, text, progress=relay, stop=stop
+                )
+            finally:
+                if stop is not None and self._runs is not None:
+                    await self._runs.finish(stop.run_id)
         except NotThreadOwnerError:
             return Refused("This conversation belongs to another user: start your own thread.")
         except (AgentError, ThreadError, BrokerError) as exc:
             log.warning("run failed for %s: %s", identity.subject, type(exc).__name__)
             return Refused(f"I could not complete that: {exc}")
-        return await self._reply(result, identity)
+        if stop is not None and await stop.requested():
+            return await self._stopped(result, identity, thread.thread_id, relay)
+        reply = await self._reply(result, identity)
+        if isinstance(reply, ApprovalRequested) and isinstance(result, core.Interrupt):
+            await self._tell_waiting(result, reply, relay)
+        return reply
+
+    async def _tell_waiting(
+        self, interrupt: core.Interrupt, reply: ApprovalRequested, relay: ProgressRelay
+    ) -> None:
+        for request, summary in zip(interrupt.action_requests, reply.all, strict=False):
+            server = request.server or summary.server
+            await relay.emit(
+                ToolCallAwaitingApproval(
+                    call_id=request.tool_call_id,
+                    server=server,
+                    tool=request.name,
+                    title=call_title(server, request.name, request.args),
+                    approval_id=summary.approval_id,
+                )
+            )
+
+    async def _stopped(
+        self, result: Any, identity: Identity, thread_id: str, relay: ProgressRelay
+    ) -> Stopped:
+        """The reply of a run its requester stopped: what ran, what never started."""
+        if isinstance(result, core.Interrupt):
+            # Stopped just as writes were proposed: none is sent for approval; the paused
+            # run is closed without another model step.
+            rejects = [
+                {"type": "reject", "message": "Not run: the request was stopped."}
+                for _ in result.action_requests
+            ]
+            relay.not_started.extend(
+                call_title(r.server or "", r.name, r.args) for r in result.action_requests
+            )
+            try:
+                await self._agent.resume(identity, thread_id, rejects, stop=ALREADY_STOPPED)
+            except (AgentError, ThreadError, BrokerError) as exc:
+                log.warning("closing a stopped run failed: %s", type(exc).__name__)
+        done, skipped = tuple(relay.started), tuple(dict.fromkeys(relay.not_started))
+        parts = [":black_square_for_stop: Stopped at your request."]
+        parts.append(
+            f"Done before the stop: {', '.join(done)}." if done else "No tool call had run."
+        )
+        if skipped:
+            parts.append(f"Not started: {', '.join(skipped)}.")
+        return Stopped(" ".join(parts), done, skipped)
+
+    async def stop(self, chat_user: ChatUser, ref: PlatformRef) -> StopResult:
+        identity = await self._identity(chat_user)
+        if isinstance(identity, LinkRequired):
+            return StopResult(refused="Connect your account first (`/ops link`).")
+        if isinstance(identity, Refused):
+            return StopResult(refused=identity.reason)
+        thread = await self._threads.find(ref)
+        if thread is None:
+            return StopResult()
+        if thread.owner_subject != identity.subject:
+            return StopResult(refused="Only the person who asked can stop this request.")
+        runs = await self._runs.stop(thread.thread_id, identity.subject) if self._runs else 0
+        reports = await self._approvals.withdraw(identity, thread.thread_id)
+        withdrawn = tuple([await self._decided(r) for r in reports])
+        await self._approvals.audit.record(
+            EventKind.RUN_STOPPED,
+            requester=identity.subject,
+            thread_id=thread.thread_id,
+            outcome="stopped" if runs else "idle",
+            detail={"runs": runs, "withdrawn": [d.approval_id for d in withdrawn]},
+        )
+        STOPS.labels("run" if runs else "idle").inc()
+        if withdrawn:
+            STOPS.labels("withdrawn").inc(len(withdrawn))
+        log.info("stop by %s: %d run(s), %d approval(s)", identity.subject, runs, len(withdrawn))
+        return StopResult(run_stopped=runs > 0, withdrawn=withdrawn)
+
+    async def record_feedback(self, chat_user: ChatUser, ref: PlatformRef, positive: bool) -> None:
+        identity = await self._identities.resolve(chat_user)
+        thread = await self._threads.find(ref)
+        rating = "positive" if positive else "negative"
+        who = identity.subject if identity is not None else f"{chat_user.platform}:unlinked"
+        await self._approvals.audit.record(
+            EventKind.FEEDBACK,
+            requester=who,
+            thread_id=None if thread is None else thread.thread_id,
+            outcome=rating,
+        )
+        FEEDBACK.labels(rating).inc()
 
     # --- approvals ------------------------------------------------------------------
 
@@ -419,18 +552,21 @@ class Assistant:
         siblings = tuple([await self._decided(DecisionReport(a)) for a in report.siblings])
         approval = report.approval
         thread = await self._threads.get(approval.thread_id)
-        if report.result is not None:
+        if report.result is not None and approval.state is not ApprovalStatus.WITHDRAWN:
             requester_result: Reply | None = await self._reply(
                 report.result, await self._requester(approval)
             )
-        elif approval.state is ApprovalStatus.APPROVED:
-            requester_result = None  # decided; the step's other calls are still waiting
+        elif approval.state in (ApprovalStatus.APPROVED, ApprovalStatus.WITHDRAWN):
+            # Decided, the step's other calls still waiting; or withdrawn: nothing to show.
+            requester_result = None
         else:
             requester_result = _outcome_reply(approval)
         label = {"approve": "approved", "edit": "edited", "reject": "rejected"}
         types = {d.type for d in approval.decisions}
         decision = (
-            "expired"
+            "withdrawn"
+            if approval.state is ApprovalStatus.WITHDRAWN
+            else "expired"
             if approval.decided_by == EXPIRY_DECIDER
             else label["edit" if "edit" in types else "approve" if "approve" in types else "reject"]
         )

@@ -43,8 +43,15 @@ __all__ = [
     "Reject",
     "Remembered",
     "Reply",
+    "RunEvent",
+    "RunEvents",
     "ServerConnection",
     "Source",
+    "StopResult",
+    "Stopped",
+    "ToolCallAwaitingApproval",
+    "ToolCallFinished",
+    "ToolCallStarted",
     "UserStatus",
 ]
 
@@ -120,7 +127,56 @@ class ApprovalRequested:
         return self.approvals or (self.approval,)
 
 
-Reply = LinkRequired | Refused | Answered | ApprovalRequested
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The requester pressed Stop: ``text`` says what had run and what never started.
+
+    ``done`` and ``not_started`` are call titles (``"ticketing · get ticket PAY-102"``)."""
+
+    text: str
+    done: tuple[str, ...] = ()
+    not_started: tuple[str, ...] = ()
+
+
+Reply = LinkRequired | Refused | Answered | ApprovalRequested | Stopped
+
+
+# --- live progress of a run (``handle_message(..., events=...)``) ---------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    """An MCP call left opsbot. ``title`` is for people: ``"ticketing · get ticket PAY-102"``."""
+
+    call_id: str
+    server: str
+    tool: str
+    title: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallFinished:
+    """The call ``call_id`` came back; ``error`` says why it failed, in people's words."""
+
+    call_id: str
+    ok: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallAwaitingApproval:
+    """A write that did not run: it waits for an approver (``approval_id``)."""
+
+    call_id: str
+    server: str
+    tool: str
+    title: str
+    approval_id: str
+
+
+RunEvent = ToolCallStarted | ToolCallFinished | ToolCallAwaitingApproval
+# Told each event in order, during ``handle_message``; a failing one never fails the run.
+RunEvents = Callable[[RunEvent], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +282,17 @@ DecisionOutcome = Decided | AlreadyDecided | NotAuthorised | Expired | InvalidEd
 
 
 @dataclass(frozen=True, slots=True)
+class StopResult:
+    """What Stop did: ``run_stopped`` when a run was working (it says so in its own reply);
+    ``withdrawn``: approvals that will never run (update their cards, tell the thread);
+    ``refused``: why nothing was stopped (not the thread's owner, not linked)."""
+
+    run_stopped: bool = False
+    withdrawn: tuple[Decided, ...] = ()
+    refused: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class UserStatus:
     linked: bool
     subject: str | None = None
@@ -259,7 +326,25 @@ class ServerConnection:
 class AssistantPort(Protocol):
     """What a chat adapter may call. ``Assistant`` implements it; tests may fake it."""
 
-    async def handle_message(self, chat_user: ChatUser, ref: PlatformRef, text: str) -> Reply: ...
+    async def handle_message(
+        self,
+        chat_user: ChatUser,
+        ref: PlatformRef,
+        text: str,
+        *,
+        events: RunEvents | None = None,
+    ) -> Reply:
+        """Answer ``text``; ``events`` is told of each tool call as it happens."""
+        ...
+
+    async def stop(self, chat_user: ChatUser, ref: PlatformRef) -> StopResult:
+        """Stop the run working at ``ref`` (on any instance) and withdraw its pending
+        approvals. Only the thread's owner may."""
+        ...
+
+    async def record_feedback(self, chat_user: ChatUser, ref: PlatformRef, positive: bool) -> None:
+        """A thumbs up (``positive``) or down on an answer at ``ref``: audited and counted."""
+        ...
 
     async def decide(
         self, approver: ChatUser, approval_id: str, decision: Decision

@@ -39,6 +39,8 @@ class EventKind(StrEnum):
     APPROVAL_REQUESTED = "approval_requested"
     DECISION = "decision"  # approve / edit / reject by an approver (or expiry)
     APPROVAL_FINISHED = "approval_finished"
+    FEEDBACK = "feedback"  # a person's thumbs up/down on an answer (outcome: positive/negative)
+    RUN_STOPPED = "run_stopped"  # the requester pressed Stop (detail: what stopped)
 
 
 @dataclass(frozen=True, slots=True)

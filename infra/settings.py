@@ -266,6 +266,10 @@ class SlackSettings(Section):
     """Slack's standardized app authentication: Connect in Slack's own UI (the auth_provider
     block, user_connection events). Also set features.user_connections.is_enabled in
     manifest.yml. False: opsbot's Connect button. Either way the link is opsbot's OIDC login."""
+    streaming: bool = True
+    """Stream answers with one task per tool call (chat.startStream) and set agent session
+    status; false, or a workspace where Slack refuses those methods: a placeholder message
+    that is replaced by the answer."""
 
 
 class RunSettings(Section):

@@ -108,6 +108,8 @@ class ScopedServer:
     # Host names this server answers (``mcp_servers.hosts``); others get 421.
     allowed_hosts: Sequence[str] = DEFAULT_ALLOWED_HOSTS
     tool_scopes: dict[str, str] = field(default_factory=dict)
+    # Every tool call this server started, in order (its own record of what it was asked).
+    served: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.transport_security = transport_security(self.allowed_hosts)
@@ -153,6 +155,7 @@ class ScopedServer:
 
             @functools.wraps(fn)
             async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+                self.served.append(name)
                 try:
                     return await fn(*args, **kwargs)
                 except ToolRefusedError as exc:

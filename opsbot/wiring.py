@@ -13,6 +13,7 @@ import functools
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
+from agent_core.runs import SqlRunRegistry
 from agent_core.threads import SqlThreadStore
 from approvals.service import ApprovalService
 from assistant.service import Assistant, Recovery
@@ -63,6 +64,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                 extra_middleware=ops.middleware(),
                 oauth_token=mcp_oauth,
             )
+            runs = SqlRunRegistry(engine, clock)  # Stop reaches runs and resumes alike
             service = ApprovalService(
                 SqlApprovalStore(engine),
                 audit,
@@ -71,6 +73,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                 identities.resolve_subject,
                 identities,
                 clock=clock,
+                runs=runs,
             )
             recovery = Recovery(
                 Reconciler(audit, _change_log(settings, identities), clock=clock, grace=grace),
@@ -90,6 +93,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                     links=local,
                     people=functools.partial(linked_chat_users, engine),
                     servers=list(settings.exchange_audiences),
+                    runs=runs,
                 )
     finally:
         await engine.dispose()

@@ -236,7 +236,13 @@ class SlackEmulator:
     # -- buttons ----------------------------------------------------------------------------
 
     def click_message(
-        self, user_id: str, channel_id: str, ts: str, block_index: int, element_index: int
+        self,
+        user_id: str,
+        channel_id: str,
+        ts: str,
+        block_index: int,
+        element_index: int,
+        choice: str | None = None,
     ) -> None:
         user = self._user(user_id)
         try:
@@ -246,6 +252,12 @@ class SlackEmulator:
         if message.ephemeral_for not in (None, user.id):
             raise InputError("that message is not visible to you")
         element, block_id = _element(message.blocks, block_index, element_index)
+        if element.get("type") == "feedback_buttons":
+            # thumbs up / down: the click carries the chosen button's value
+            chosen = element.get(f"{choice}_button")
+            if choice not in ("positive", "negative") or not isinstance(chosen, dict):
+                raise InputError("choose positive or negative")
+            element = {**element, "value": chosen.get("value", "")}
         container = {
             "type": "message",
             "message_ts": message.ts,
@@ -494,7 +506,11 @@ def _element(
         )
     except (IndexError, KeyError, TypeError):
         raise InputError("no such button") from None
-    if not isinstance(element, dict) or element.get("type") not in ("button", "static_select"):
+    if not isinstance(element, dict) or element.get("type") not in (
+        "button",
+        "static_select",
+        "feedback_buttons",
+    ):
         raise InputError("not an interactive element")
     return element, str(block.get("block_id") or f"b{block_index}")
 

@@ -37,8 +37,12 @@ from assistant.types import (
     Refused,
     Remembered,
     Reply,
+    RunEvents,
     ServerConnection,
     Source,
+    StopResult,
+    ToolCallFinished,
+    ToolCallStarted,
     UserStatus,
 )
 from broker.errors import InvalidStateError
@@ -78,6 +82,8 @@ class FakeAssistant:
     memory: dict[ChatUser, str] = field(default_factory=dict)
     servers: tuple[str, ...] = ("ticketing", "docs")
     unreachable: dict[str, str] = field(default_factory=dict)  # server → problem shown
+    stops: list[tuple[ChatUser, PlatformRef]] = field(default_factory=list)
+    feedback: list[tuple[ChatUser, PlatformRef, bool]] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -89,7 +95,14 @@ class FakeAssistant:
     def _person(self, chat_user: ChatUser) -> Person | None:
         return self.people.get((chat_user.team_id, chat_user.user_id))
 
-    async def handle_message(self, chat_user: ChatUser, ref: PlatformRef, text: str) -> Reply:
+    async def handle_message(
+        self,
+        chat_user: ChatUser,
+        ref: PlatformRef,
+        text: str,
+        *,
+        events: RunEvents | None = None,
+    ) -> Reply:
         self.messages.append((chat_user, ref, text))
         person = self._person(chat_user)
         if person is None:
@@ -100,8 +113,17 @@ class FakeAssistant:
                 "This conversation belongs to someone else; mention me in a new thread "
                 "to start your own."
             )
+        call_id = f"call-{len(self.messages)}"
+        if events is not None:  # the one read every scripted answer is "based on"
+            await events(
+                ToolCallStarted(
+                    call_id, "ticketing", "ticketing_get_ticket", "ticketing · get ticket PAY-1"
+                )
+            )
         if self.run_delay:
             await asyncio.sleep(self.run_delay)
+        if events is not None:
+            await events(ToolCallFinished(call_id, True))
         words = text.split()
         if words[:1] == ["update"] and len(words) >= 3:
             return self._propose(chat_user, ref, person, words[1], words[2:])
@@ -188,6 +210,14 @@ class FakeAssistant:
             result = Answered(Answer(f"Updated {args['ticket_id']}: status={args['status']}."))
             outcome = label
         return Decided(approval_id, label, person.email, outcome, view.requester_ref, result)
+
+    async def stop(self, chat_user: ChatUser, ref: PlatformRef) -> StopResult:
+        """Recorded; the fake's runs cannot be stopped (they are scripted)."""
+        self.stops.append((chat_user, ref))
+        return StopResult()
+
+    async def record_feedback(self, chat_user: ChatUser, ref: PlatformRef, positive: bool) -> None:
+        self.feedback.append((chat_user, ref, positive))
 
     async def approval_view(self, approval_id: str) -> ApprovalView | None:
         return self.approvals.get(approval_id)

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 # Parameters a form-encoded call sends as JSON strings.
-JSON_FIELDS = ("blocks", "attachments", "view", "prompts", "metadata")
+JSON_FIELDS = ("blocks", "attachments", "view", "prompts", "metadata", "chunks")
 Params = dict[str, Any]
 
 
@@ -69,3 +69,39 @@ def check_blocks(blocks: list[Any]) -> str | None:
             if len(str((element.get("text") or {}).get("text", ""))) > 75:
                 return "invalid_blocks"
     return None
+
+
+# -- streaming (chat.startStream / appendStream / stopStream) and agent sessions -----------
+
+STREAM_TEXT_LIMIT = 12_000
+TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
+CHUNK_TYPES = frozenset({"markdown_text", "task_update", "plan_update", "blocks"})
+SESSION_STATUSES = frozenset({"active", "processing", "suspended", "closed"})
+
+
+def check_stream_call(p: Params) -> str | None:
+    """Slack's error for a ``chat.*Stream`` body's text and chunks, or ``None``."""
+    if len(str(p.get("markdown_text") or "")) > STREAM_TEXT_LIMIT:
+        return "msg_too_long"
+    chunks = p.get("chunks")
+    if chunks is None:
+        return None
+    if not isinstance(chunks, list):
+        return "invalid_chunks"
+    for chunk in chunks:
+        if not isinstance(chunk, dict) or chunk.get("type") not in CHUNK_TYPES:
+            return "invalid_chunks"
+        if chunk["type"] == "markdown_text" and (
+            not isinstance(chunk.get("text"), str) or len(chunk["text"]) > STREAM_TEXT_LIMIT
+        ):
+            return "invalid_chunks"
+        if chunk["type"] == "task_update" and (
+            not chunk.get("id")
+            or not chunk.get("title")
+            or chunk.get("status") not in TASK_STATUSES
+        ):
+            return "invalid_chunks"
+    blocks = p.get("blocks")
+    if blocks is not None and (not isinstance(blocks, list) or len(blocks) > 50):
+        return "invalid_blocks"
+    return check_blocks(blocks) if blocks else None

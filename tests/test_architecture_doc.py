@@ -34,9 +34,9 @@ def test_every_named_function_exists(module: str, qualname: str) -> None:
     assert callable(resolve(module, qualname))
 
 
-def test_the_doc_names_the_two_traces_and_each_reads_at_most_six_files() -> None:
+def test_the_doc_names_the_three_traces_and_each_reads_at_most_six_files() -> None:
     found = traces()
-    assert set(found) == {"an @-mention", "an approval click"}
+    assert set(found) == {"an @-mention", "an approval click", "Stop"}
     for name, text in found.items():
         files = FILE_STEP.findall(text)
         assert 3 <= len(set(files)) <= MAX_FILES, (name, files)

@@ -24,6 +24,7 @@ from bot.slack.core import (
     PlatformRef,
     Refused,
     Reply,
+    Stopped,
 )
 from bot.slack.decisions import DecisionViews
 from bot.slack.incoming import Progress, UserMessage
@@ -36,9 +37,21 @@ from bot.slack.render import (
     slack_date,
     text_message,
 )
+from bot.slack.streaming import LiveAnswer, closing_blocks, markdown_text
 from infra.storage.faults import is_connection_error
 
 log = logging.getLogger(__name__)
+
+LINK_FIRST_TEXT = "Connect your company account first: I sent you a private link."
+NOTHING_TO_STOP_TEXT = "Nothing was running or waiting for approval in this thread."
+# The agent session's status after each kind of reply.
+SESSION_AFTER: dict[type, str] = {
+    Answered: "active",
+    Refused: "active",
+    LinkRequired: "active",
+    ApprovalRequested: "suspended",
+    Stopped: "closed",
+}
 
 NOT_IN_CHANNEL_TEXT = (
     "I can't post in this conversation. Invite me with `/invite @opsbot`, "
@@ -66,6 +79,9 @@ class Indicator:
 
 
 class SlackAdapter(DecisionViews):
+    # Streaming until Slack says this workspace has no such method (then the placeholder).
+    streaming_available: bool = True
+
     # -- policy on who may talk to us at all -------------------------------------------
 
     async def learn_home_team(self) -> str | None:
@@ -174,15 +190,19 @@ class SlackAdapter(DecisionViews):
                 progress.thread_channel, progress.thread_ts = opened
                 await record(progress)
             channel, thread_ts = progress.thread_channel or channel, progress.thread_ts
-        if not progress.indicator_shown:
+        live = await self._open_stream(message, channel, thread_ts, progress, record)
+        if live is None and not progress.indicator_shown:
             shown = await self.start_working(channel, thread_ts, message.is_dm)
             progress.placeholder_ts, progress.status_set = shown.placeholder_ts, shown.status_set
             if progress.indicator_shown:
                 await record(progress)
         indicator = Indicator(channel, thread_ts, progress.placeholder_ts, progress.status_set)
         ref = PlatformRef("slack", message.team_id, channel, thread_ts)
+        await self.sessions.set_status(channel, thread_ts, "processing")
         try:
-            reply = await self.assistant.handle_message(message.chat_user, ref, message.text)
+            reply = await self.assistant.handle_message(
+                message.chat_user, ref, message.text, events=live.event if live else None
+            )
         except Exception as exc:
             connection_lost = is_connection_error(exc)
             if retry_on_connection_error and connection_lost:
@@ -197,11 +217,109 @@ class SlackAdapter(DecisionViews):
             else:
                 log.exception("assistant failed on a message")
             text = DATABASE_DOWN_TEXT if connection_lost else FAILURE_TEXT
+            await self.sessions.set_status(channel, thread_ts, "active")
+            if live is not None and await live.finish(text):
+                return
             await self.post(channel, thread_ts, [text_message(text)], indicator.placeholder_ts)
             if indicator.status_set:
                 await self._clear_status(indicator)
             return
-        await self.deliver(reply, message.chat_user, message.team_id, channel, thread_ts, indicator)
+        streamed = live is not None and await self.deliver_stream(
+            live, reply, message.chat_user, message.team_id
+        )
+        if not streamed:
+            await self.deliver(
+                reply, message.chat_user, message.team_id, channel, thread_ts, indicator
+            )
+        await self.sessions.set_status(channel, thread_ts, SESSION_AFTER[type(reply)])
+
+    async def _open_stream(
+        self,
+        message: UserMessage,
+        channel: str,
+        thread_ts: str,
+        progress: Progress,
+        record: Recorder,
+    ) -> LiveAnswer | None:
+        """The answer's stream (an earlier attempt's, or a new one), or ``None`` when it is
+        off, refused by Slack, or an earlier attempt already showed a placeholder."""
+        if not (self.config.streaming and self.streaming_available):
+            return None
+        if progress.placeholder_ts is not None or progress.status_set:
+            return None
+        user = message.chat_user
+        live = LiveAnswer(
+            self.client,
+            channel,
+            thread_ts,
+            user.team_id,
+            user.user_id,
+            self.config.approvals_channel,
+            ts=progress.stream_ts,
+        )
+        if progress.stream_ts is None:
+            if not await live.start():
+                self.streaming_available = not live.unavailable
+                return None
+            progress.stream_ts = live.ts
+            await record(progress)
+        return live
+
+    async def deliver_stream(
+        self, live: LiveAnswer, reply: Reply, chat_user: ChatUser, team_id: str
+    ) -> bool:
+        """Finish the stream with ``reply``; ``False`` when the stream broke (nothing more was
+        shown: the caller posts the reply as messages)."""
+        if isinstance(reply, Answered):
+            return await live.finish(markdown_text(reply.answer), closing_blocks(reply.answer))
+        if isinstance(reply, Refused):
+            return await live.finish(f":no_entry_sign: {escape(reply.reason)}")
+        if isinstance(reply, Stopped):
+            return await live.finish(escape(reply.text))
+        if isinstance(reply, LinkRequired):
+            if not await live.finish(LINK_FIRST_TEXT):
+                return False
+            await self.ephemeral(live.channel, chat_user.user_id, connect_prompt(reply.login_url))
+            return True
+        so_far = reply.answer_so_far
+        if not await live.finish(markdown_text(so_far) if so_far and so_far.answer else ""):
+            return False
+        # The tasks above show what waits; the note and the cards are messages of their own
+        # (each decision updates them in place).
+        await self._post_waiting(reply, team_id, live.channel, live.thread_ts, None)
+        return True
+
+    async def stop_session(
+        self, chat_user: ChatUser, team_id: str, channel: str, thread_ts: str
+    ) -> None:
+        """Stop pressed on the thread's agent session: the core stops its run (on whichever
+        instance runs it: that run says what stopped) and withdraws its pending approvals
+        (their cards and the thread say so here)."""
+        ref = PlatformRef("slack", team_id, channel, thread_ts)
+        result = await self.assistant.stop(chat_user, ref)
+        if result.refused is not None:
+            await self.ephemeral(
+                channel,
+                chat_user.user_id,
+                text_message(f":no_entry_sign: {escape(result.refused)}"),
+            )
+            return
+        for decided in result.withdrawn:
+            await self.announce(decided)
+        if result.run_stopped:
+            return  # the run's own reply says what stopped, and sets the status
+        if not result.withdrawn:
+            await self.ephemeral(channel, chat_user.user_id, text_message(NOTHING_TO_STOP_TEXT))
+        await self.sessions.set_status(channel, thread_ts, "closed")
+
+    async def record_feedback(
+        self, chat_user: ChatUser, team_id: str, channel: str, thread_ts: str, positive: bool
+    ) -> None:
+        ref = PlatformRef("slack", team_id, channel, thread_ts)
+        await self.assistant.record_feedback(chat_user, ref, positive)
+        await self.ephemeral(
+            channel, chat_user.user_id, text_message("Thanks: your feedback was recorded.")
+        )
 
     async def open_thread(self, message: UserMessage) -> tuple[str, str] | None:
         """``/ops ask``: quote the question in its channel; that message starts the thread.
@@ -239,38 +357,46 @@ class SlackAdapter(DecisionViews):
                 connect_prompt(reply.login_url, standard=self.config.user_connections),
             )
             return
-        if isinstance(reply, Refused):
-            messages = [text_message(f":no_entry_sign: {escape(reply.reason)}")]
-        elif isinstance(reply, Answered):
-            messages = answer_messages(reply.answer)
+        if isinstance(reply, ApprovalRequested):
+            so_far = reply.answer_so_far
+            if so_far is not None and so_far.answer:
+                await self.post(channel, thread_ts, answer_messages(so_far), replace_ts=replace)
+                replace = None
+            await self._post_waiting(reply, team_id, channel, thread_ts, replace)
         else:
-            messages = self._waiting_messages(reply)
-        note = messages.pop() if isinstance(reply, ApprovalRequested) else None
-        if messages:
+            if isinstance(reply, Refused):
+                messages = [text_message(f":no_entry_sign: {escape(reply.reason)}")]
+            elif isinstance(reply, Stopped):
+                messages = [text_message(escape(reply.text))]
+            else:
+                messages = answer_messages(reply.answer)
             await self.post(channel, thread_ts, messages, replace_ts=replace)
-            replace = None
-        note_ts = await self.post(channel, thread_ts, [note], replace_ts=replace) if note else None
         if indicator and indicator.status_set:
             await self._clear_status(indicator)
-        if isinstance(reply, ApprovalRequested):
-            # One card per write call; the note's ts lets each decision update it in place.
-            for summary in reply.all:
-                await self.post_card(
-                    summary.approval_id, team_id, channel, thread_ts, note_ts=note_ts
-                )
-                await self.refresh_homes(summary.approval_id)
 
-    def _waiting_messages(self, reply: ApprovalRequested) -> list[Message]:
+    async def _post_waiting(
+        self,
+        reply: ApprovalRequested,
+        team_id: str,
+        channel: str,
+        thread_ts: str,
+        replace: str | None,
+    ) -> None:
+        """The "needs approval" note in the thread, then one card per write call (the
+        note's ts lets each decision update it in place)."""
+        note = self._waiting_note(reply)
+        note_ts = await self.post(channel, thread_ts, [note], replace_ts=replace)
+        for summary in reply.all:
+            await self.post_card(summary.approval_id, team_id, channel, thread_ts, note_ts=note_ts)
+            await self.refresh_homes(summary.approval_id)
+
+    def _waiting_note(self, reply: ApprovalRequested) -> Message:
         approval = reply.approval
-        note = (
+        return text_message(
             f":hourglass_flowing_sand: `{escape(approval.server)}` · `{escape(approval.tool)}` "
             f"needs approval in #{escape(self.config.approvals_channel)} "
             f"(expires {slack_date(approval.expires_at)}). I'll post the result here."
         )
-        if reply.answer_so_far is None or not reply.answer_so_far.answer:
-            return [text_message(note)]
-        messages = answer_messages(reply.answer_so_far)
-        return [*messages, text_message(note)]
 
 
 __all__ = ["FAILURE_TEXT", "NOT_IN_CHANNEL_TEXT", "Indicator", "Recorder", "SlackAdapter"]

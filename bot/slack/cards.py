@@ -161,6 +161,7 @@ _STATE_EMOJI = {
     "unknown": ":grey_question:",
     "rejected": ":no_entry:",
     "expired": ":hourglass:",
+    "withdrawn": ":leftwards_arrow_with_hook:",
 }
 
 
@@ -176,6 +177,7 @@ _DECISION_LABEL = {
     "edited": ":pencil2: Approved with edits",
     "rejected": ":no_entry: Rejected",
     "expired": ":hourglass: Expired",
+    "withdrawn": ":leftwards_arrow_with_hook: Withdrawn",
 }
 
 

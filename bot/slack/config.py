@@ -34,3 +34,6 @@ class SlackBotConfig:
     # Slack's standardized app authentication (auth_provider block, user_connection events)
     # instead of opsbot's Connect button; the link itself is opsbot's OIDC login either way.
     user_connections: bool = False
+    # Stream answers (chat.*Stream) and set agent session status; off, or refused by Slack:
+    # the placeholder message that is replaced by the answer.
+    streaming: bool = True

@@ -121,7 +121,7 @@ class DecisionViews(HomeViews):
             status = normalise_state(view.status)
             decision = (
                 status
-                if status in ("expired", "rejected")
+                if status in ("expired", "rejected", "withdrawn")
                 else "edited"
                 if view.edited_by
                 else "approved"
@@ -239,9 +239,13 @@ class DecisionViews(HomeViews):
             messages = answer_messages(result.answer, header=header)
         elif isinstance(result, Refused):
             messages = [text_message(f"{header}\n{escape(result.reason)}")]
+        elif outcome.decision == "withdrawn":
+            messages = [text_message(header)]
         else:
             messages = [text_message(f"{header}\n*Outcome:* {_outcome_text(outcome)}")]
         await self.post(target[0], target[1], messages)
+        if outcome.requester_result is not None:  # the run answered: the session is idle again
+            await self.sessions.set_status(target[0], target[1], "active")
 
     async def _update_note(self, outcome: Decided, channel: str, note_ts: str) -> None:
         """The requester's "needs approval" note no longer says it waits."""
@@ -291,6 +295,8 @@ def _decision_header(outcome: Decided, by: str) -> str:
     card)."""
     if outcome.decision == "expired":
         return "Your request *expired* before an approver decided it; nothing was run."
+    if outcome.decision == "withdrawn":
+        return f"Stopped: your request was *withdrawn* by {escape(by)}; nothing was run."
     header = f"Your request was *{escape(outcome.decision)}* by {escape(by)}"
     if outcome.state and normalise_state(outcome.state) not in ("approved", "rejected"):
         return f"{header} — {_outcome_text(outcome)}."

@@ -30,6 +30,7 @@ from pydantic import (
 from bot.slack.cards import APPROVE_ACTION_ID, EDIT_ACTION_ID, REJECT_ACTION_ID
 from bot.slack.core import ChatUser
 from bot.slack.modals import EDIT_CALLBACK_ID, REJECT_CALLBACK_ID
+from bot.slack.streaming import FEEDBACK_ACTION_ID
 
 # Bolt context key under which the accept middleware leaves the message it accepted.
 ACCEPTED = "opsbot_accepted_message"
@@ -96,10 +97,12 @@ class Progress:
     thread_ts: str | None = None
     placeholder_ts: str | None = None
     status_set: bool = False
+    # The streamed answer's message (``chat.startStream``), appended to by a retry.
+    stream_ts: str | None = None
 
     @property
     def indicator_shown(self) -> bool:
-        return self.placeholder_ts is not None or self.status_set
+        return self.placeholder_ts is not None or self.status_set or self.stream_ts is not None
 
     def to_payload(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,6 +115,7 @@ class Progress:
             thread_ts=p.get("thread_ts"),
             placeholder_ts=p.get("placeholder_ts"),
             status_set=bool(p.get("status_set")),
+            stream_ts=p.get("stream_ts"),
         )
 
 
@@ -247,6 +251,10 @@ class _Event(_Envelope):
                 raise ValueError(f"a {self.type} event needs a user")
         if self.type in ("user_connection", "user_connection_status_requested") and not self.user:
             raise ValueError(f"{self.type} needs a user")
+        if self.type == "agent_session_stopped" and not (
+            self.user and self.channel and self.thread_ts
+        ):
+            raise ValueError("agent_session_stopped needs user, channel and thread_ts")
         if self.type == "app_home_opened":
             if self.user is None:
                 raise ValueError("app_home_opened needs a user")
@@ -342,6 +350,7 @@ EVENT_KINDS = frozenset(
         "app_home_opened",
         "user_connection",
         "user_connection_status_requested",
+        "agent_session_stopped",
     }
 )
 INTERACTION_MODELS: dict[str, type[_Model]] = {
@@ -349,7 +358,9 @@ INTERACTION_MODELS: dict[str, type[_Model]] = {
     "view_submission": _ViewSubmission,
 }
 # Buttons whose value is an approval id.
-ACTIONS_WITH_VALUE = frozenset({APPROVE_ACTION_ID, EDIT_ACTION_ID, REJECT_ACTION_ID})
+ACTIONS_WITH_VALUE = frozenset(
+    {APPROVE_ACTION_ID, EDIT_ACTION_ID, REJECT_ACTION_ID, FEEDBACK_ACTION_ID}
+)
 # Modals whose submission carries opsbot's context in private_metadata.
 VIEWS_WITH_CONTEXT = frozenset({EDIT_CALLBACK_ID, REJECT_CALLBACK_ID})
 

@@ -48,6 +48,7 @@ from bot.slack.render import (
     status_text,
     text_message,
 )
+from bot.slack.streaming import FEEDBACK_ACTION_ID, POSITIVE
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,13 @@ _SUBCOMMAND_FAILED = (
 
 
 # What the app manifest must declare (tests/bot/test_slack_manifest.py checks manifest.yml).
-SUBSCRIBED_EVENTS = ("app_home_opened", "app_mention", "message.im", *USER_CONNECTION_EVENTS)
+SUBSCRIBED_EVENTS = (
+    "agent_session_stopped",
+    "app_home_opened",
+    "app_mention",
+    "message.im",
+    *USER_CONNECTION_EVENTS,
+)
 SLASH_COMMAND = "/ops"
 # Bot scope each Web API method needs; views.* need none.
 METHOD_SCOPES: dict[str, str | None] = {
@@ -94,6 +101,10 @@ METHOD_SCOPES: dict[str, str | None] = {
     # Standardized app authentication: Slack documents no scope for these.
     "apps.user.connection.update": None,
     "apps.user.connection.requestAuth": None,
+    "chat.startStream": "chat:write",
+    "chat.appendStream": "chat:write",
+    "chat.stopStream": "chat:write",
+    "agents.sessions.setStatus": "chat:write",
 }
 EVENT_SCOPES = {
     "app_mention": "app_mentions:read",
@@ -101,6 +112,7 @@ EVENT_SCOPES = {
     "app_home_opened": None,
     "user_connection": None,
     "user_connection_status_requested": None,
+    "agent_session_stopped": None,
 }
 
 
@@ -110,6 +122,7 @@ def register(app: AsyncApp, adapter: SlackAdapter) -> None:
     _register_approvals(app, adapter)
     _register_home_actions(app, adapter)
     register_user_connections(app, adapter)
+    _register_agent_session(app, adapter)
 
 
 # -- events -------------------------------------------------------------------------------
@@ -187,6 +200,30 @@ async def title_thread(adapter: SlackAdapter, message: UserMessage) -> None:
         )
     except Exception as exc:
         log.info("thread title not set: %s", type(exc).__name__)
+
+
+def _register_agent_session(app: AsyncApp, adapter: SlackAdapter) -> None:
+    @app.event("agent_session_stopped")
+    async def session_stopped(event: dict[str, Any], body: dict[str, Any]) -> None:
+        # Stop pressed while opsbot worked: only the thread's owner may stop it (the core
+        # checks); events from other workspaces never get here (team middleware).
+        team = str(body.get("team_id"))
+        user_team = str(event.get("user_team") or event.get("team") or team)
+        chat_user = ChatUser("slack", user_team, str(event["user"]))
+        await adapter.stop_session(chat_user, team, str(event["channel"]), str(event["thread_ts"]))
+
+    @app.action(FEEDBACK_ACTION_ID)
+    async def feedback(ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
+        await ack()
+        clicker, (channel, _ts) = _clicker(body), _card_location(body)
+        await adapter.learn_home_team()
+        if not adapter.team_allowed(clicker.team_id) or not channel:
+            return
+        message = body.get("message") or {}
+        thread_ts = str(message.get("thread_ts") or message.get("ts") or _ts or "")
+        team = str((body.get("team") or {}).get("id") or clicker.team_id)
+        positive = action.get("value") == POSITIVE
+        await adapter.record_feedback(clicker, team, channel, thread_ts, positive)
 
 
 def _register_home_actions(app: AsyncApp, adapter: SlackAdapter) -> None:

@@ -16,6 +16,7 @@ from bot.slack.render import (
     Message,
 )
 from bot.slack.store import SqlApprovalMessages
+from bot.slack.streaming import AgentSessions
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class SlackOutput:
         # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
         self.home_team: str | None = None
         self._home_team_asked_at: float | None = None
+        # The threads' agent session status (processing, suspended, active, closed).
+        self.sessions = AgentSessions(client)
 
     async def post(
         self,

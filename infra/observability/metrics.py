@@ -152,6 +152,20 @@ DECISION_SECONDS = Histogram(
     registry=REGISTRY,
 )
 
+# --- chat ----------------------------------------------------------------------------------
+FEEDBACK = Counter(
+    "opsbot_answer_feedback",
+    "Thumbs up (positive) or down (negative) on answers, by rating.",
+    ["rating"],
+    registry=REGISTRY,
+)
+STOPS = Counter(
+    "opsbot_runs_stopped",
+    "Stop pressed by a requester: whether a run was working, and approvals withdrawn.",
+    ["what"],
+    registry=REGISTRY,
+)
+
 __all__ = [
     "BREAKER_OPEN",
     "BULK_WRITE_PROPOSALS",
@@ -161,6 +175,7 @@ __all__ = [
     "DECISION_SECONDS",
     "DEGRADED_RUNS",
     "FALLBACKS",
+    "FEEDBACK",
     "HTTP_REQUESTS",
     "INTERRUPTS",
     "MODEL_CALLS",
@@ -171,6 +186,7 @@ __all__ = [
     "RUN_COST",
     "RUN_ERRORS",
     "RUN_TOKENS",
+    "STOPS",
     "TOKENS",
     "TOOL_CALLS",
     "TOOL_ERRORS",

@@ -214,3 +214,18 @@ mcp_oauth_tokens = Table(
     Column("grant_encrypted", String(), nullable=False),
     Column("updated_at", UtcDateTime(), nullable=False),
 )
+
+# Agent runs (migration 0011): one row per run of a message, so Stop reaches a run on any
+# instance. The run reads its own row before each model step and tool call; ``state`` is
+# ``running``, ``stopped`` (someone pressed Stop: nothing more starts) or ``done``.
+agent_runs = Table(
+    "agent_runs",
+    metadata,
+    Column("run_id", String(64), primary_key=True),
+    Column("thread_id", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("started_at", UtcDateTime(), nullable=False),
+    Column("stopped_at", UtcDateTime(), nullable=True),
+    Column("stopped_by", String(255), nullable=True),
+    Index("ix_agent_runs_thread_id_state", "thread_id", "state"),
+)

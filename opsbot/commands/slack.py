@@ -66,6 +66,7 @@ def slack_config(settings: Settings) -> SlackBotConfig:
         rate_limit_retries=settings.slack.rate_limit_retries,
         server_error_retries=settings.slack.server_error_retries,
         user_connections=settings.slack.user_connections,
+        streaming=settings.slack.streaming,
     )
 
 

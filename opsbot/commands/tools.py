@@ -30,6 +30,7 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
     from langgraph.checkpoint.memory import InMemorySaver
 
     from agent_core.catalog import describe_tools
+    from agent_core.checkpointer import checkpoint_serializer
     from agent_core.errors import ToolCallError
     from agent_core.factory import build_agent
     from agent_core.threads import MemoryThreadStore
@@ -45,7 +46,7 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
                 settings,
                 broker=identities,
                 threads=MemoryThreadStore(),
-                checkpointer=InMemorySaver(),
+                checkpointer=InMemorySaver(serde=checkpoint_serializer()),
             )
             identity = Identity(subject="opsbot-tools")
             if args.subject:

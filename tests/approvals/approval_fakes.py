@@ -109,6 +109,7 @@ class FakeResumer:
         decisions: list[dict[str, Any]],
         *,
         approval_id: str,
+        stop: Any = None,
     ) -> Any:
         self.resumes.append((identity.subject, thread_id, decisions))
         await asyncio.sleep(0)

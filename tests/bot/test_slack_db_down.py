@@ -69,7 +69,7 @@ async def test_an_in_process_run_losing_the_database_asks_the_person_to_send_it_
     fake_assistant: FakeAssistant,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async def connection_lost(*_args: object) -> None:
+    async def connection_lost(*_args: object, **_kwargs: object) -> None:
         raise psycopg.OperationalError("terminating connection due to administrator command")
 
     fake_assistant.handle_message = connection_lost  # type: ignore[method-assign,assignment]

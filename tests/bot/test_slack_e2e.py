@@ -121,7 +121,13 @@ async def real_assistant(
                 observer=AuditObserver(log),
             )
             service = ApprovalService(
-                SqlApprovalStore(engine), log, agent, agent, identities.resolve_subject, identities
+                SqlApprovalStore(engine),
+                log,
+                agent,
+                agent,
+                identities.resolve_subject,
+                identities,
+                runs=assistant_options.get("runs"),  # Stop reaches resumed runs too
             )
             yield Assistant(identities, threads, agent, service, **assistant_options)
     finally:

@@ -176,7 +176,7 @@ async def test_long_answer_is_split_within_slack_limits(
 async def test_failure_in_the_core_is_reported_not_crashed(
     env: SlackEnv, fake_assistant: FakeAssistant
 ) -> None:
-    async def boom(*_args: object) -> None:
+    async def boom(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("db down")
 
     fake_assistant.handle_message = boom  # type: ignore[method-assign,assignment]
