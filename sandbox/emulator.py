@@ -37,6 +37,7 @@ from sandbox.workspace import (
 log = logging.getLogger(__name__)
 
 SLACKBOT_ID = "USLACKBOT"
+STOPPABLE = frozenset({"processing", "suspended"})  # sessions the sandbox offers Stop for
 RETRY_DELAYS = (0.0, 1.0, 3.0, 5.0)  # Slack: at once, then after 1 and 5 minutes
 _HANDLE = re.compile(r"(?<![\w<])@([a-z][a-z0-9._-]*)", re.I)
 
@@ -399,11 +400,13 @@ class SlackEmulator:
     # -- agent sessions -----------------------------------------------------------------------
 
     def stop_session(self, user_id: str, channel_id: str, thread_ts: str) -> None:
-        """The person clicks Stop on a run in progress: Slack sends ``agent_session_stopped``
-        (shown while the session is ``processing``)."""
+        """The person clicks Stop on a run in progress: Slack sends ``agent_session_stopped``.
+        Slack shows Stop while the session is ``processing``; the sandbox also shows it while
+        ``suspended`` (waiting on an approval), so a waiting run can be stopped and its
+        approvals withdrawn."""
         user = self._user(user_id)
         session = self.workspace.sessions.get((channel_id, thread_ts))
-        if session is None or session.get("status") != "processing":
+        if session is None or session.get("status") not in STOPPABLE:
             raise InputError("nothing is running in that thread")
         event = {
             "type": "agent_session_stopped",

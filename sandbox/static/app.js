@@ -298,7 +298,8 @@ function renderThread() {
   $("thread-title").textContent = title ? title.title : "Thread";
   const status = s.statuses.find((x) => x.channel === parent.channel && x.thread_ts === parent.ts);
   const session = (s.sessions || []).find((x) => x.channel === parent.channel && x.thread_ts === parent.ts);
-  const running = session && session.status === "processing";
+  // Slack shows Stop while processing; the sandbox also while suspended (awaiting approval)
+  const running = session && ["processing", "suspended"].includes(session.status);
   const words = [status ? `${s.bot.name} ${status.status}` : "", session ? `session ${session.status}` : ""].filter(Boolean);
   const statusHtml = esc(words.join(" · ")) + (running
     ? ` <button type="button" class="stop" data-stop="${esc(parent.ts)}" data-channel="${esc(parent.channel)}">Stop</button>` : "");

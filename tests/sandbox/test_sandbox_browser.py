@@ -27,7 +27,7 @@ WAIT_MS = 30_000
 @pytest.fixture
 async def dev(tmp_path: Path) -> AsyncIterator[DevProcess]:
     # stopped with SIGTERM (as a process manager would); Ctrl-C is in test_sandbox_cli.py
-    async with run_opsbot_dev(tmp_path / "data", signal.SIGTERM) as running:
+    async with run_opsbot_dev(tmp_path / "data", signal.SIGTERM, bot_ready=True) as running:
         yield running
     assert running.returncode == 0, running.stderr()
     assert "Traceback" not in running.stderr_after_stop(), running.stderr()
