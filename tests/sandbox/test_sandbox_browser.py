@@ -99,7 +99,7 @@ async def test_golden_path_in_the_browser(browser: Browser, dev: DevProcess) -> 
         timeout=WAIT_MS
     )
     await open_channel(page, "ops-approvals")
-    card = page.locator(".message", has_text="ticketing · ")
+    card = page.locator("#messages .message", has_text="Requested by")
     await expect(card).to_be_visible(timeout=WAIT_MS)
     await shot(page, "2-approval-card")
 
