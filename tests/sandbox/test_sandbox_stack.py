@@ -192,8 +192,9 @@ async def test_dm_assistant_thread_and_app_home_approval(sandbox: Sandbox) -> No
         "an answer in the DM thread",
     )
     await until(sandbox, lambda: ("DALICE", asked) not in ws.statuses, "the status cleared")
+    # the sandbox streams: the run's progress is its agent session status (processing)
     assert any(
-        method == "assistant.threads.setStatus" and p.get("status")
+        method == "agents.sessions.setStatus" and p.get("status") == "processing"
         for method, p in sandbox.api.calls
     )
 
