@@ -37,6 +37,7 @@ from sandbox.workspace import (
 log = logging.getLogger(__name__)
 
 SLACKBOT_ID = "USLACKBOT"
+STOPPABLE = frozenset({"processing", "suspended"})  # sessions the sandbox offers Stop for
 RETRY_DELAYS = (0.0, 1.0, 3.0, 5.0)  # Slack: at once, then after 1 and 5 minutes
 _HANDLE = re.compile(r"(?<![\w<])@([a-z][a-z0-9._-]*)", re.I)
 
@@ -236,7 +237,13 @@ class SlackEmulator:
     # -- buttons ----------------------------------------------------------------------------
 
     def click_message(
-        self, user_id: str, channel_id: str, ts: str, block_index: int, element_index: int
+        self,
+        user_id: str,
+        channel_id: str,
+        ts: str,
+        block_index: int,
+        element_index: int,
+        choice: str | None = None,
     ) -> None:
         user = self._user(user_id)
         try:
@@ -246,6 +253,12 @@ class SlackEmulator:
         if message.ephemeral_for not in (None, user.id):
             raise InputError("that message is not visible to you")
         element, block_id = _element(message.blocks, block_index, element_index)
+        if element.get("type") == "feedback_buttons":
+            # thumbs up / down: the click carries the chosen button's value
+            chosen = element.get(f"{choice}_button")
+            if choice not in ("positive", "negative") or not isinstance(chosen, dict):
+                raise InputError("choose positive or negative")
+            element = {**element, "value": chosen.get("value", "")}
         container = {
             "type": "message",
             "message_ts": message.ts,
@@ -387,11 +400,13 @@ class SlackEmulator:
     # -- agent sessions -----------------------------------------------------------------------
 
     def stop_session(self, user_id: str, channel_id: str, thread_ts: str) -> None:
-        """The person clicks Stop on a run in progress: Slack sends ``agent_session_stopped``
-        (shown while the session is ``processing``)."""
+        """The person clicks Stop on a run in progress: Slack sends ``agent_session_stopped``.
+        Slack shows Stop while the session is ``processing``; the sandbox also shows it while
+        ``suspended`` (waiting on an approval), so a waiting run can be stopped and its
+        approvals withdrawn."""
         user = self._user(user_id)
         session = self.workspace.sessions.get((channel_id, thread_ts))
-        if session is None or session.get("status") != "processing":
+        if session is None or session.get("status") not in STOPPABLE:
             raise InputError("nothing is running in that thread")
         event = {
             "type": "agent_session_stopped",
@@ -494,7 +509,11 @@ def _element(
         )
     except (IndexError, KeyError, TypeError):
         raise InputError("no such button") from None
-    if not isinstance(element, dict) or element.get("type") not in ("button", "static_select"):
+    if not isinstance(element, dict) or element.get("type") not in (
+        "button",
+        "static_select",
+        "feedback_buttons",
+    ):
         raise InputError("not an interactive element")
     return element, str(block.get("block_id") or f"b{block_index}")
 

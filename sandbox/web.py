@@ -120,7 +120,15 @@ def build_app(
         if body.data.get("home"):
             emulator.click_home(user, block, element)
         else:
-            emulator.click_message(user, body.text("channel"), body.text("ts"), block, element)
+            choice = body.data.get("choice")
+            emulator.click_message(
+                user,
+                body.text("channel"),
+                body.text("ts"),
+                block,
+                element,
+                choice if isinstance(choice, str) else None,
+            )
 
     def submit(body: _Body) -> None:
         values = body.data.get("values")

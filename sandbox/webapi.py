@@ -27,7 +27,14 @@ from sandbox.workspace import (
     StreamError,
     Workspace,
 )
-from testing.slack_api import Params, check_message, check_view, decode_params
+from testing.slack_api import (
+    SESSION_STATUSES,
+    Params,
+    check_message,
+    check_stream_call,
+    check_view,
+    decode_params,
+)
 
 CALLS_KEPT = 1000  # the most recent calls, for tests and debugging
 Result = dict[str, Any]
@@ -242,6 +249,9 @@ class WebApi:
         return {"ok": True}
 
     def start_stream(self, p: Params) -> Result:
+        problem = check_stream_call(p)  # the checks the tests' fake Slack makes
+        if problem:
+            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
         thread_ts = str(p.get("thread_ts") or "")
         if not thread_ts:
@@ -255,6 +265,9 @@ class WebApi:
         return {"ok": True, "channel": channel.id, "ts": message.ts}
 
     def append_stream(self, p: Params) -> Result:
+        problem = check_stream_call(p)  # the checks the tests' fake Slack makes
+        if problem:
+            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
         message = self.workspace.append_stream(
             channel.id, str(p.get("ts", "")), _text(p, "markdown_text"), _chunks(p)
@@ -262,6 +275,9 @@ class WebApi:
         return {"ok": True, "channel": channel.id, "ts": message.ts}
 
     def stop_stream(self, p: Params) -> Result:
+        problem = check_stream_call(p)  # the checks the tests' fake Slack makes
+        if problem:
+            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
         blocks = p.get("blocks")
         message = self.workspace.stop_stream(
@@ -278,7 +294,7 @@ class WebApi:
         if channel is None:
             return {"ok": False, "error": "channel_not_found"}
         status = str(p.get("status", ""))
-        if status not in ("active", "processing", "suspended", "closed"):
+        if status not in SESSION_STATUSES:
             return {"ok": False, "error": "invalid_status"}
         title = p.get("title")
         self.workspace.set_session(

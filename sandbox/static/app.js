@@ -139,6 +139,12 @@ function renderBlocks(blocks, where) {
         )).join("")}</div>`;
       case "input":
         return renderInput(block, bi);
+      case "context_actions":
+        return `<div class="bk-context-actions">${(block.elements || []).map((e, ei) => (
+          e.type === "feedback_buttons" ? ["positive", "negative"].map((choice) => {
+            const b = e[`${choice}_button`] || {};
+            return `<button type="button" class="bk-feedback" data-where="${esc(where)}" data-block="${bi}" data-element="${ei}" data-choice="${choice}" aria-label="${esc(b.accessibility_label || choice)}">${choice === "positive" ? "👍" : "👎"} ${esc(b.text?.text || "")}</button>`;
+          }).join("") : `<span class="bk-unknown">[${esc(e.type)}]</span>`)).join("")}</div>`;
       case "alert": {
         const level = ["info", "warning", "error", "success"].includes(block.level) ? block.level : "default";
         return `<div class="bk-alert ${level}" role="note">${textObject(block.text)}</div>`;
@@ -208,7 +214,9 @@ function streamHtml(m, where) {
   const tasks = st.tasks.length ? `<ul class="tasks">${st.tasks.map((t) => (
     `<li class="task ${esc(t.status)}" data-status="${esc(t.status)}"><span class="icon">${TASK_ICON[t.status] || "○"}</span> ${esc(t.title || t.id)}${
       t.details ? ` <span class="details">${esc(t.details)}</span>` : ""}</li>`)).join("")}</ul>` : "";
-  const text = st.text ? `<div class="stream-text">${mrkdwn(st.text.replace(/\*\*([^*\n]+)\*\*/g, "*$1*"))}</div>` : "";
+  // markdown_text is Markdown: bold and links become their mrkdwn forms
+  const md = st.text.replace(/\*\*([^*\n]+)\*\*/g, "*$1*").replace(/\[([^\]\n]+)\]\((https?:\/\/[^)\s]+)\)/g, "<$2|$1>");
+  const text = st.text ? `<div class="stream-text">${mrkdwn(md)}</div>` : "";
   const more = m.blocks && m.blocks.length ? renderBlocks(m.blocks, where) : "";
   const typing = st.open ? '<div class="streaming" aria-label="streaming">…</div>' : "";
   return `<div class="stream${st.open ? " open" : ""}">${plan}${tasks}${text}${more}${typing}</div>`;
@@ -290,7 +298,8 @@ function renderThread() {
   $("thread-title").textContent = title ? title.title : "Thread";
   const status = s.statuses.find((x) => x.channel === parent.channel && x.thread_ts === parent.ts);
   const session = (s.sessions || []).find((x) => x.channel === parent.channel && x.thread_ts === parent.ts);
-  const running = session && session.status === "processing";
+  // Slack shows Stop while processing; the sandbox also while suspended (awaiting approval)
+  const running = session && ["processing", "suspended"].includes(session.status);
   const words = [status ? `${s.bot.name} ${status.status}` : "", session ? `session ${session.status}` : ""].filter(Boolean);
   const statusHtml = esc(words.join(" · ")) + (running
     ? ` <button type="button" class="stop" data-stop="${esc(parent.ts)}" data-channel="${esc(parent.channel)}">Stop</button>` : "");
@@ -375,8 +384,9 @@ function elementAt(where, bi, ei) {
   return block && (ei < 0 ? block.accessory : block.elements[ei]);
 }
 
-function click(where, bi, ei) {
+function click(where, bi, ei, choice) {
   const body = { block: bi, element: ei };
+  if (choice) body.choice = choice;
   if (where === "home") body.home = true;
   else [body.channel, body.ts] = where.split("/");
   return post("/ui/click", body);
@@ -432,6 +442,12 @@ document.addEventListener("click", (event) => {
     const ei = Number(target.dataset.element);
     const element = elementAt(where, bi, ei);
     if (!element) return;
+    if (target.dataset.choice) {
+      event.preventDefault();
+      target.classList.add("chosen");
+      click(where, bi, ei, target.dataset.choice);
+      return;
+    }
     if (element.url) { click(where, bi, ei); return; } // the browser follows the link
     event.preventDefault();
     if (element.confirm) confirmThen(element.confirm, () => click(where, bi, ei));

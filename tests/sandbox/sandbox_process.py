@@ -71,6 +71,21 @@ class DevProcess:
                     self.url = match.group(1)
                     return self.url
 
+    async def wait_bot_ready(self) -> None:
+        """After ``wait_ready`` (the web UI serves): until the bot itself has started, so a
+        test's first message is not timed against the bot's start on a busy machine."""
+        assert self.process.stdout is not None
+        async with asyncio.timeout(START_TIMEOUT):
+            while True:
+                line = (await self.process.stdout.readline()).decode()
+                if not line:
+                    raise AssertionError(
+                        f"opsbot dev exited before the bot started:\n{self.stderr()}"
+                    )
+                self.output.append(line)
+                if "the bot is ready" in line:
+                    return
+
     async def stop(self, sig: int = signal.SIGINT) -> int:
         """Send ``sig`` and wait for the exit code; the rest of stdout lands in ``output``."""
         if self.process.returncode is None:
@@ -114,10 +129,13 @@ async def spawn_opsbot_dev(data_dir: Path, *args: str, **env: str) -> AsyncItera
 
 @contextlib.asynccontextmanager
 async def run_opsbot_dev(
-    data_dir: Path, stop_with: int = signal.SIGINT
+    data_dir: Path, stop_with: int = signal.SIGINT, *, bot_ready: bool = False
 ) -> AsyncIterator[DevProcess]:
-    """``opsbot dev`` running and ready; stopped with ``stop_with`` at the end."""
+    """``opsbot dev`` running and ready (with ``bot_ready``, the bot too); stopped with
+    ``stop_with`` at the end."""
     async with spawn_opsbot_dev(data_dir) as dev:
         await dev.wait_ready()
+        if bot_ready:
+            await dev.wait_bot_ready()
         yield dev
         await dev.stop(stop_with)

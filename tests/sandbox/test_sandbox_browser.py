@@ -27,7 +27,7 @@ WAIT_MS = 30_000
 @pytest.fixture
 async def dev(tmp_path: Path) -> AsyncIterator[DevProcess]:
     # stopped with SIGTERM (as a process manager would); Ctrl-C is in test_sandbox_cli.py
-    async with run_opsbot_dev(tmp_path / "data", signal.SIGTERM) as running:
+    async with run_opsbot_dev(tmp_path / "data", signal.SIGTERM, bot_ready=True) as running:
         yield running
     assert running.returncode == 0, running.stderr()
     assert "Traceback" not in running.stderr_after_stop(), running.stderr()
@@ -99,7 +99,7 @@ async def test_golden_path_in_the_browser(browser: Browser, dev: DevProcess) -> 
         timeout=WAIT_MS
     )
     await open_channel(page, "ops-approvals")
-    card = page.locator(".message", has_text="ticketing · ")
+    card = page.locator("#messages .message", has_text="Requested by")
     await expect(card).to_be_visible(timeout=WAIT_MS)
     await shot(page, "2-approval-card")
 

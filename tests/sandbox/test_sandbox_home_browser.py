@@ -29,7 +29,7 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture
 async def dev(tmp_path: Path) -> AsyncIterator[DevProcess]:
-    async with run_opsbot_dev(tmp_path / "data", signal.SIGTERM) as running:
+    async with run_opsbot_dev(tmp_path / "data", signal.SIGTERM, bot_ready=True) as running:
         yield running
     assert running.returncode == 0, running.stderr()
     assert "Traceback" not in running.stderr_after_stop(), running.stderr()

@@ -192,8 +192,9 @@ async def test_dm_assistant_thread_and_app_home_approval(sandbox: Sandbox) -> No
         "an answer in the DM thread",
     )
     await until(sandbox, lambda: ("DALICE", asked) not in ws.statuses, "the status cleared")
+    # the sandbox streams: the run's progress is its agent session status (processing)
     assert any(
-        method == "assistant.threads.setStatus" and p.get("status")
+        method == "agents.sessions.setStatus" and p.get("status") == "processing"
         for method, p in sandbox.api.calls
     )
 
@@ -215,7 +216,9 @@ async def test_dm_assistant_thread_and_app_home_approval(sandbox: Sandbox) -> No
         lambda: "Waiting for your decision" in str(ws.homes.get(BOB, {})) and ws.homes[BOB],
         "bob's Home with the request",
     )
-    actions = next(i for i, b in enumerate(home["blocks"]) if b["type"] == "actions")
+    actions = next(
+        i for i, b in enumerate(home["blocks"]) if b.get("block_id") == "approval_decision"
+    )
     sandbox.emulator.click_home(BOB, actions, 0)
     told = await until(
         sandbox,
