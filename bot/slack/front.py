@@ -32,6 +32,7 @@ from aiohttp import web
 
 from bot.slack.durable import DurableSlackAdapter, message_job
 from bot.slack.incoming import user_message
+from bot.slack.listeners import title_thread
 from infra.clock import Clock, utc_now
 from infra.jobs import JobInbox
 from infra.observability.loop import LoopLagMonitor
@@ -124,4 +125,8 @@ class AckFront:
         runner = adapter.runner
         if runner is not None and self._main is not None:
             self._main.call_soon_threadsafe(runner.notify)
+        if self._main is not None and message.is_dm and not event.get("thread_ts"):
+            # A new conversation in the Messages tab gets its title as on Bolt's path; on
+            # the main loop, where the adapter's Web API client lives (best effort).
+            asyncio.run_coroutine_threadsafe(title_thread(adapter, message), self._main)
         return web.Response(status=200, text="")
