@@ -36,6 +36,7 @@ from langchain.agents.structured_output import ToolStrategy
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, ToolCall, ToolMessage
+from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphBubbleUp, GraphRecursionError
@@ -342,7 +343,21 @@ class Agent:
                 else self._tools.setdefault(name, build_tool(definition, self.policy))
             )
             ctx = self._context(identity, thread_id, sessions, toolset, approval_id)
-            message = await run_call(ctx, template, {"id": call["id"], "name": name, "args": args})
+            tool_call = {"id": call["id"], "name": name, "args": args}
+            if self._run_callbacks is None:
+                message = await run_call(ctx, template, tool_call)
+            else:
+                # Traced like a run ("opsbot.execute", its tool span inside it), for the
+                # requester, never the approver: the call runs with the requester's rights.
+                callbacks = list(self._run_callbacks(identity, thread_id, toolset.unavailable))
+
+                async def one_call(_: object) -> ToolMessage:
+                    return await run_call(ctx, template, tool_call)
+
+                message = await RunnableLambda(one_call, name="execute").ainvoke(
+                    None,
+                    {"callbacks": callbacks, "metadata": {"opsbot.run.kind": "execute"}},
+                )
             return dump_result(message)
         finally:
             await sessions.aclose()

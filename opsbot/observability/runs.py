@@ -159,7 +159,11 @@ class RunTelemetry(BaseCallbackHandler):
         name = _name(serialized, kwargs)
         if parent_run_id is None and self._root is None:
             self._root = run_id
-            self._kind = "resume" if isinstance(inputs, Command) else "run"
+            kind = (kwargs.get("metadata") or {}).get("opsbot.run.kind")
+            if kind == "execute":
+                self._kind = "execute"  # an approved call run at its decision
+            else:
+                self._kind = "resume" if isinstance(inputs, Command) else "run"
             attrs: dict[str, Any] = {"opsbot.run.kind": self._kind}
             if self._unavailable:
                 attrs["opsbot.degraded_servers"] = list(self._unavailable)

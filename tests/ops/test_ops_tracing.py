@@ -102,8 +102,11 @@ async def test_spans_are_exported_with_thread_and_pseudonymous_user(
     names = [s.name for s in spans]
     assert names.count("opsbot.run") == 2
     assert names.count("opsbot.resume") == 1
+    # the approved write runs at its decision, traced on its own, its tool span inside it
+    assert names.count("opsbot.execute") == 1
     assert "tool ticketing_get_ticket" in names
-    assert "tool ticketing_close_ticket" in names
+    (close,) = [s for s in spans if s.name == "tool ticketing_close_ticket"]
+    assert {s.span_id: s.name for s in spans}[close.parent_span_id] == "opsbot.execute"
     assert "model demo" in names
     assert any(n == "middleware HumanInTheLoopMiddleware.after_model" for n in names)
 
@@ -122,7 +125,7 @@ async def test_spans_are_exported_with_thread_and_pseudonymous_user(
         assert attrs["opsbot.user"] != bob
     # the run decided by HITL is tagged as interrupted; every span hangs off a run span
     outcomes = sorted(attributes(s).get("opsbot.outcome") for s in runs)
-    assert outcomes == ["completed", "completed", "interrupted"]
+    assert outcomes == ["completed", "completed", "completed", "interrupted"]
     run_ids = {s.span_id for s in runs}
     by_id = {s.span_id: s for s in spans}
     for span in spans:
