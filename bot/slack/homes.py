@@ -85,7 +85,13 @@ class HomeViews(SlackOutput):
             log.warning("home not published after linking: %s", type(exc).__name__)
 
     async def publish_home(self, chat_user: ChatUser, *, fresh: bool = False) -> None:
-        """App Home for ``chat_user``: status, their pending requests, what waits for them."""
+        """App Home for ``chat_user``: status, their pending requests, what waits for them.
+
+        Publishes overlap (opening the tab asks the IdP and mints tokens; a decision
+        republishes at once): one that finishes after a newer one started is dropped, so an
+        older, slower read never covers a newer view."""
+        started = self._home_publishes.get(chat_user, 0) + 1
+        self._home_publishes[chat_user] = started
         # fresh: the person opened the tab, so ask the IdP now (a revoked link shows at once)
         status = await self.assistant.status(chat_user, fresh=fresh)
         if not status.linked and status.login_url is None:
@@ -103,6 +109,8 @@ class HomeViews(SlackOutput):
                 await self.assistant.connections(chat_user) if fresh else (),
                 standard_connect=standard,
             )
+        if self._home_publishes.get(chat_user) != started:
+            return  # a newer publish for this user is under way; it shows newer data
         await self.client.views_publish(user_id=chat_user.user_id, view=view)
 
     async def refresh_homes(self, approval_id: str) -> None:

@@ -52,6 +52,8 @@ class SlackOutput:
         self._connect_prompts: dict[ChatUser, list[tuple[float, str]]] = {}
         # The same for *Connect <server>* prompts (MCP servers in ``auth: oauth`` mode).
         self._server_prompts: dict[tuple[ChatUser, str], list[tuple[float, str]]] = {}
+        # App Home publishes started per user: only the latest may publish (see publish_home).
+        self._home_publishes: dict[ChatUser, int] = {}
         # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
         self.home_team: str | None = None
         self._home_team_asked_at: float | None = None

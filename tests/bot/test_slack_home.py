@@ -104,3 +104,42 @@ async def test_home_of_someone_not_linked_asks_to_connect_and_lists_nothing(
     assert "*not connected*" in text
     assert "Your servers" not in text
     assert "Your requests" not in text
+
+
+async def test_a_slow_older_home_publish_never_covers_a_newer_one() -> None:
+    """Opening the tab reads slowly (IdP, tokens); a decision republishes at once. The slow,
+    older read finishing last must not put the stale list back."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from bot.slack.core import ChatUser, ServerConnection
+    from bot.slack.homes import HomeViews
+
+    gate = asyncio.Event()
+
+    class SlowTab(FakeAssistant):
+        async def connections(self, chat_user: ChatUser) -> list[ServerConnection]:
+            await gate.wait()  # the tab's slow token checks
+            return await super().connections(chat_user)
+
+    published: list[dict[str, Any]] = []
+
+    class Client:
+        async def views_publish(self, *, user_id: str, view: dict[str, Any]) -> None:
+            published.append(view)
+
+    assistant = SlowTab()
+    bob = ChatUser("slack", ALICE.team_id, BOB.user_id)
+    assistant.link(bob, "bob")
+    views = HomeViews(
+        SimpleNamespace(user_connections=False),  # type: ignore[arg-type]
+        assistant,
+        Client(),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+    )
+    opened = asyncio.create_task(views.publish_home(bob, fresh=True))
+    await asyncio.sleep(0.01)
+    await views.publish_home(bob)  # after a decision: newer, and quick
+    gate.set()
+    await opened
+    assert len(published) == 1  # the older read was dropped, not published over the newer
