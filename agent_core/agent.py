@@ -349,7 +349,8 @@ class Agent:
             else:
                 # Traced like a run ("opsbot.execute", its tool span inside it), for the
                 # requester, never the approver: the call runs with the requester's rights.
-                callbacks = list(self._run_callbacks(identity, thread_id, toolset.unavailable))
+                # No servers named unavailable: degraded runs count agent runs, not this call.
+                callbacks = list(self._run_callbacks(identity, thread_id, ()))
 
                 async def one_call(_: object) -> ToolMessage:
                     return await run_call(ctx, template, tool_call)

@@ -96,6 +96,8 @@ async def test_a_run_with_an_approval_moves_the_counters(ops_app: OpsApp) -> Non
     assert moved("opsbot_runs_total", kind="run", outcome="completed") == 1
     assert moved("opsbot_runs_total", kind="run", outcome="interrupted") == 1
     assert moved("opsbot_runs_total", kind="resume", outcome="completed") == 1
+    # the approved write ran at its decision, counted as its own kind
+    assert moved("opsbot_runs_total", kind="execute", outcome="completed") == 1
     assert sum(v for (n, _), v in after.items() if n == "opsbot_run_errors_total") == sum(
         v for (n, _), v in before.items() if n == "opsbot_run_errors_total"
     )
