@@ -54,6 +54,15 @@ async def say(page: Page, text: str, *, in_thread: bool = False) -> None:
     await box.press("Enter")
 
 
+async def open_thread_of(page: Page, text: str, *, asked: int) -> None:
+    """Open the thread of the latest of ``asked`` messages saying ``text``. It waits for that
+    message first: ``.last`` on a list still missing the newest message would open an older
+    thread (the one with the connect prompt), which is what made the Stop test flaky."""
+    questions = page.locator("#messages .message", has_text=text)
+    await expect(questions).to_have_count(asked, timeout=WAIT_MS)
+    await questions.nth(asked - 1).locator(".replies").click(timeout=WAIT_MS)
+
+
 async def connect(page: Page, display_name: str, email: str) -> None:
     """The ephemeral Connect button → the dev IdP's login page → the app's callback."""
     button = page.locator(".message.ephemeral").get_by_role("link", name="Connect your account")
@@ -81,8 +90,7 @@ async def test_golden_path_in_the_browser(browser: Browser, dev: DevProcess) -> 
 
     # an answer with a working source link
     await say(page, "@opsbot show ticket PAY-102")
-    question = page.locator("#messages .message", has_text="show ticket PAY-102").last
-    await question.locator(".replies").click(timeout=WAIT_MS)
+    await open_thread_of(page, "show ticket PAY-102", asked=2)
     thread = page.locator("#thread")
     source = thread.locator('a[href*="/sources/ticketing/tickets/PAY-102"]')
     await expect(source.first).to_be_visible(timeout=WAIT_MS)
@@ -147,11 +155,7 @@ async def test_golden_path_in_the_browser(browser: Browser, dev: DevProcess) -> 
     # alice's thread says so
     await switch_user(page, "Alice Anders (alice)")
     await open_channel(page, "ops")
-    await (
-        page.locator("#messages .message", has_text="show ticket PAY-102")
-        .last.locator(".replies")
-        .click()
-    )
+    await open_thread_of(page, "show ticket PAY-102", asked=2)
     await expect(thread.get_by_text("Your request was approved").first).to_be_visible(
         timeout=WAIT_MS
     )

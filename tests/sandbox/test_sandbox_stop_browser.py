@@ -19,6 +19,7 @@ from tests.sandbox.test_sandbox_browser import (
     WAIT_MS,
     connect,
     open_channel,
+    open_thread_of,
     say,
     shot,
     switch_user,
@@ -46,8 +47,7 @@ async def test_stop_withdraws_the_waiting_write(browser: Browser, dev: DevProces
 
     # a streamed answer: the tool call as a task entry, complete
     await say(page, "@opsbot show ticket PAY-102")
-    question = page.locator("#messages .message", has_text="show ticket PAY-102").last
-    await question.locator(".replies").click(timeout=WAIT_MS)
+    await open_thread_of(page, "show ticket PAY-102", asked=2)
     thread = page.locator("#thread")
     done = thread.locator(".task[data-status=complete]", has_text="PAY-102")
     await expect(done.first).to_be_visible(timeout=WAIT_MS)
