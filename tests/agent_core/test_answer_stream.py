@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessageChunk, BaseMessage
 from langchain_core.messages.tool import tool_call_chunk
+from langchain_core.utils.json import parse_partial_json
 
 import agent_core.answer_stream as answer_stream
 from agent_core import Answer
@@ -90,7 +91,7 @@ async def test_sentences_meant_for_the_model_and_unknown_urls_never_reach_people
         "A guess: [reset here](https://evil.example/reset) or https://evil.example/x now. "
         "That is all for today, thanks for asking about it. end"
     )
-    got = "".join(await feed_all(text, allowed={"https://tickets.example/PAY-101"}))
+    got = "".join(await feed_all(text, allowed=frozenset({"https://tickets.example/PAY-101"})))
     assert "tell the user" not in got.lower()
     assert "do not retry" not in got.lower()
     assert "[the ticket](https://tickets.example/PAY-101)" in got
@@ -118,7 +119,7 @@ async def test_parsing_is_throttled_by_characters_while_the_clock_stands_still(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     parses: list[int] = []
-    real = answer_stream.parse_partial_json
+    real = parse_partial_json
 
     def counting(text: str) -> Any:
         parses.append(len(text))
