@@ -1,0 +1,117 @@
+"""Streaming in Teams personal chats, over HTTP against the fake channel (which enforces
+Teams' rules: personal chats only, the stream id from the first request, a growing
+``streamSequence``, streamed text that keeps what came before, a final message): an
+informative update while tools run, the text as it is written, then the final message with
+the sources' card. Channels keep typing and one card; a chat that refuses streaming too."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from bot.teams.core import ChatUser
+from testing.fake_assistant import FakeAssistant
+from testing.teams import TENANT_ID, new_user, stream_info
+from tests.fixtures.teams import RunTeams, TeamsEnv
+
+ALICE = new_user("Alice")
+ALICE_CHAT = ChatUser("teams", TENANT_ID, ALICE.aad_object_id)
+ANSWER_START = "PAY-1 is open. It was filed by the payments team. Its runbook is linked below. "
+
+
+@pytest.fixture
+def assistant() -> FakeAssistant:
+    fake = FakeAssistant(stream_answers=0.05, run_delay=0.1)  # the tool call takes a while
+    fake.link(ALICE_CHAT, "alice", {"team-payments"})
+    return fake
+
+
+@pytest.fixture(params=["in_process", "durable"])
+async def env(
+    request: pytest.FixtureRequest, run_teams: RunTeams, assistant: FakeAssistant
+) -> AsyncIterator[TeamsEnv]:
+    async with run_teams(
+        assistant, durable=request.param == "durable", streaming=True, stream_every_seconds=0.0
+    ) as running:
+        yield running
+
+
+def _sent(env: TeamsEnv, conversation: str) -> list[dict[str, Any]]:
+    return [c.message for c in env.fake.calls if c.conversation_id == conversation]
+
+
+async def test_personal_chat_streams_updates_then_the_text_then_the_final_card(
+    env: TeamsEnv,
+) -> None:
+    ask = env.fake.personal(ALICE, "what about PAY-1?")
+    assert (await env.post(ask))[0] == 202
+    conversation = ask["conversation"]["id"]
+    (final_call,) = await env.fake.wait_for(
+        "posted", where=lambda c: c.conversation_id == conversation
+    )
+    await env.fake.settle(quiet=0.2)
+    sent = _sent(env, conversation)
+    infos = [stream_info(a) for a in sent]
+    # Everything the bot sent in the chat belongs to one stream: no plain typing, no
+    # second reply.
+    assert all(info is not None for info in infos)
+    (stream_id,) = env.fake.streams
+    assert env.fake.streams[stream_id] == sent
+    kinds = [info["streamType"] for info in infos if info]
+    # Informative first ("Working on it…", then the tool being called), then the text as it
+    # is written, then the final message.
+    assert kinds[0] == "informative"
+    assert sent[0]["text"] == "Working on it…"
+    assert "informative" in kinds[1:]
+    assert kinds[-1] == "final"
+    assert any("ticketing · get ticket PAY-1" in a["text"] for a in sent if a["type"] == "typing")
+    streamed = [a["text"] for a, kind in zip(sent, kinds, strict=True) if kind == "streaming"]
+    assert len(streamed) >= 2
+    assert streamed[-1] == ANSWER_START
+    assert all(later.startswith(earlier) for earlier, later in itertools.pairwise(streamed))
+    # streamSequence grows by one from 1 and the final has none; the stream's id (from the
+    # first answer) is on every later request.
+    sequences = [info.get("streamSequence") for info in infos if info]
+    assert sequences[:-1] == list(range(1, len(sent)))
+    assert sequences[-1] is None
+    assert all(info["streamId"] == stream_id for info in infos[1:] if info)
+    assert "streamId" not in (infos[0] or {})
+    # The final message: the whole answer's text, its sources and caveats on a card.
+    final = final_call.message
+    assert final["type"] == "message"
+    assert final["text"] == ANSWER_START + "You asked: what about PAY-1?"
+    (card,) = final_call.cards
+    body = json.dumps(card)
+    assert "[ticketing PAY-1](http://tickets.test/PAY-1)" in body
+    assert "Ticket data may be a minute old." in body
+    assert env.fake.messages[(conversation, stream_id)]["text"] == final["text"]
+
+
+async def test_a_channel_mention_keeps_typing_and_one_card(env: TeamsEnv) -> None:
+    ask = env.fake.mention(ALICE, "show PAY-1")
+    await env.post(ask)
+    conversation = ask["conversation"]["id"]
+    (reply,) = await env.fake.wait_for("posted", where=lambda c: c.conversation_id == conversation)
+    await env.fake.settle(quiet=0.2)
+    assert env.fake.streams == {}
+    assert all(stream_info(a) is None for a in _sent(env, conversation))
+    assert {a.get("type") for a in _sent(env, conversation)} == {"typing", "message"}
+    (card,) = reply.cards
+    assert "PAY-1 is open" in json.dumps(card)
+
+
+async def test_a_chat_that_refuses_streaming_gets_typing_and_the_card(env: TeamsEnv) -> None:
+    env.fake.fail_next["send"] = [403]  # the stream's first request is refused
+    ask = env.fake.personal(ALICE, "what about PAY-1?")
+    await env.post(ask)
+    conversation = ask["conversation"]["id"]
+    (reply,) = await env.fake.wait_for("posted", where=lambda c: c.conversation_id == conversation)
+    await env.fake.settle(quiet=0.2)
+    assert env.fake.streams == {}
+    (card,) = reply.cards
+    assert "PAY-1 is open" in json.dumps(card)
+    assert stream_info(reply.message) is None
