@@ -78,6 +78,10 @@ def markdown_text(answer: Answer) -> str:
     )
 
 
+def _text_size(chunk: dict[str, Any]) -> int:
+    return len(chunk.get("text") or "") if chunk["type"] == "markdown_text" else 0
+
+
 def _pieces(text: str) -> list[str]:
     """``text`` in pieces Slack accepts, whitespace kept (they join into the same text)."""
     return [text[i : i + STREAM_TEXT_LIMIT] for i in range(0, len(text), STREAM_TEXT_LIMIT)]
@@ -210,10 +214,18 @@ class LiveAnswer:
         return _task(event.call_id, title, "complete")
 
     async def _write(self) -> None:
+        carry: dict[str, Any] | None = None  # the chunk that did not fit in the last call
         while True:
-            batch = [await self._queue.get()]
+            batch = [carry if carry is not None else await self._queue.get()]
+            carry = None
+            size = _text_size(batch[0])
             while not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+                chunk = self._queue.get_nowait()
+                if size + _text_size(chunk) > STREAM_TEXT_LIMIT:  # Slack's limit per call
+                    carry = chunk
+                    break
+                batch.append(chunk)
+                size += _text_size(chunk)
             try:
                 await self._append(chunks=batch)
             finally:
