@@ -82,6 +82,16 @@ def stream_of(env: SlackEnv, thread_ts: str) -> tuple[tuple[str, str], list[dict
     return key, env.fake.streams[key]
 
 
+async def ask_until_stopped(env: SlackEnv, ts: str) -> dict[str, Any]:
+    """Alice asks about PAY-101 at ``ts``; the ``chat.stopStream`` call that ends the answer."""
+    await env.sender.post_event(
+        mention(ALICE.user_id, "what about PAY-101?", channel=CHANNEL, ts=ts)
+    )
+    (stopped,) = await env.fake.wait_for("chat.stopStream", wait=60)
+    await env.fake.settle()
+    return stopped
+
+
 def tasks(chunks: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(c["title"], c["status"]) for c in chunks if c["type"] == "task_update"]
 
@@ -93,11 +103,7 @@ async def test_two_tool_answer_streams_a_task_per_call_then_the_answer_sources_a
 ) -> None:
     async with agent_stack(run_app, agent_env, sqlite_url, two_tool_model) as (env, _):
         ts = "1700010000.0001"
-        await env.sender.post_event(
-            mention(ALICE.user_id, "what about PAY-101?", channel=CHANNEL, ts=ts)
-        )
-        (stopped,) = await env.fake.wait_for("chat.stopStream", wait=60)
-        await env.fake.settle()
+        stopped = await ask_until_stopped(env, ts)
         (start,) = env.fake.calls_to("chat.startStream")
         assert (start["channel"], start["thread_ts"]) == (CHANNEL, ts)
         assert (start["recipient_team_id"], start["recipient_user_id"]) == (TEAM_ID, "U0ALICE")
@@ -165,11 +171,7 @@ async def test_a_streaming_model_s_answer_is_appended_as_it_is_written_after_the
     model = StreamingFunctionChatModel(fn=two_tool_long_answer, chunk_chars=16)
     async with agent_stack(run_app, agent_env, sqlite_url, model) as (env, _):
         ts = "1700010000.0009"
-        await env.sender.post_event(
-            mention(ALICE.user_id, "what about PAY-101?", channel=CHANNEL, ts=ts)
-        )
-        (stopped,) = await env.fake.wait_for("chat.stopStream", wait=60)
-        await env.fake.settle()
+        stopped = await ask_until_stopped(env, ts)
         key, chunks = stream_of(env, ts)
         # The tasks first (each started, then done), then only the answer's text.
         assert tasks(chunks) == [
@@ -179,7 +181,8 @@ async def test_a_streaming_model_s_answer_is_appended_as_it_is_written_after_the
             ("docs · search docs refunds", "complete"),
         ]
         kinds = [c["type"] for c in chunks]
-        assert kinds[:4] == ["task_update"] * 4 and set(kinds[4:]) == {"markdown_text"}
+        assert kinds[:4] == ["task_update"] * 4
+        assert set(kinds[4:]) == {"markdown_text"}
         texts = [c["text"] for c in chunks[4:]]
         # Appended while the model wrote (before the stream was stopped), in whole
         # sentences, then the rest at stopStream: together exactly the answer, never JSON.

@@ -15,7 +15,7 @@ import pytest
 
 from bot.teams.core import ChatUser
 from testing.fake_assistant import FakeAssistant
-from testing.teams import TENANT_ID, new_user, stream_info
+from testing.teams import TENANT_ID, ConnectorCall, new_user, stream_info
 from tests.fixtures.teams import RunTeams, TeamsEnv
 
 ALICE = new_user("Alice")
@@ -91,27 +91,27 @@ async def test_personal_chat_streams_updates_then_the_text_then_the_final_card(
     assert env.fake.messages[(conversation, stream_id)]["text"] == final["text"]
 
 
-async def test_a_channel_mention_keeps_typing_and_one_card(env: TeamsEnv) -> None:
-    ask = env.fake.mention(ALICE, "show PAY-1")
+async def unstreamed_reply(env: TeamsEnv, ask: dict[str, Any]) -> ConnectorCall:
+    """Post ``ask``; its one reply, checked to be an ordinary card (no stream anywhere)."""
     await env.post(ask)
     conversation = ask["conversation"]["id"]
     (reply,) = await env.fake.wait_for("posted", where=lambda c: c.conversation_id == conversation)
     await env.fake.settle(quiet=0.2)
     assert env.fake.streams == {}
-    assert all(stream_info(a) is None for a in _sent(env, conversation))
-    assert {a.get("type") for a in _sent(env, conversation)} == {"typing", "message"}
     (card,) = reply.cards
     assert "PAY-1 is open" in json.dumps(card)
+    return reply
+
+
+async def test_a_channel_mention_keeps_typing_and_one_card(env: TeamsEnv) -> None:
+    ask = env.fake.mention(ALICE, "show PAY-1")
+    await unstreamed_reply(env, ask)
+    sent = _sent(env, ask["conversation"]["id"])
+    assert all(stream_info(a) is None for a in sent)
+    assert {a.get("type") for a in sent} == {"typing", "message"}
 
 
 async def test_a_chat_that_refuses_streaming_gets_typing_and_the_card(env: TeamsEnv) -> None:
     env.fake.fail_next["send"] = [403]  # the stream's first request is refused
-    ask = env.fake.personal(ALICE, "what about PAY-1?")
-    await env.post(ask)
-    conversation = ask["conversation"]["id"]
-    (reply,) = await env.fake.wait_for("posted", where=lambda c: c.conversation_id == conversation)
-    await env.fake.settle(quiet=0.2)
-    assert env.fake.streams == {}
-    (card,) = reply.cards
-    assert "PAY-1 is open" in json.dumps(card)
+    reply = await unstreamed_reply(env, env.fake.personal(ALICE, "what about PAY-1?"))
     assert stream_info(reply.message) is None
