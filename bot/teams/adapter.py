@@ -59,7 +59,9 @@ FAILURE_TEXT = (
     "❌ Something went wrong on opsbot's side and the request was not completed. "
     "Nothing was changed; please try again."
 )
-STREAM_HANDOFF_TEXT = "See below."
+# The final message of a stream whose reply continues in messages of its own.
+HANDOFF_TEXT = "Details below."
+APPROVAL_HANDOFF_TEXT = "A change needs approval: details below."
 DATABASE_DOWN_TEXT = (
     "⚠️ opsbot could not reach its database just now, so your request was not completed. "
     "Please send it again in a minute."
@@ -136,9 +138,9 @@ class TeamsAdapter:
         if len(message.text) > self.config.max_message_chars:
             await self._post(conversation, [note_activity(self._too_long())])
             return
-        stream = await self._open_stream(conversation, message)
-        # Without a stream: typing until the reply (a stream shows its own updates).
-        typing = None if stream else asyncio.ensure_future(self._keep_typing(conversation))
+        stream = self._stream(conversation, message)
+        # Typing until the reply, or until a stream opens (it shows its own updates).
+        typing = asyncio.ensure_future(self._keep_typing(conversation, stream))
         try:
             reply = await self.assistant.handle_message(
                 message.chat_user,
@@ -159,28 +161,34 @@ class TeamsAdapter:
                 log.exception("assistant failed on a Teams message")
             await _stop(typing)
             failure = DATABASE_DOWN_TEXT if lost else FAILURE_TEXT
-            if stream is None or not await stream.finish(text_activity(failure)):
+            if (
+                stream is None
+                or not stream.started
+                or not await stream.finish(text_activity(failure))
+            ):
                 await self._post(conversation, [note_activity(failure)])
             return
         await _stop(typing)
-        if stream is not None and await self._end_stream(stream, reply, conversation):
+        if (
+            stream is not None
+            and stream.started
+            and await self._end_stream(stream, reply, conversation)
+        ):
             return
         await self.deliver(reply, message)
 
-    async def _open_stream(
-        self, conversation: Conversation, message: TeamsMessage
-    ) -> TeamsStream | None:
-        """A stream for the reply in a personal chat (where Teams streams), or ``None``."""
+    def _stream(self, conversation: Conversation, message: TeamsMessage) -> TeamsStream | None:
+        """A stream for the reply in a personal chat (where Teams streams), or ``None``; it
+        opens at the run's first event."""
         if not (self.config.streaming and message.is_personal):
             return None
 
         async def send(activities: list[dict[str, Any]]) -> list[str]:
             return await self.outbound.send(conversation, activities)
 
-        stream = TeamsStream(
+        return TeamsStream(
             send, self.config.working_text, every_seconds=self.config.stream_every_seconds
         )
-        return stream if await stream.start() else None
 
     async def _end_stream(
         self, stream: TeamsStream, reply: Reply, conversation: Conversation
@@ -199,20 +207,26 @@ class TeamsAdapter:
             return await stream.finish(text_activity(f"⛔ {stream_text(reply.reason)}"))
         if isinstance(reply, Stopped):
             return await stream.finish(text_activity(reply.text))
-        # A sign-in, a Connect prompt or an approval follows as its own messages.
-        await stream.finish(text_activity(stream_text(stream.shown) or STREAM_HANDOFF_TEXT))
+        # A Connect prompt or an approval follows as its own messages.
+        handoff = APPROVAL_HANDOFF_TEXT if isinstance(reply, ApprovalRequested) else HANDOFF_TEXT
+        await stream.finish(text_activity(stream_text(stream.shown) or handoff))
         return False
 
     def _too_long(self) -> str:
         return TOO_LONG_TEXT.format(limit=self.config.max_message_chars)
 
-    async def _keep_typing(self, conversation: Conversation) -> None:
-        """Teams shows "typing" for a few seconds: send it again until the answer is ready."""
+    async def _keep_typing(self, conversation: Conversation, stream: TeamsStream | None) -> None:
+        """Teams shows "typing" for a few seconds: send it again until the answer is ready
+        (or ``stream`` opened)."""
+        gate = stream.gate if stream is not None else contextlib.nullcontext()
         while True:
-            try:
-                await self.outbound.send(conversation, [typing_activity()])
-            except Exception as exc:  # an indicator is never worth failing the answer for
-                log.info("typing indicator not sent: %s", type(exc).__name__)
+            async with gate:
+                if stream is not None and stream.started:
+                    return
+                try:
+                    await self.outbound.send(conversation, [typing_activity()])
+                except Exception as exc:  # an indicator is never worth failing the answer for
+                    log.info("typing indicator not sent: %s", type(exc).__name__)
             await asyncio.sleep(self.config.typing_every_seconds)
 
     async def deliver(self, reply: Reply, message: TeamsMessage) -> None:

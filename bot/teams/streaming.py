@@ -19,9 +19,10 @@ ended by the plain reply (``finish`` returns ``False``).
 Example::
 
     stream = TeamsStream(send, "Working on it…")
-    if await stream.start():
-        await stream.event(ToolCallStarted(...)); await stream.event(AnswerDelta(...))
-        await stream.finish(final_activity)
+    await stream.event(ToolCallStarted(...))   # the first event opens the stream
+    await stream.event(AnswerDelta(...))
+    if not (stream.started and await stream.finish(final_activity)):
+        ...                                    # post the reply as usual
 """
 
 from __future__ import annotations
@@ -52,11 +53,15 @@ class TeamsStream:
     """One streamed reply in a personal chat."""
 
     def __init__(self, send: Send, working_text: str, *, every_seconds: float = 1.0) -> None:
+        # Held while a plain typing indicator is sent and while the stream opens: no typing
+        # activity ever lands inside the stream.
+        self.gate = asyncio.Lock()
         self._send = send
         self._working_text = working_text
         self._every = every_seconds
         self.stream_id: str | None = None
         self.broken = False
+        self._refused = False
         self.shown = ""  # the answer's text streamed so far
         self._sequence = 0
         self._pending: tuple[str, str] | None = None  # (stream type, text) not sent yet
@@ -67,19 +72,29 @@ class TeamsStream:
 
     async def start(self) -> bool:
         """The first informative update; ``False`` if Teams refused it (no streaming)."""
-        try:
-            ids = await self._post("informative", self._working_text)
-        except Exception as exc:
-            log.info("Teams streaming unavailable (%s): typing instead", type(exc).__name__)
-            return False
-        if not ids or not ids[0]:
-            return False
-        self.stream_id = ids[0]
+        async with self.gate:
+            try:
+                ids = await self._post("informative", self._working_text)
+            except Exception as exc:
+                log.info("Teams streaming unavailable (%s): typing instead", type(exc).__name__)
+                return False
+            if not ids or not ids[0]:
+                return False
+            self.stream_id = ids[0]
         self._writer = asyncio.create_task(self._write())
         return True
 
+    @property
+    def started(self) -> bool:
+        return self.stream_id is not None
+
     async def event(self, event: RunEvent) -> None:
-        """A tool call (an informative update, while no answer text shows) or more text."""
+        """A tool call (an informative update, while no answer text shows) or more text.
+        The first one opens the stream: a reply that needs no work (a sign-in card, a
+        refusal) is never streamed."""
+        if not self.started and (self._refused or not await self.start()):
+            self._refused = True
+            return
         if isinstance(event, AnswerDelta):
             self.shown = event.so_far
             self._pending = ("streaming", stream_text(event.so_far))

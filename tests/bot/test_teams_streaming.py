@@ -54,10 +54,14 @@ async def test_personal_chat_streams_updates_then_the_text_then_the_final_card(
         "posted", where=lambda c: c.conversation_id == conversation
     )
     await env.fake.settle(quiet=0.2)
-    sent = _sent(env, conversation)
+    everything = _sent(env, conversation)
+    # Typing until the run's first event opens the stream; then everything belongs to one
+    # stream: no more typing, no second reply.
+    opened = next(i for i, a in enumerate(everything) if stream_info(a) is not None)
+    assert {a["type"] for a in everything[:opened]} <= {"typing"}
+    assert all(stream_info(a) is None for a in everything[:opened])
+    sent = everything[opened:]
     infos = [stream_info(a) for a in sent]
-    # Everything the bot sent in the chat belongs to one stream: no plain typing, no
-    # second reply.
     assert all(info is not None for info in infos)
     (stream_id,) = env.fake.streams
     assert env.fake.streams[stream_id] == sent
