@@ -14,8 +14,15 @@ from typing import Any
 import pytest
 
 from bot.teams.core import ChatUser
+from testing.agent import AgentEnv, StreamingFunctionChatModel
 from testing.fake_assistant import FakeAssistant
 from testing.teams import TENANT_ID, ConnectorCall, new_user, stream_info
+from tests.bot.test_slack_e2e import (
+    agent_env,  # noqa: F401  (fixture)
+    mcp_trusted_issuer,  # noqa: F401  (fixture)
+    real_assistant,
+)
+from tests.bot.test_slack_streaming import LONG_ANSWER, two_tool_long_answer
 from tests.fixtures.teams import RunTeams, TeamsEnv
 
 ALICE = new_user("Alice")
@@ -119,3 +126,41 @@ async def test_a_chat_that_refuses_streaming_gets_typing_and_the_card(env: Teams
     env.fake.fail_next["send"] = [403]  # the stream's first request is refused
     reply = await unstreamed_reply(env, env.fake.personal(ALICE, "what about PAY-1?"))
     assert stream_info(reply.message) is None
+
+
+async def test_the_real_core_with_a_streaming_model_streams_its_answer_in_teams(
+    run_teams: RunTeams,
+    agent_env: AgentEnv,  # noqa: F811  (the fixture imported above)
+    sqlite_url: str,
+) -> None:
+    """The whole path: the real core runs two MCP calls on the reference servers, then a
+    streaming model writes the answer; Teams gets the tool updates, whole sentences of the
+    answer (never its JSON), then the checked answer with the source the tool carried."""
+    await agent_env.harness.link("alice", ALICE_CHAT)
+    model = StreamingFunctionChatModel(fn=two_tool_long_answer, chunk_chars=16)
+    async with (
+        real_assistant(agent_env, sqlite_url, model) as assistant,
+        run_teams(assistant, streaming=True, stream_every_seconds=0.0) as env,
+    ):
+        ask = env.fake.personal(ALICE, "what about PAY-101?")
+        assert (await env.post(ask))[0] == 202
+        conversation = ask["conversation"]["id"]
+        (final_call,) = await env.fake.wait_for(
+            "posted", where=lambda c: c.conversation_id == conversation, wait=60
+        )
+        await env.fake.settle(quiet=0.3)
+        (stream_id,) = env.fake.streams
+        sent = env.fake.streams[stream_id]
+        texts = [a["text"] for a in sent if a["type"] == "typing"]
+        assert any("ticketing · get ticket PAY-101" in t for t in texts)
+        assert any("docs · search docs refunds" in t for t in texts)
+        streamed = [
+            a["text"] for a in sent if (stream_info(a) or {}).get("streamType") == "streaming"
+        ]
+        assert streamed
+        assert all(LONG_ANSWER.startswith(t) and t.endswith((". ", "\n")) for t in streamed)
+        assert final_call.message["text"] == LONG_ANSWER
+        (card,) = final_call.cards
+        assert "ticketing PAY-101](http" in json.dumps(card)
+        assert agent_env.servers.ticketing.server.served == ["get_ticket"]
+        assert agent_env.servers.docs.server.served == ["search_docs"]
