@@ -308,9 +308,7 @@ def conversation_of(message: TeamsMessage) -> Conversation:
     )
 
 
-async def _stop(task: asyncio.Future[None] | None) -> None:
-    if task is None:
-        return
+async def _stop(task: asyncio.Future[None]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
