@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from bot.teams.adapter import APPROVAL_HANDOFF_TEXT
 from bot.teams.core import ChatUser
 from testing.agent import AgentEnv, StreamingFunctionChatModel
 from testing.fake_assistant import FakeAssistant
@@ -100,6 +101,28 @@ async def test_personal_chat_streams_updates_then_the_text_then_the_final_card(
     assert "[ticketing PAY-1](http://tickets.test/PAY-1)" in body
     assert "Ticket data may be a minute old." in body
     assert env.fake.messages[(conversation, stream_id)]["text"] == final["text"]
+
+
+async def test_a_write_waiting_for_approval_ends_the_stream_and_follows_as_messages(
+    env: TeamsEnv, assistant: FakeAssistant
+) -> None:
+    ask = env.fake.personal(ALICE, "update PAY-1 status closed")
+    await env.post(ask)
+    conversation = ask["conversation"]["id"]
+    final, so_far, note = await env.fake.wait_for(
+        "posted", 3, where=lambda c: c.conversation_id == conversation
+    )
+    await env.bot.adapter.idle()
+    # The stream (opened by the read) ends first, saying what follows; then the answer so
+    # far and the approval note, as ordinary cards after it.
+    (stream_id,) = env.fake.streams
+    assert env.fake.streams[stream_id][-1] == final.message
+    assert final.message["text"] == APPROVAL_HANDOFF_TEXT
+    assert stream_info(so_far.message) is None
+    assert stream_info(note.message) is None
+    assert "I can update PAY-1 once approved." in so_far.text
+    assert "needs approval" in note.text
+    assert len(assistant.approvals) == 1
 
 
 async def unstreamed_reply(env: TeamsEnv, ask: dict[str, Any]) -> ConnectorCall:
