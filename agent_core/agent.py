@@ -48,6 +48,7 @@ from agent_core.answer import (
     Interrupt,
     RunResult,
 )
+from agent_core.answer_stream import AnswerListener, stream_run
 from agent_core.approved_calls import RecordedResults, dump_result, load_result, run_call
 from agent_core.binding import RunContext, RunProgress, StopSignal, ToolObserver
 from agent_core.credentials import OAuthTokenSource
@@ -230,11 +231,14 @@ class Agent:
         *,
         progress: RunProgress | None = None,
         stop: StopSignal | None = None,
+        answer: AnswerListener | None = None,
     ) -> RunResult:
         """Answer ``message`` on ``thread_id`` for ``identity`` (who must own the thread).
 
         ``progress`` is told of each MCP call as it starts and ends; ``stop`` is read before
-        each model step and tool call (a stopped run starts nothing more)."""
+        each model step and tool call (a stopped run starts nothing more). ``answer`` is
+        told the answer's text as the model writes it (``agent_core.answer_stream``); the
+        result still carries the whole checked answer."""
         await self._threads.require_owner(thread_id, identity.subject)
         payload = {"messages": [HumanMessage(content=message)]}
         # A first run only reads (every write waits for review), and the message it answers
@@ -250,6 +254,7 @@ class Agent:
             durability="exit",
             progress=progress,
             stop=stop,
+            answer_text=answer,
         )
 
     async def resume(
@@ -400,6 +405,7 @@ class Agent:
         durability: Durability,
         progress: RunProgress | None = None,
         stop: StopSignal | None = None,
+        answer_text: AnswerListener | None = None,
     ) -> RunResult:
         sessions = self._sessions(identity)
         try:
@@ -433,14 +439,25 @@ class Agent:
                     graph_input = None
             out: Any = None
             try:
-                out = await graph.ainvoke(
-                    graph_input,
-                    config,
-                    context=ctx,
-                    durability=durability,
-                    # Every state channel, as ``aget_state`` reads them (private ones too).
-                    output_keys=graph.stream_channels_asis,
-                )
+                if answer_text is None:
+                    out = await graph.ainvoke(
+                        graph_input,
+                        config,
+                        context=ctx,
+                        durability=durability,
+                        # Every state channel, as ``aget_state`` reads them (private ones too).
+                        output_keys=graph.stream_channels_asis,
+                    )
+                else:
+                    out = await stream_run(
+                        graph,
+                        graph_input,
+                        config,
+                        context=ctx,
+                        durability=durability,
+                        listener=answer_text,
+                        allowed_links=self._results.allowed_links,
+                    )
             except GraphRecursionError:
                 stopped = True  # answered below from the state, like a call-limit stop
             except (AgentError, GraphBubbleUp):

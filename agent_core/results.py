@@ -79,6 +79,11 @@ class Results:
                 collect_links(m.content, found)
         return links
 
+    def allowed_links(self, values: Mapping[str, Any]) -> set[str]:
+        """Every URL the tool results of the state's last turn carried (what an answer to
+        that turn may link to)."""
+        return {url for found in self._links(self.turn(values)).values() for url in found.values()}
+
     def actions(self, turn: list[AnyMessage]) -> tuple[list[str], list[str]]:
         """What this run really did, from its own tool-call records (never the model's
         text): the write calls that reached a server, each with its arguments and outcome;

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_core.binding import ToolCallEvent
-from assistant.types import RunEvent, RunEvents, ToolCallFinished, ToolCallStarted
+from assistant.types import AnswerDelta, RunEvent, RunEvents, ToolCallFinished, ToolCallStarted
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ class ProgressRelay:
         self._events = events
         self.started: list[str] = []
         self.not_started: list[str] = []
+        self.shown = ""  # the answer's text streamed so far
 
     async def emit(self, event: RunEvent) -> None:
         if self._events is None:
@@ -75,3 +76,13 @@ class ProgressRelay:
 
     async def tool_call_skipped(self, tool: str, args: Mapping[str, Any]) -> None:
         self.not_started.append(call_title("", tool, args))
+
+    @property
+    def listening(self) -> bool:
+        """Whether an adapter listens (then the answer's text is worth streaming)."""
+        return self._events is not None
+
+    async def answer_text(self, text: str) -> None:
+        """More of the answer's text (``agent_core.answer_stream``), as an ``AnswerDelta``."""
+        self.shown += text
+        await self.emit(AnswerDelta(text, self.shown))

@@ -140,6 +140,7 @@ class AgentPort(Protocol):
         *,
         progress: ProgressRelay | None = None,
         stop: StopSignal | None = None,
+        answer: Callable[[str], Awaitable[None]] | None = None,
     ) -> core.RunResult: ...
 
     async def resume(
@@ -237,8 +238,15 @@ class Assistant:
                 raise NotThreadOwnerError("this conversation belongs to another user")
             stop = await self._runs.start(thread.thread_id) if self._runs is not None else None
             try:
+                # The answer's text is streamed only to an adapter that listens: the plain
+                # run stays the cheaper ``ainvoke``.
                 result = await self._agent.run(
-                    identity, thread.thread_id, text, progress=relay, stop=stop
+                    identity,
+                    thread.thread_id,
+                    text,
+                    progress=relay,
+                    stop=stop,
+                    answer=relay.answer_text if relay.listening else None,
                 )
             finally:
                 if stop is not None and self._runs is not None:

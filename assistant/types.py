@@ -22,6 +22,7 @@ from broker.types import ChatUser
 __all__ = [
     "AlreadyDecided",
     "Answer",
+    "AnswerDelta",
     "Answered",
     "ApprovalNotice",
     "ApprovalRequested",
@@ -57,6 +58,7 @@ __all__ = [
     "ToolCallFinished",
     "ToolCallStarted",
     "UserStatus",
+    "unshown",
 ]
 
 
@@ -209,8 +211,30 @@ class ToolCallAwaitingApproval:
     approval_id: str
 
 
-RunEvent = ToolCallStarted | ToolCallFinished | ToolCallAwaitingApproval
+@dataclass(frozen=True, slots=True)
+class AnswerDelta:
+    """More of the answer's text while the model writes it: ``text`` is new, ``so_far`` all
+    of it until now (``text`` included). Only whole sentences, already fit for people (no
+    text meant for the model; a URL no tool result carried is never a link); the sources
+    come with the finished ``Answer``. Show the rest with ``unshown(answer.answer, so_far)``.
+    A model that does not stream sends none: the answer then comes in one piece."""
+
+    text: str
+    so_far: str
+
+
+def unshown(answer: str, shown: str) -> str:
+    """What of ``answer`` was not shown yet, after ``shown`` (the last ``AnswerDelta``'s
+    ``so_far``). In the rare case the finished answer does not continue what was shown (it
+    was replaced: a model failure, a Stop), all of it, after a blank line."""
+    if answer.startswith(shown):
+        return answer[len(shown) :]
+    return f"\n\n{answer}" if shown else answer
+
+
+RunEvent = ToolCallStarted | ToolCallFinished | ToolCallAwaitingApproval | AnswerDelta
 # Told each event in order, during ``handle_message``; a failing one never fails the run.
+# An adapter that listens also gets the answer's text as it is written (``AnswerDelta``).
 RunEvents = Callable[[RunEvent], Awaitable[None]]
 
 

@@ -315,6 +315,10 @@ class TeamsSettings(Section):
     """POST /api/messages bodies above this get 413 before they are read further."""
     max_message_chars: int = Field(default=4000, ge=1)
     """Longer messages get a polite refusal (never echoed)."""
+    streaming: bool = True
+    """Stream answers in personal chats (the only place Teams streams): informative updates
+    while tools run, then the text as it is written, then the final card. False, or a chat
+    where Teams refuses streaming: typing indicators and one reply."""
     sso_connection_name: str | None = None
     """Azure Bot OAuth connection for Teams SSO (manifest webApplicationInfo); unset = the
     sign-in card only."""

@@ -17,6 +17,7 @@ from agent_core.threads import MemoryThreadStore
 from assistant.types import (
     AlreadyDecided,
     Answer,
+    AnswerDelta,
     Answered,
     ApprovalNotice,
     ApprovalRequested,
@@ -81,6 +82,9 @@ class FakeAssistant:
     messages: list[tuple[ChatUser, PlatformRef, str]] = field(default_factory=list)
     decisions: list[tuple[ChatUser, str, Decision]] = field(default_factory=list)
     run_delay: float = 0.0
+    # Answers are "written" sentence by sentence (an ``AnswerDelta`` each, to a listening
+    # adapter) with this pause between them, as a streaming model would; None: one piece.
+    stream_answers: float | None = None
     decide_delay: float = 0.0
     memory: dict[ChatUser, str] = field(default_factory=dict)
     # Cross-platform notices waiting per platform (tests put them with ``notify_platform``).
@@ -138,9 +142,21 @@ class FakeAssistant:
         if words[:1] == ["long"]:
             body = "\n\n".join(f"Paragraph {i}: " + "lorem ipsum " * 40 for i in range(40))
             return Answered(Answer(body, sources=[Source("docs", "runbook-1", None)]))
+        answer = (
+            f"PAY-1 is open. It was filed by the payments team. Its runbook is linked below. "
+            f"You asked: {text}"
+            if self.stream_answers is not None
+            else f"PAY-1 is open. You asked: {text}"
+        )
+        if events is not None and self.stream_answers is not None:
+            shown = ""
+            for sentence in answer.split(". ")[:-1]:  # whole sentences; the rest at the end
+                shown += f"{sentence}. "
+                await events(AnswerDelta(f"{sentence}. ", shown))
+                await asyncio.sleep(self.stream_answers)
         return Answered(
             Answer(
-                f"PAY-1 is open. You asked: {text}",
+                answer,
                 sources=[Source("ticketing", "PAY-1", "http://tickets.test/PAY-1")],
                 caveats=["Ticket data may be a minute old."],
             )

@@ -11,6 +11,9 @@ bot talks to:
 - the **Connector REST API** the bot calls back on (relative to ``service_url``): reply, send,
   create conversation, update and delete activity, members, paged members, team channels;
   every call is recorded in ``calls`` and the current messages are kept in ``messages``;
+  streamed replies in personal chats follow Teams' rules (``streaminfo``: informative and
+  streaming typing activities, a growing ``streamSequence``, a final message; the first
+  request gets the stream's id) and are kept in ``streams``;
 - the **Entra token endpoint** for the bot's outbound client-credentials grant
   (``/{tenant}/oauth2/v2.0/token``), which hands out ``connector_token`` and is the only token
   the Connector API accepts.
@@ -123,6 +126,9 @@ class FakeTeams:
     members: dict[str, list[TeamsUser]] = field(default_factory=dict)
     calls: list[ConnectorCall] = field(default_factory=list)
     messages: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # Streamed replies (personal chats): stream id → every activity sent into it, in order.
+    streams: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    stream_states: dict[str, dict[str, Any]] = field(default_factory=dict)
     url: str = ""
     kid: str = field(default_factory=lambda: f"test-{secrets.token_hex(4)}")
     connector_token: str = field(default_factory=lambda: f"connector-{secrets.token_hex(8)}")
@@ -388,6 +394,9 @@ class FakeTeams:
         if isinstance(recorded, web.Response):
             return recorded
         conversation = recorded.conversation_id
+        info = stream_info(body)
+        if info is not None and kind in ("reply", "send"):
+            return self._stream_activity(conversation.split(";")[0], body, info)
         if kind == "update":
             key = (conversation.split(";")[0], str(activity_id))
             if key not in self.messages:
@@ -398,6 +407,51 @@ class FakeTeams:
         if body.get("type", "message") == "message":
             self.messages[(conversation.split(";")[0], new_id)] = {**body, "id": new_id}
         return web.json_response({"id": new_id}, status=201)
+
+    def _stream_activity(
+        self, conversation: str, body: dict[str, Any], info: dict[str, Any]
+    ) -> web.Response:
+        """Teams' streaming: personal chats only; the first request (no ``streamId``) opens
+        the stream and is answered with its id; then ``streamSequence`` grows, each
+        ``streaming`` text holds all the text before it, and a ``final`` message ends it."""
+
+        def refuse(status: int, code: str, message: str) -> web.Response:
+            return web.json_response({"error": {"code": code, "message": message}}, status=status)
+
+        if not conversation.startswith("a:"):
+            return refuse(403, "ContentStreamNotAllowed", "streaming is for personal chats")
+        kind, stream_id = info.get("streamType"), info.get("streamId")
+        sequence = info.get("streamSequence")
+        if kind not in ("informative", "streaming", "final"):
+            return refuse(400, "BadArgument", "unknown streamType")
+        if kind == "final":
+            if body.get("type") != "message" or not stream_id or sequence is not None:
+                return refuse(400, "BadArgument", "final: a message with streamId, no sequence")
+        elif body.get("type") != "typing" or not isinstance(sequence, int):
+            return refuse(400, "BadArgument", "updates are typing activities with a sequence")
+        if stream_id is None:
+            if sequence != 1:
+                return refuse(400, "BadArgument", "a stream starts at streamSequence 1")
+            stream_id = str(int(time.time() * 1000) * 1000 + next(self._ids))
+            self.stream_states[stream_id] = {"conversation": conversation, "seq": 0, "text": ""}
+        state = self.stream_states.get(str(stream_id))
+        if state is None or state["conversation"] != conversation:
+            return refuse(404, "NotFound", "no such stream")
+        if state.get("ended"):
+            return refuse(403, "ContentStreamNotAllowed", "the stream has ended")
+        if kind != "final":
+            if sequence <= state["seq"]:
+                return refuse(400, "BadArgument", "streamSequence must grow")
+            text = str(body.get("text") or "")
+            if kind == "streaming" and not text.startswith(state["text"]):
+                return refuse(400, "BadArgument", "streamed text must keep the text before it")
+            state["seq"] = sequence
+            state["text"] = text if kind == "streaming" else state["text"]
+        else:
+            state["ended"] = True
+            self.messages[(conversation, str(stream_id))] = {**body, "id": stream_id}
+        self.streams.setdefault(str(stream_id), []).append(body)
+        return web.json_response({"id": stream_id}, status=201)
 
     async def _delete(self, request: web.Request) -> web.Response:
         recorded = await self._record(request, "delete")
@@ -541,6 +595,14 @@ async def start_fake_teams(fake: FakeTeams) -> web.AppRunner:
     await web.SockSite(runner, sock).start()
     fake.url = socket_url(sock)
     return runner
+
+
+def stream_info(activity: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``streaminfo`` entity of an activity, if it is part of a stream."""
+    for entity in activity.get("entities") or []:
+        if isinstance(entity, dict) and entity.get("type") == "streaminfo":
+            return entity
+    return None
 
 
 def new_user(name: str, tenant_id: str = TENANT_ID) -> TeamsUser:

@@ -275,11 +275,13 @@ class SlackAdapter(DecisionViews):
         """Finish the stream with ``reply``; ``False`` when the stream broke (nothing more was
         shown: the caller posts the reply as messages)."""
         if isinstance(reply, Answered):
-            return await live.finish(markdown_text(reply.answer), closing_blocks(reply.answer))
+            return await live.finish(
+                live.answer_markdown(reply.answer), closing_blocks(reply.answer)
+            )
         if isinstance(reply, Refused):
-            return await live.finish(f":no_entry_sign: {escape(reply.reason)}")
+            return await live.finish(live.after_shown(f":no_entry_sign: {escape(reply.reason)}"))
         if isinstance(reply, Stopped):
-            return await live.finish(escape(reply.text))
+            return await live.finish(live.after_shown(escape(reply.text)))
         if isinstance(reply, LinkRequired):
             if not await live.finish(LINK_FIRST_TEXT):
                 return False
@@ -290,7 +292,9 @@ class SlackAdapter(DecisionViews):
             # As in ``deliver``: what could be answered in the thread, the Connect button
             # only to the asker (its link is bound to them).
             if reply.answer is not None:
-                shown = await live.finish(markdown_text(reply.answer), closing_blocks(reply.answer))
+                shown = await live.finish(
+                    live.answer_markdown(reply.answer), closing_blocks(reply.answer)
+                )
             else:
                 shown = await live.finish(escape(SERVER_FIRST_TEXT.format(server=reply.server)))
             if not shown:

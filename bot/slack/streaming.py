@@ -2,11 +2,15 @@
 
 ``LiveAnswer`` streams one answer (``chat.startStream`` / ``appendStream`` / ``stopStream``):
 a ``task_update`` chunk per MCP call as the core reports it (``in_progress`` → ``complete``
-or ``error``; a write waiting for an approver stays ``pending``), then the answer's text, and
-at the end its sources, caveats and the feedback buttons. The runs happen outside Bolt's
-listeners (durable jobs), where Bolt's ``say_stream`` is not available, so the Web API
-methods are called directly. If Slack refuses a method (``unknown_method``, ``not_allowed``,
-...), the adapter falls back to the placeholder message replaced by the answer.
+or ``error``; a write waiting for an approver stays ``pending``), then the answer's text as
+the model writes it (a ``markdown_text`` chunk per ``AnswerDelta``; the rest at the end), and
+at the end its sources, caveats and the feedback buttons. Streamed text is shown as the core
+checked it: a link only where a tool result of the run carried its URL (the sources are not
+known before the end); an answer that arrives in one piece links only to its sources.
+The runs happen outside Bolt's listeners (durable jobs), where Bolt's ``say_stream`` is not
+available, so the Web API methods are called directly. If Slack refuses a method
+(``unknown_method``, ``not_allowed``, ...), the adapter falls back to the placeholder
+message replaced by the answer.
 
 ``AgentSessions`` sets ``agents.sessions.setStatus`` (``processing`` while a run works,
 ``suspended`` while it waits on an approval, ``active`` or ``closed`` afterwards). A
@@ -27,10 +31,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.core import (
     Answer,
+    AnswerDelta,
     RunEvent,
     ToolCallAwaitingApproval,
     ToolCallFinished,
     ToolCallStarted,
+    unshown,
 )
 from bot.slack.render import Block, bullet_lines, context, escape, sections, source_link, split_text
 
@@ -70,6 +76,15 @@ def markdown_text(answer: Answer) -> str:
     return _MD_LINK.sub(
         lambda m: m.group(0) if m.group(2).replace("&amp;", "&") in allowed else m.group(1), text
     )
+
+
+def _text_size(chunk: dict[str, Any]) -> int:
+    return len(chunk.get("text") or "") if chunk["type"] == "markdown_text" else 0
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` in pieces Slack accepts, whitespace kept (they join into the same text)."""
+    return [text[i : i + STREAM_TEXT_LIMIT] for i in range(0, len(text), STREAM_TEXT_LIMIT)]
 
 
 def feedback_block() -> Block:
@@ -136,6 +151,7 @@ class LiveAnswer:
         self.ts = ts
         self.broken = False
         self.unavailable = False  # the workspace refused the feature itself
+        self.shown = ""  # the answer's text streamed so far (the core's, before escaping)
         self._titles: dict[str, str] = {}
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
@@ -162,11 +178,29 @@ class LiveAnswer:
         return True
 
     async def event(self, event: RunEvent) -> None:
-        self._queue.put_nowait(self._task_chunk(event))
+        if isinstance(event, AnswerDelta):
+            self.shown = event.so_far
+            for piece in _pieces(escape(event.text)):
+                self._queue.put_nowait({"type": "markdown_text", "text": piece})
+        else:
+            self._queue.put_nowait(self._task_chunk(event))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write())
 
-    def _task_chunk(self, event: RunEvent) -> dict[str, Any]:
+    def answer_markdown(self, answer: Answer) -> str:
+        """What is left to show of ``answer``'s text: all of it (``markdown_text``) when
+        nothing was streamed, else the part the stream did not show yet."""
+        if not self.shown:
+            return markdown_text(answer)
+        return escape(unshown(answer.answer or "", self.shown))
+
+    def after_shown(self, text: str) -> str:
+        """``text`` (a refusal, a Stop) set apart from answer text already streamed."""
+        return f"\n\n{text}" if self.shown else text
+
+    def _task_chunk(
+        self, event: ToolCallStarted | ToolCallFinished | ToolCallAwaitingApproval
+    ) -> dict[str, Any]:
         if isinstance(event, ToolCallStarted):
             self._titles[event.call_id] = event.title
             return _task(event.call_id, event.title, "in_progress")
@@ -175,15 +209,23 @@ class LiveAnswer:
             note = f"awaiting approval in #{self.approvals_channel}"
             return _task(event.call_id, event.title, "pending", note)
         title = self._titles.get(event.call_id, "tool call")
-        if isinstance(event, ToolCallFinished) and not event.ok:
+        if not event.ok:
             return _task(event.call_id, title, "error", event.error or "failed")
         return _task(event.call_id, title, "complete")
 
     async def _write(self) -> None:
+        carry: dict[str, Any] | None = None  # the chunk that did not fit in the last call
         while True:
-            batch = [await self._queue.get()]
+            batch = [carry if carry is not None else await self._queue.get()]
+            carry = None
+            size = _text_size(batch[0])
             while not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+                chunk = self._queue.get_nowait()
+                if size + _text_size(chunk) > STREAM_TEXT_LIMIT:  # Slack's limit per call
+                    carry = chunk
+                    break
+                batch.append(chunk)
+                size += _text_size(chunk)
             try:
                 await self._append(chunks=batch)
             finally:
@@ -207,7 +249,12 @@ class LiveAnswer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._writer
             self._writer = None
-        parts = split_text(markdown, STREAM_TEXT_LIMIT) if markdown.strip() else []
+        if not markdown.strip():
+            parts = []
+        elif self.shown:  # continues the streamed text: its spacing is kept as it is
+            parts = _pieces(markdown)
+        else:
+            parts = split_text(markdown, STREAM_TEXT_LIMIT)
         for part in parts[:-1]:
             await self._append(markdown_text=part)
         if self.broken or self.ts is None:

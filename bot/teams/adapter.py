@@ -44,9 +44,13 @@ from bot.teams.render import (
     refusal_activity,
     server_connect_activity,
     sign_in_activity,
+    stream_text,
+    streamed_answer_activities,
+    text_activity,
     typing_activity,
 )
 from bot.teams.store import Conversation, SqlProcessedActivities
+from bot.teams.streaming import TeamsStream
 from infra.storage.faults import is_connection_error
 
 log = logging.getLogger(__name__)
@@ -55,6 +59,9 @@ FAILURE_TEXT = (
     "❌ Something went wrong on opsbot's side and the request was not completed. "
     "Nothing was changed; please try again."
 )
+# The final message of a stream whose reply continues in messages of its own.
+HANDOFF_TEXT = "Details below."
+APPROVAL_HANDOFF_TEXT = "A change needs approval: details below."
 DATABASE_DOWN_TEXT = (
     "⚠️ opsbot could not reach its database just now, so your request was not completed. "
     "Please send it again in a minute."
@@ -131,10 +138,15 @@ class TeamsAdapter:
         if len(message.text) > self.config.max_message_chars:
             await self._post(conversation, [note_activity(self._too_long())])
             return
-        typing = asyncio.ensure_future(self._keep_typing(conversation))
+        stream = self._stream(conversation, message)
+        # Typing until the reply, or until a stream opens (it shows its own updates).
+        typing = asyncio.ensure_future(self._keep_typing(conversation, stream))
         try:
             reply = await self.assistant.handle_message(
-                message.chat_user, message.ref, message.text
+                message.chat_user,
+                message.ref,
+                message.text,
+                events=stream.event if stream else None,
             )
         except Exception as exc:
             lost = is_connection_error(exc)
@@ -148,23 +160,73 @@ class TeamsAdapter:
             else:
                 log.exception("assistant failed on a Teams message")
             await _stop(typing)
-            await self._post(
-                conversation, [note_activity(DATABASE_DOWN_TEXT if lost else FAILURE_TEXT)]
-            )
+            failure = DATABASE_DOWN_TEXT if lost else FAILURE_TEXT
+            if (
+                stream is None
+                or not stream.started
+                or not await stream.finish(text_activity(failure))
+            ):
+                await self._post(conversation, [note_activity(failure)])
             return
         await _stop(typing)
+        if (
+            stream is not None
+            and stream.started
+            and await self._end_stream(stream, reply, conversation)
+        ):
+            return
         await self.deliver(reply, message)
+
+    def _stream(self, conversation: Conversation, message: TeamsMessage) -> TeamsStream | None:
+        """A stream for the reply in a personal chat (where Teams streams), or ``None``; it
+        opens at the run's first event."""
+        if not (self.config.streaming and message.is_personal):
+            return None
+
+        async def send(activities: list[dict[str, Any]]) -> list[str]:
+            return await self.outbound.send(conversation, activities)
+
+        return TeamsStream(
+            send, self.config.working_text, every_seconds=self.config.stream_every_seconds
+        )
+
+    async def _end_stream(
+        self, stream: TeamsStream, reply: Reply, conversation: Conversation
+    ) -> bool:
+        """End the stream with the reply's final message; ``True`` if that was all of the
+        reply (else ``deliver`` posts it, or what follows the final message)."""
+        if isinstance(reply, Answered):
+            final, rest = streamed_answer_activities(reply.answer)
+            if not await stream.finish(final):
+                return False
+            if rest:
+                await self._post(conversation, rest)
+            return True
+        # A stream's final message needs text (Teams replaces the streamed text with it).
+        if isinstance(reply, Refused):
+            return await stream.finish(text_activity(f"⛔ {stream_text(reply.reason)}"))
+        if isinstance(reply, Stopped):
+            return await stream.finish(text_activity(reply.text))
+        # A Connect prompt or an approval follows as its own messages.
+        handoff = APPROVAL_HANDOFF_TEXT if isinstance(reply, ApprovalRequested) else HANDOFF_TEXT
+        await stream.finish(text_activity(stream_text(stream.shown) or handoff))
+        return False
 
     def _too_long(self) -> str:
         return TOO_LONG_TEXT.format(limit=self.config.max_message_chars)
 
-    async def _keep_typing(self, conversation: Conversation) -> None:
-        """Teams shows "typing" for a few seconds: send it again until the answer is ready."""
+    async def _keep_typing(self, conversation: Conversation, stream: TeamsStream | None) -> None:
+        """Teams shows "typing" for a few seconds: send it again until the answer is ready
+        (or ``stream`` opened)."""
+        gate = stream.gate if stream is not None else contextlib.nullcontext()
         while True:
-            try:
-                await self.outbound.send(conversation, [typing_activity()])
-            except Exception as exc:  # an indicator is never worth failing the answer for
-                log.info("typing indicator not sent: %s", type(exc).__name__)
+            async with gate:
+                if stream is not None and stream.started:
+                    return
+                try:
+                    await self.outbound.send(conversation, [typing_activity()])
+                except Exception as exc:  # an indicator is never worth failing the answer for
+                    log.info("typing indicator not sent: %s", type(exc).__name__)
             await asyncio.sleep(self.config.typing_every_seconds)
 
     async def deliver(self, reply: Reply, message: TeamsMessage) -> None:

@@ -31,6 +31,10 @@ class TeamsBotConfig:
     # Teams shows a typing indicator for about 3 s: it is sent again while a run goes on.
     typing_every_seconds: float = 3.0
     working_text: str = "Working on it…"
+    # Personal chats stream the answer (Teams streams nowhere else); at most one stream
+    # request per ``stream_every_seconds`` (the Agents SDK's pace on Teams).
+    streaming: bool = True
+    stream_every_seconds: float = 1.0
 
     @property
     def served_tenants(self) -> frozenset[str]:

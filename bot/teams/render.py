@@ -94,10 +94,43 @@ def _source_line(source: Source) -> str:
 
 def answer_activities(answer: Answer) -> list[ActivityJson]:
     """The answer as one card, or several when long; the last one lists sources and caveats."""
-    allowed = frozenset(s.link for s in answer.sources if s.link)
-    pieces = split_text(plain_text(answer.answer, allowed))
+    pieces = _answer_pieces(answer)
     activities = [card_activity(card([text_block(p)]), p) for p in pieces[:-1]]
-    body = [text_block(pieces[-1])]
+    body = [text_block(pieces[-1]), *_closing_body(answer)]
+    activities.append(card_activity(card(body), pieces[-1]))
+    return activities
+
+
+def streamed_answer_activities(answer: Answer) -> tuple[ActivityJson, list[ActivityJson]]:
+    """A streamed answer's final message (it replaces the streamed text: the answer's text,
+    the first piece when long, with a card of its sources, actions and caveats) and the
+    cards that follow it when the answer is long (the last one with that card's content)."""
+    pieces = _answer_pieces(answer)
+    closing = _closing_body(answer)
+    final: ActivityJson = {"type": "message", "text": pieces[0], "textFormat": "markdown"}
+    rest = [card_activity(card([text_block(p)]), p) for p in pieces[1:]]
+    if rest and closing:
+        last = rest[-1]["attachments"][0]["content"]
+        last["body"] = [*last["body"], *closing]
+    elif closing:
+        final["attachments"] = [{"contentType": CARD_CONTENT_TYPE, "content": card(closing)}]
+    return final, rest
+
+
+def stream_text(text: str) -> str:
+    """Answer text while it streams: no link at all (the sources, which alone may carry
+    links, come with the final message, which replaces it)."""
+    return plain_text(text)
+
+
+def _answer_pieces(answer: Answer) -> list[str]:
+    allowed = frozenset(s.link for s in answer.sources if s.link)
+    return split_text(plain_text(answer.answer, allowed))
+
+
+def _closing_body(answer: Answer) -> list[dict[str, Any]]:
+    """What follows an answer's text: what was done, its sources, its caveats."""
+    body: list[dict[str, Any]] = []
     if answer.actions_taken:
         body.append(
             text_block("**Done:** " + "; ".join(plain_text(a) for a in answer.actions_taken))
@@ -107,8 +140,7 @@ def answer_activities(answer: Answer) -> list[ActivityJson]:
         body.append(text_block("\n".join(_source_line(s) for s in answer.sources)))
     for caveat in answer.caveats:
         body.append(text_block(plain_text(caveat), isSubtle=True, size="Small"))
-    activities.append(card_activity(card(body), pieces[-1]))
-    return activities
+    return body
 
 
 def sign_in_activity(login_url: str) -> ActivityJson:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from agent_core import Agent, AgentConfig, ToolPolicy
@@ -113,7 +114,8 @@ async def real_assistant(
             threads = SqlThreadStore(engine)
             agent = Agent(
                 AgentConfig(servers=env.server_configs, retry_initial_delay=0.0),
-                model=FunctionChatModel(fn=model),
+                # A function scripts the model; a chat model (a streaming one) is used as is.
+                model=model if isinstance(model, BaseChatModel) else FunctionChatModel(fn=model),
                 broker=identities,
                 threads=threads,
                 checkpointer=saver,

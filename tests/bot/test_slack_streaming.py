@@ -17,7 +17,7 @@ from audit import AuditLog, SqlAuditSink
 from audit.log import AuditQuery, EventKind
 from infra.observability.metrics import REGISTRY
 from infra.storage import create_engine
-from testing.agent import AgentEnv, call, tool_results
+from testing.agent import AgentEnv, StreamingFunctionChatModel, call, tool_results
 from testing.fake_assistant import FakeAssistant
 from testing.slack import TEAM_ID, block_action, card_decided, mention
 from tests.bot.conftest import RunApp, SlackEnv
@@ -82,6 +82,16 @@ def stream_of(env: SlackEnv, thread_ts: str) -> tuple[tuple[str, str], list[dict
     return key, env.fake.streams[key]
 
 
+async def ask_until_stopped(env: SlackEnv, ts: str) -> dict[str, Any]:
+    """Alice asks about PAY-101 at ``ts``; the ``chat.stopStream`` call that ends the answer."""
+    await env.sender.post_event(
+        mention(ALICE.user_id, "what about PAY-101?", channel=CHANNEL, ts=ts)
+    )
+    (stopped,) = await env.fake.wait_for("chat.stopStream", wait=60)
+    await env.fake.settle()
+    return stopped
+
+
 def tasks(chunks: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(c["title"], c["status"]) for c in chunks if c["type"] == "task_update"]
 
@@ -93,11 +103,7 @@ async def test_two_tool_answer_streams_a_task_per_call_then_the_answer_sources_a
 ) -> None:
     async with agent_stack(run_app, agent_env, sqlite_url, two_tool_model) as (env, _):
         ts = "1700010000.0001"
-        await env.sender.post_event(
-            mention(ALICE.user_id, "what about PAY-101?", channel=CHANNEL, ts=ts)
-        )
-        (stopped,) = await env.fake.wait_for("chat.stopStream", wait=60)
-        await env.fake.settle()
+        stopped = await ask_until_stopped(env, ts)
         (start,) = env.fake.calls_to("chat.startStream")
         assert (start["channel"], start["thread_ts"]) == (CHANNEL, ts)
         assert (start["recipient_team_id"], start["recipient_user_id"]) == (TEAM_ID, "U0ALICE")
@@ -134,6 +140,71 @@ async def test_two_tool_answer_streams_a_task_per_call_then_the_answer_sources_a
         assert env.fake.calls_to("chat.update") == []
         assert env.fake.sessions[(CHANNEL, ts)] == ["processing", "active"]
         # Server-side: exactly the two calls, once each.
+        assert agent_env.servers.ticketing.server.served == ["get_ticket"]
+        assert agent_env.servers.docs.server.served == ["search_docs"]
+
+
+LONG_ANSWER = (
+    "PAY-101 is about refunds stuck in PENDING since the last deploy. "
+    "The runbook says to retry the settlement job once the processor is back. "
+    "Nothing was changed: both calls were reads.\n"
+    "Ask me to close it when the retry went through."
+)
+
+
+def two_tool_long_answer(messages: list[BaseMessage]) -> AIMessage:
+    """``two_tool_model`` with an answer of several sentences (worth streaming)."""
+    results = tool_results(messages)
+    if len(results) < 2:
+        return two_tool_model(messages)
+    ticket = _json(results[0].content)
+    return _final(
+        LONG_ANSWER, [{"system": "ticketing", "id": "PAY-101", "link": ticket.get("url")}]
+    )
+
+
+async def test_a_streaming_model_s_answer_is_appended_as_it_is_written_after_the_tasks(
+    run_app: RunApp,
+    agent_env: AgentEnv,  # noqa: F811  (the fixture imported above)
+    sqlite_url: str,
+) -> None:
+    model = StreamingFunctionChatModel(fn=two_tool_long_answer, chunk_chars=16)
+    async with agent_stack(run_app, agent_env, sqlite_url, model) as (env, _):
+        ts = "1700010000.0009"
+        stopped = await ask_until_stopped(env, ts)
+        key, chunks = stream_of(env, ts)
+        # The tasks first (each started, then done), then only the answer's text.
+        assert tasks(chunks) == [
+            ("ticketing · get ticket PAY-101", "in_progress"),
+            ("ticketing · get ticket PAY-101", "complete"),
+            ("docs · search docs refunds", "in_progress"),
+            ("docs · search docs refunds", "complete"),
+        ]
+        kinds = [c["type"] for c in chunks]
+        assert kinds[:4] == ["task_update"] * 4
+        assert set(kinds[4:]) == {"markdown_text"}
+        texts = [c["text"] for c in chunks[4:]]
+        # Appended while the model wrote (before the stream was stopped), in whole
+        # sentences, then the rest at stopStream: together exactly the answer, never JSON.
+        appended = [
+            c["text"]
+            for call_ in env.fake.calls_to("chat.appendStream")
+            for c in call_.get("chunks") or []
+            if c["type"] == "markdown_text"
+        ]
+        assert len(appended) >= 2
+        assert texts[: len(appended)] == appended
+        assert all(t.endswith((". ", "\n")) for t in appended)
+        assert "".join(texts) == LONG_ANSWER
+        assert not any("{" in t or '"answer"' in t for t in texts)
+        assert env.fake.messages[key]["text"] == LONG_ANSWER
+        # Then the sources and the feedback buttons, when the stream stops.
+        assert stopped["ts"] == key[1]
+        message = env.fake.messages[key]
+        assert message["streaming"] is False
+        assert "|ticketing PAY-101>" in _texts([message["blocks"][0]])
+        assert message["blocks"][-1]["type"] == "context_actions"
+        assert env.fake.calls_to("chat.postMessage") == []
         assert agent_env.servers.ticketing.server.served == ["get_ticket"]
         assert agent_env.servers.docs.server.served == ["search_docs"]
 

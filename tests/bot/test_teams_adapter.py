@@ -112,7 +112,7 @@ def test_split_text_cuts_between_paragraphs() -> None:
 async def test_a_link_the_model_wrote_is_not_clickable(
     env: TeamsEnv, assistant: FakeAssistant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def answer(*_args: Any) -> Answered:
+    async def answer(*_args: Any, **_kwargs: Any) -> Answered:
         return Answered(
             Answer(
                 "See [the fix](http://evil.example/steal) and [PAY-1](http://tickets.test/PAY-1)"
