@@ -14,7 +14,8 @@ affects all of them alike:
 Wall time and client CPU (this thread's CPU time: the IdP and the MCP servers run on a
 thread of their own, so their work is not counted) are medians over the rounds. Also: SQL
 statements and commits per one-read opsbot turn on SQLite and, when the test PostgreSQL
-server answers, on PostgreSQL (an agent of its own, run once a round, untimed), and
+server answers, on PostgreSQL (an agent of its own), counted in one more turn per database
+and round that is not timed (counting wraps every driver call), and
 ``tools/list`` calls per cold and warm run.
 """
 
@@ -161,20 +162,25 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
 
                 sql_counts: dict[str, list[int]] = {db: [] for db in databases}
 
-                async def opsbot(k: int, i: int, db: str = "sqlite") -> None:
+                runs = {"warm": 0}
+
+                async def opsbot(k: int, i: int, db: str = "sqlite", counted: bool = False) -> None:
                     agent = agents[k] if db == "sqlite" else databases[db]
                     ref = PlatformRef("slack", "T-BENCH", db, f"{time.time_ns()}-{k}-{i}")
-                    with count_statements() as sql:
+                    # Counting wraps every driver call: only in the untimed turns.
+                    with count_statements() if counted else contextlib.nullcontext() as sql:
                         thread = await agent.threads.get_or_create(ref, alice.subject)
                         result = await agent.run(alice, thread.thread_id, f"show {k} tickets ({i})")
                     assert result.kind == "answer", result
-                    if k == 1:
+                    if sql is not None:
                         sql_counts[db].append(sql.total)
+                    if db == "sqlite" and i >= 0:
+                        runs["warm"] += 1
 
-                async def other_databases(i: int) -> None:
+                async def count_sql(i: int) -> None:
+                    """One untimed one-read turn per database, its SQL counted."""
                     for db in databases:
-                        if db != "sqlite":
-                            await opsbot(1, i, db)
+                        await opsbot(1, i, db, counted=True)
 
                 cold: dict[int, int] = {}
                 for k in KS:  # warm-up: discovery, imports, first connections
@@ -183,7 +189,7 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                     cold[k] = agents[k].stats.list_tools_calls - before
                     await peer(k, -1)
                     await floor(k)
-                await other_databases(-1)
+                await count_sql(-1)
                 for counts in sql_counts.values():
                     counts.clear()
                 lists_before = sum(a.stats.list_tools_calls for a in agents.values())
@@ -195,10 +201,9 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                         samples["floor"][k].append(await _timed(functools.partial(floor, k)))
                         samples["peer"][k].append(await _timed(functools.partial(peer, k, i)))
                         samples["opsbot"][k].append(await _timed(functools.partial(opsbot, k, i)))
-                    await other_databases(i)
-                warm = (sum(a.stats.list_tools_calls for a in agents.values()) - lists_before) / (
-                    turns * len(KS)
-                )
+                    await count_sql(i)
+                lists = sum(a.stats.list_tools_calls for a in agents.values()) - lists_before
+                warm = lists / runs["warm"]
 
     def median(name: str, k: int, index: int) -> float:
         return round(statistics.median(s[index] for s in samples[name][k]), 2)
