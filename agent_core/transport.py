@@ -94,7 +94,8 @@ class ConnectionPools:
     asked for from another loop.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keepalive_expiry: float = KEEPALIVE_EXPIRY_S) -> None:
+        self._keepalive_expiry = keepalive_expiry
         self._pools: dict[str, tuple[asyncio.AbstractEventLoop, _SharedPool]] = {}
 
     def for_server(self, server: str, verify: object) -> httpx.AsyncBaseTransport:
@@ -103,7 +104,7 @@ class ConnectionPools:
         if held is None or held[0] is not loop:
             pool = _SharedPool(
                 verify=verify,  # type: ignore[arg-type]  # an ssl.SSLContext
-                limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
+                limits=httpx.Limits(keepalive_expiry=self._keepalive_expiry),
             )
             self._pools[server] = held = (loop, pool)
         return held[1]
