@@ -87,6 +87,7 @@ from agent_core.tools import (
     build_tool,
     visible_definitions,
 )
+from agent_core.transport import ConnectionPools
 from broker import Broker, BrokerError, Identity
 
 log = logging.getLogger(__name__)
@@ -216,6 +217,8 @@ class Agent:
         )
         self.cache = DiscoveryCache()
         self.stats = SessionStats()
+        # TCP connections to the servers, reused by every run (each with its own session).
+        self.pools = ConnectionPools()
         self._graphs: dict[tuple[str, ...], CompiledStateGraph[Any, Any, Any, Any]] = {}
         self._tools: dict[str, BaseTool] = {}
         self._discovery_locks: dict[str, asyncio.Lock] = {}
@@ -531,6 +534,7 @@ class Agent:
             stats=self.stats,
             http_timeout=self.config.write_timeout,
             oauth_token=self._oauth_token,
+            pools=self.pools,
         )
 
     async def _toolset(self, sessions: RunSessions) -> _Toolset:

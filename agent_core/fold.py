@@ -6,8 +6,14 @@ rules, summarisation, the call limits, review and the guards) had 16 such nodes 
 model call. None of them needs a node of its own: they are plain functions of the state. So
 ``fold`` runs them all in one ``before`` node and one ``after`` node per model step, in the
 order ``create_agent`` would (``before`` hooks in list order, ``after`` hooks in reverse),
-each one seeing the state as the hooks before it left it. The wrap hooks (tool and model
-calls) stay where they were, on thin stand-ins that also carry each part's state schema.
+each one seeing the state as the hooks before it left it.
+
+The wrap hooks (tool and model calls) are folded too, into one ``FoldedWraps`` that chains
+them in the order ``create_agent`` would (first listed = outermost): ``create_agent`` wraps
+each wrap hook in a LangSmith ``traceable``, which costs two thread hops and a task per
+hook per call even with tracing off; six hooks around every tool call made that most of
+the per-call overhead. The parts stay in the list as thin stand-ins carrying their state
+schema, tools and name.
 
 An interrupt (human review) ends the folded ``after`` node before its update is saved, so
 review must be the first ``after`` hook (checked): what must be in the state saved at the
@@ -24,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from langchain.agents.factory import _chain_async_model_call_handlers
 from langchain.agents.middleware import (
     AgentMiddleware,
     AgentState,
@@ -181,44 +188,77 @@ class FoldedHooks(AgentMiddleware[Any, Any, Any]):
         return await run_hooks(self.after, "after_model", state, runtime)
 
 
+class FoldedWraps(AgentMiddleware[Any, Any, Any]):
+    """The ``wrap_tool_call`` and ``wrap_model_call`` hooks of ``parts``, chained as
+    ``create_agent`` chains them (first = outermost), behind one hook of each kind."""
+
+    def __init__(self, parts: Sequence[Middleware]) -> None:
+        super().__init__()
+        self.tool_parts = [p for p in parts if _overrides(p, "wrap_tool_call")]
+        self.model_parts = [p for p in parts if _overrides(p, "wrap_model_call")]
+        # The same composition create_agent applies (results normalised between layers,
+        # commands of every layer kept), without a traced wrapper per layer.
+        self._model_chain = _chain_async_model_call_handlers(
+            [p.awrap_model_call for p in self.model_parts]
+        )
+
+    @property
+    def name(self) -> str:
+        return "opsbot_wraps"
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return await self._tool_layer(0, request, handler)
+
+    async def _tool_layer(self, index: int, request: Any, handler: Any) -> Any:
+        if index == len(self.tool_parts):
+            return await handler(request)
+
+        async def inner(req: Any) -> Any:  # may be called again (retries)
+            return await self._tool_layer(index + 1, req, handler)
+
+        return await self.tool_parts[index].awrap_tool_call(request, inner)
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        if self._model_chain is None:
+            return await handler(request)
+        return await self._model_chain(request, handler)
+
+
+def _has_wraps(part: Middleware) -> bool:
+    return any(_overrides(part, h) for h in _WRAPS)
+
+
 def _stand_in(part: Middleware) -> Middleware:
-    """``part`` without its node hooks: its wrap hooks, state schema, tools and name."""
+    """``part`` without its hooks: its state schema, tools and name."""
     ns: dict[str, Any] = {
         "state_schema": part.state_schema,
         "name": property(lambda self: part.name),
         "transformers": tuple(getattr(part, "transformers", ()) or ()),
     }
-    if _overrides(part, "wrap_tool_call"):
-
-        async def awrap_tool_call(self: Any, request: Any, handler: Any) -> Any:
-            return await part.awrap_tool_call(request, handler)
-
-        ns["awrap_tool_call"] = awrap_tool_call
-    if _overrides(part, "wrap_model_call"):
-
-        async def awrap_model_call(self: Any, request: Any, handler: Any) -> Any:
-            return await part.awrap_model_call(request, handler)
-
-        ns["awrap_model_call"] = awrap_model_call
-    cls = type(f"{type(part).__name__}Wraps", (AgentMiddleware,), ns)
+    cls = type(f"{type(part).__name__}Parts", (AgentMiddleware,), ns)
     stand_in: Middleware = cls()
     stand_in.tools = list(getattr(part, "tools", None) or [])
     return stand_in
 
 
 def fold(stack: Sequence[Middleware]) -> list[Middleware]:
-    """``stack`` with every node hook folded into one ``before`` and one ``after`` node.
+    """``stack`` with every node hook folded into one ``before`` and one ``after`` node,
+    and every wrap hook into one wrap of each kind.
 
-    Middleware without node hooks are returned as they are; the others are replaced by
-    stand-ins for their wrap hooks (same place in the list, so wraps nest as before), and
-    their node hooks run in one ``FoldedHooks`` placed first.
+    Middleware without hooks are returned as they are; the others are replaced by
+    stand-ins (same place in the list), their node hooks run in one ``FoldedHooks`` placed
+    first and their wrap hooks in one ``FoldedWraps`` after it.
     """
     for part in stack:
         for hook in _AGENT_HOOKS:
             if _overrides(part, hook):
                 raise ValueError(f"{part.name} has a {hook} hook, which a fold does not run")
     noded = [p for p in stack if any(_overrides(p, h) for h in _NODE_HOOKS)]
-    if not noded:
+    wrapping = [p for p in stack if _has_wraps(p)]
+    if not noded and not wrapping:
         return list(stack)
-    rest = [_stand_in(p) if p in noded else p for p in stack]
-    return [FoldedHooks(noded), *rest]
+    rest = [_stand_in(p) if p in noded or p in wrapping else p for p in stack]
+    head: list[Middleware] = [FoldedHooks(noded)] if noded else []
+    if wrapping:
+        head.append(FoldedWraps(wrapping))
+    return [*head, *rest]

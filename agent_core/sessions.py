@@ -32,7 +32,6 @@ from langchain_mcp_adapters.interceptors import (
 )
 from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
 from mcp import ClientSession, McpError
-from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation, InitializeResult
 
 from agent_core.binding import ActingAs, AuditInterceptor, MCPHandler, RunContext
@@ -47,6 +46,7 @@ from agent_core.errors import (
 )
 from agent_core.health import ServerHealth, shared_ssl_context
 from agent_core.tools import DiscoveryCache, ServerTools, ToolDefinition
+from agent_core.transport import ConnectionPools, request_only_transport
 from agent_core.validation import ValidatingSession
 from broker import Broker, Identity
 from infra.logging import quiet_mcp_streams
@@ -152,8 +152,12 @@ class RunSessions:
         http_timeout: float = 30.0,
         interceptors: Sequence[ToolCallInterceptor] | None = None,
         oauth_token: OAuthTokenSource | None = None,
+        pools: ConnectionPools | None = None,
     ) -> None:
         self._servers = servers
+        # The agent's pools outlive this run; without them, this run's own (closed with it).
+        self._own_pools = pools is None
+        self._pools = pools if pools is not None else ConnectionPools()
         self._cache = cache
         self.identity = identity
         self._credentials = Credentials(broker, identity, oauth_token)
@@ -302,7 +306,9 @@ class RunSessions:
             # server-to-client stream.
             timeout=httpx.Timeout(timeout, read=max(timeout * 10, 60.0)),
             event_hooks={"request": [on_request], "response": [on_response]},
-            verify=shared_ssl_context(),
+            # Connections (never credentials: those are this client's headers) are reused
+            # across runs: a run's session costs no TCP connect (agent_core.transport).
+            transport=self._pools.for_server(server, shared_ssl_context()),
         )
         held.task = asyncio.create_task(self._hold(config, client, held), name=f"mcp:{server}")
         try:
@@ -333,7 +339,7 @@ class RunSessions:
         try:
             async with (
                 client,
-                streamable_http_client(config.url, http_client=client) as (read, write, _),
+                request_only_transport(config.url, client) as (read, write),
                 # Output schemas checked with validators compiled once (agent_core.validation).
                 ValidatingSession(read, write, client_info=CLIENT_INFO) as session,
             ):
@@ -408,6 +414,8 @@ class RunSessions:
     async def aclose(self) -> None:
         held, self._held = list(self._held.values()), {}
         await asyncio.gather(*(_stop(h) for h in held), return_exceptions=True)
+        if self._own_pools:
+            await self._pools.aclose()
 
 
 async def _list_all(session: ClientSession) -> list[Any]:

@@ -116,6 +116,11 @@ class MemoryThreadStore:
         return _check_owner(await self.get(thread_id), thread_id, subject)
 
 
+# Threads remembered by id per store: a thread row is never updated or deleted (its owner is
+# fixed at creation), so a row read once answers every later owner check without a query.
+KNOWN_THREADS = 4096
+
+
 class SqlThreadStore:
     """Threads in the project's database (SQLite or PostgreSQL); safe across instances."""
 
@@ -125,6 +130,13 @@ class SqlThreadStore:
         self._engine = engine
         self._clock = clock
         self._new_id = new_id
+        self._known: dict[str, Thread] = {}
+
+    def _remember(self, thread: Thread) -> Thread:
+        if len(self._known) >= KNOWN_THREADS:
+            del self._known[next(iter(self._known))]  # the oldest first
+        self._known[thread.thread_id] = thread
+        return thread
 
     async def get_or_create(self, ref: PlatformRef, owner_subject: str) -> Thread:
         found = await self._get_by_ref(ref)
@@ -150,16 +162,19 @@ class SqlThreadStore:
             if found is None:
                 raise
             return found
-        return thread
+        return self._remember(thread)
 
     async def get(self, thread_id: str) -> Thread | None:
+        known = self._known.get(thread_id)
+        if known is not None:
+            return known
         async with self._engine.connect() as conn:
             row = (
                 await conn.execute(
                     select(threads_table).where(threads_table.c.thread_id == thread_id)
                 )
             ).first()
-        return None if row is None else _row_to_thread(row._mapping)
+        return None if row is None else self._remember(_row_to_thread(row._mapping))
 
     async def require_owner(self, thread_id: str, subject: str) -> Thread:
         return _check_owner(await self.get(thread_id), thread_id, subject)
@@ -177,7 +192,7 @@ class SqlThreadStore:
         )
         async with self._engine.connect() as conn:
             row = (await conn.execute(query)).first()
-        return None if row is None else _row_to_thread(row._mapping)
+        return None if row is None else self._remember(_row_to_thread(row._mapping))
 
 
 def _row_to_thread(m: RowMapping) -> Thread:

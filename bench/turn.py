@@ -13,7 +13,10 @@ affects all of them alike:
 
 Wall time and client CPU (this thread's CPU time: the IdP and the MCP servers run on a
 thread of their own, so their work is not counted) are medians over the rounds. Also: SQL
-statements and commits per opsbot turn, and ``tools/list`` calls per cold and warm run.
+statements and commits per one-read opsbot turn on SQLite and, when the test PostgreSQL
+server answers, on PostgreSQL (an agent of its own), counted in one more turn per database
+and round that is not timed (counting wraps every driver call), and
+``tools/list`` calls per cold and warm run.
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
 
     from agent_core.answer import FinalAnswer
     from agent_core.threads import PlatformRef
+    from bench._support import postgres_reachable, throwaway_postgres
     from testing.agent import FunctionChatModel, open_agent_env
     from testing.mcp import mcp_session
     from testing.sql import count_statements
@@ -112,6 +116,13 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                     model = FunctionChatModel(fn=reads_then_answer(k))
                     agents[k] = await stack.enter_async_context(
                         open_sql_agent(env, model, url, migrated=k != KS[0])
+                    )
+                databases = {"sqlite": agents[1]}
+                if postgres_reachable():
+                    pg_url = stack.enter_context(throwaway_postgres("opsbot_turn"))
+                    model = FunctionChatModel(fn=reads_then_answer(1))
+                    databases["postgresql"] = await stack.enter_async_context(
+                        open_sql_agent(env, model, pg_url)
                     )
                 client = MultiServerMCPClient(
                     {
@@ -149,17 +160,27 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                 async def peer(k: int, i: int) -> None:
                     await peers[k].ainvoke({"messages": [("user", f"show {k} tickets ({i})")]})
 
-                sql_counts: list[int] = []
+                sql_counts: dict[str, list[int]] = {db: [] for db in databases}
 
-                async def opsbot(k: int, i: int) -> None:
-                    agent = agents[k]
-                    ref = PlatformRef("slack", "T-BENCH", "C-BENCH", f"{time.time_ns()}-{k}-{i}")
-                    with count_statements() as sql:
+                runs = {"warm": 0}
+
+                async def opsbot(k: int, i: int, db: str = "sqlite", counted: bool = False) -> None:
+                    agent = agents[k] if db == "sqlite" else databases[db]
+                    ref = PlatformRef("slack", "T-BENCH", db, f"{time.time_ns()}-{k}-{i}")
+                    # Counting wraps every driver call: only in the untimed turns.
+                    with count_statements() if counted else contextlib.nullcontext() as sql:
                         thread = await agent.threads.get_or_create(ref, alice.subject)
                         result = await agent.run(alice, thread.thread_id, f"show {k} tickets ({i})")
                     assert result.kind == "answer", result
-                    if k == 1:
-                        sql_counts.append(sql.total)
+                    if sql is not None:
+                        sql_counts[db].append(sql.total)
+                    if db == "sqlite" and i >= 0:
+                        runs["warm"] += 1
+
+                async def count_sql(i: int) -> None:
+                    """One untimed one-read turn per database, its SQL counted."""
+                    for db in databases:
+                        await opsbot(1, i, db, counted=True)
 
                 cold: dict[int, int] = {}
                 for k in KS:  # warm-up: discovery, imports, first connections
@@ -168,7 +189,9 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                     cold[k] = agents[k].stats.list_tools_calls - before
                     await peer(k, -1)
                     await floor(k)
-                sql_counts.clear()
+                await count_sql(-1)
+                for counts in sql_counts.values():
+                    counts.clear()
                 lists_before = sum(a.stats.list_tools_calls for a in agents.values())
                 samples: dict[str, dict[int, list[tuple[float, float]]]] = {
                     name: {k: [] for k in KS} for name in ("floor", "peer", "opsbot")
@@ -178,9 +201,9 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                         samples["floor"][k].append(await _timed(functools.partial(floor, k)))
                         samples["peer"][k].append(await _timed(functools.partial(peer, k, i)))
                         samples["opsbot"][k].append(await _timed(functools.partial(opsbot, k, i)))
-                warm = (sum(a.stats.list_tools_calls for a in agents.values()) - lists_before) / (
-                    turns * len(KS)
-                )
+                    await count_sql(i)
+                lists = sum(a.stats.list_tools_calls for a in agents.values()) - lists_before
+                warm = lists / runs["warm"]
 
     def median(name: str, k: int, index: int) -> float:
         return round(statistics.median(s[index] for s in samples[name][k]), 2)
@@ -188,6 +211,7 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
     wall = {n: {str(k): median(n, k, 0) for k in KS} for n in samples}
     cpu = {n: {str(k): median(n, k, 1) for k in KS} for n in samples}
     ops_cpu = cpu["opsbot"]
+    sql_by_database = {db: statistics.median(counts) for db, counts in sql_counts.items()}
     return {
         "turns": turns,
         "overhead_ratio": round(wall["opsbot"]["1"] / wall["floor"]["1"], 2),
@@ -198,10 +222,13 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
         "peer_cpu_ratio": round(ops_cpu["1"] / cpu["peer"]["1"], 2),
         "cpu_ms_per_extra_call": round((ops_cpu["8"] - ops_cpu["1"]) / 7, 2),
         "peer_cpu_ms_per_extra_call": round((cpu["peer"]["8"] - cpu["peer"]["1"]) / 7, 2),
-        "sql_statements_per_turn": statistics.median(sql_counts),
+        # The goal holds on every database: the larger of their medians.
+        "sql_statements_per_turn": max(sql_by_database.values()),
+        "sql_statements_by_database": sql_by_database,
         "wall_ms": wall,
         "cpu_ms": cpu,
         "list_tools_calls_per_run": {"cold": cold[KS[0]], "warm": warm},
         "model": "scripted, zero latency",
-        "database": "SQLite (checkpointer, threads, audit log)",
+        "database": "SQLite (checkpointer, threads, audit log); SQL also on "
+        + (", ".join(db for db in sql_by_database if db != "sqlite") or "no PostgreSQL"),
     }

@@ -1,0 +1,145 @@
+"""The HTTP under opsbot's MCP sessions: a request-only streamable HTTP transport, and TCP
+connection pools that outlive a run.
+
+A run opens its own MCP session per server (``agent_core.sessions``); what it does not need
+to open again is the TCP connection under it. ``ConnectionPools`` keeps one keep-alive pool
+per server for the whole agent: each run's ``httpx.AsyncClient`` carries that run's own
+headers (its credential) and hooks, and borrows a connection for a request at a time. An
+HTTP/1.1 connection holds no credential and no MCP session (both travel in each request's
+headers), so borrowing one shares nothing between users.
+
+``request_only_transport`` is the SDK's ``streamable_http_client`` without the standing GET
+stream that the SDK opens after ``initialize``. That stream only carries what a server sends
+outside any request (list-changed and log notifications), which a run does not read; its
+responses, and anything a server sends during a call, come on the POST's own stream. The GET
+is optional in the MCP spec, and skipping it saves a request and a connection per session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import anyio
+import httpx
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.client.streamable_http import StreamableHTTPTransport
+from mcp.shared.message import SessionMessage
+
+# Below the usual 5 s server keep-alive (uvicorn's default): a connection is dropped by us
+# before the server closes it under a request.
+KEEPALIVE_EXPIRY_S = 2.0
+# The SDK stops reading a POST's event stream at the JSON-RPC response; the server ends the
+# stream right after it. Reading that end (briefly, and little) keeps the connection reusable.
+DRAIN_S = 0.5
+DRAIN_BYTES = 64 * 1024
+
+ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
+WriteStream = MemoryObjectSendStream[SessionMessage]
+
+
+class _Drained(httpx.AsyncByteStream):
+    """A response body that, closed before its end, reads the rest first when it comes at
+    once: a connection is reusable only after its response ended."""
+
+    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+        self._inner = inner
+        self._ended = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            yield chunk
+        self._ended = True
+
+    async def aclose(self) -> None:
+        try:
+            if not self._ended:
+                read = 0
+                with anyio.move_on_after(DRAIN_S):
+                    async for chunk in self._inner:
+                        read += len(chunk)
+                        if read > DRAIN_BYTES:
+                            break
+        finally:
+            await self._inner.aclose()
+
+
+class _SharedPool(httpx.AsyncHTTPTransport):
+    """A connection pool that a client's close leaves open (``ConnectionPools`` owns it)."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        assert isinstance(response.stream, httpx.AsyncByteStream)  # httpx gives an async stream
+        response.stream = _Drained(response.stream)
+        return response
+
+    async def __aenter__(self) -> _SharedPool:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+    async def close_pool(self) -> None:
+        await super().aclose()
+
+
+class ConnectionPools:
+    """One keep-alive connection pool per server, for every run of one agent.
+
+    Connections belong to the event loop that opened them, so a pool is replaced when it is
+    asked for from another loop.
+    """
+
+    def __init__(self, keepalive_expiry: float = KEEPALIVE_EXPIRY_S) -> None:
+        self._keepalive_expiry = keepalive_expiry
+        self._pools: dict[str, tuple[asyncio.AbstractEventLoop, _SharedPool]] = {}
+
+    def for_server(self, server: str, verify: object) -> httpx.AsyncBaseTransport:
+        loop = asyncio.get_running_loop()
+        held = self._pools.get(server)
+        if held is None or held[0] is not loop:
+            pool = _SharedPool(
+                verify=verify,  # type: ignore[arg-type]  # an ssl.SSLContext
+                limits=httpx.Limits(keepalive_expiry=self._keepalive_expiry),
+            )
+            self._pools[server] = held = (loop, pool)
+        return held[1]
+
+    async def aclose(self) -> None:
+        pools, self._pools = list(self._pools.values()), {}
+        loop = asyncio.get_running_loop()
+        for owner, pool in pools:
+            if owner is loop:
+                await pool.close_pool()
+
+
+@contextlib.asynccontextmanager
+async def request_only_transport(
+    url: str, client: httpx.AsyncClient
+) -> AsyncIterator[tuple[ReadStream, WriteStream]]:
+    """Streamable HTTP on ``client`` without the standing GET stream (see the module)."""
+    read_writer, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    transport = StreamableHTTPTransport(url)
+    async with anyio.create_task_group() as tg:
+        try:
+            tg.start_soon(
+                transport.post_writer, client, write_reader, read_writer, write, _no_get, tg
+            )
+            try:
+                yield read, write
+            finally:
+                if transport.session_id:  # the server can drop the session at once
+                    await transport.terminate_session(client)
+                tg.cancel_scope.cancel()
+        finally:
+            await read_writer.aclose()
+            await write.aclose()
+
+
+def _no_get() -> None:
+    """In place of the SDK's ``start_get_stream``: no standing GET (see the module)."""
