@@ -1,5 +1,6 @@
-"""What an ack front (Slack's ``bot.slack.front``, Teams' ``bot.teams.front``) answers when it
-could not store a delivery: ``503`` with ``Retry-After`` and one log line, never a 500.
+"""Serving on the ack thread (``serve_fronts``), and what an ack front (Slack's
+``bot.slack.front``, Teams' ``bot.teams.front``) answers when it could not store a delivery:
+``503`` with ``Retry-After`` and one log line, never a 500.
 
 Why 503 for every storage error: nothing was stored or marked seen, so the platform must
 deliver the message again, and a 503 says "try later" where a 500 says "this request is
@@ -16,10 +17,19 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 from aiohttp import web
 
+from infra.loop_thread import LoopThread, on_loop
+from infra.serving import socket_url
 from infra.storage.faults import is_connection_error
 
 log = logging.getLogger(__name__)
@@ -48,3 +58,80 @@ def not_stored(exc: BaseException, what: str, *, platform: str) -> web.Response:
             str(exc).splitlines()[0][:300] if str(exc) else "",
         )
     return web.Response(status=503, text="", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+
+class Front(Protocol):
+    """An ack front: opened on the ack loop (``main`` is the loop the agents run on), it
+    serves its ``routes`` there."""
+
+    def opened(self, main: asyncio.AbstractEventLoop) -> AbstractAsyncContextManager[Any]: ...
+
+    def routes(self) -> Sequence[web.RouteDef]: ...
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def on_main(main: asyncio.AbstractEventLoop, handler: Handler) -> Handler:
+    """``handler`` run on ``main`` for a request served on another loop. Safe for a handler
+    that reads only the request's URL (GETs) or a body already read."""
+
+    async def forwarded(request: web.Request) -> web.StreamResponse:
+        return await on_loop(main, handler(request))  # type: ignore[arg-type]
+
+    return forwarded
+
+
+@contextlib.asynccontextmanager
+async def serve_fronts(
+    sock: socket.socket,
+    fronts: Sequence[Front],
+    *,
+    routes: Sequence[web.RouteDef] = (),
+    middlewares: Sequence[Any] = (),
+    thread_name: str = "ack",
+) -> AsyncIterator[str]:
+    """Serve HTTP on ``sock`` from a thread and loop of its own: the fronts' routes there,
+    ``routes`` forwarded to this (the calling) loop. Yields the base URL."""
+    main = asyncio.get_running_loop()
+
+    async def start(stack: contextlib.AsyncExitStack) -> str:
+        served: list[web.RouteDef] = []
+        for front in fronts:
+            await stack.enter_async_context(front.opened(main))
+            served.extend(front.routes())
+        served.extend(
+            web.RouteDef(r.method, r.path, on_main(main, r.handler), r.kwargs) for r in routes
+        )
+        application = web.Application(middlewares=list(middlewares))
+        application.add_routes(served)
+        runner = web.AppRunner(application, access_log=None, handle_signals=False)
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        await web.SockSite(runner, sock).start()
+        return socket_url(sock)
+
+    async with short_switch_interval(), LoopThread(thread_name) as thread:
+        stack = contextlib.AsyncExitStack()
+        try:
+            yield await thread.run(start(stack))
+        finally:
+            await thread.run(stack.aclose())
+            sock.close()
+
+
+# A thread waiting for the GIL asks the holder to let go after the switch interval. The ack
+# thread waits for it after every socket read and every database round trip, while the main
+# thread runs agent steps: 1 ms instead of Python's 5 ms keeps those waits short. Threads
+# that do not contend are not switched any more often.
+ACK_SWITCH_INTERVAL = 0.001
+
+
+@contextlib.asynccontextmanager
+async def short_switch_interval() -> AsyncIterator[None]:
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(min(previous, ACK_SWITCH_INTERVAL))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)

@@ -1,0 +1,111 @@
+"""Teams on the ack path (``bot.teams.front``): authenticated, deduplicated and stored on the
+ack thread; nothing runs for a bad token, a redelivery is one job, an acked activity
+survives a restart."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlalchemy import func, select
+
+from bot.teams.core import ChatUser
+from bot.teams.incoming import delivery_id
+from infra.jobs import JobStatus, SqlJobQueue, spool_url
+from infra.storage import create_engine
+from infra.storage.schema import processed_events, run_jobs
+from testing.fake_assistant import FakeAssistant
+from testing.teams import TENANT_ID, new_user
+from tests.fixtures.teams import RunTeams
+
+ALICE = new_user("Alice")
+BOUND = 30.0
+
+
+@pytest.fixture
+def assistant() -> FakeAssistant:
+    fake = FakeAssistant()
+    fake.link(ChatUser("teams", TENANT_ID, ALICE.aad_object_id), "alice", {"team-payments"})
+    return fake
+
+
+async def _stored(database_url: str) -> tuple[int, int]:
+    """(jobs, delivery ids) in the database and, on SQLite, the ack's spool."""
+    jobs = seen = 0
+    for url in filter(None, (database_url, spool_url(database_url))):
+        engine = create_engine(url)
+        try:
+            async with engine.connect() as conn:
+                jobs += (await conn.scalar(select(func.count()).select_from(run_jobs))) or 0
+                seen += (await conn.scalar(select(func.count()).select_from(processed_events))) or 0
+        finally:
+            await engine.dispose()
+    return jobs, seen
+
+
+@pytest.mark.parametrize("token", ["wrong_audience", "expired", "missing"])
+async def test_a_bad_token_is_401_and_nothing_is_stored_or_run(
+    run_teams: RunTeams, assistant: FakeAssistant, sqlite_url: str, token: str
+) -> None:
+    async with run_teams(assistant, durable=True) as env:
+        fake = env.fake
+        bad = {
+            "wrong_audience": {"token": fake.token(audience="some-other-bot")},
+            "expired": {"token": fake.token(expires_in=-3600)},
+            "missing": {"authorization": ""},
+        }[token]
+        status, _ = await env.post(fake.personal(ALICE, "is PAY-102 open?"), **bad)
+        assert status == 401
+        await fake.settle(quiet=0.3)
+        assert await _stored(sqlite_url) == (0, 0)
+        # The same activity with the Connector's token is acked and answered.
+        assert (await env.post(fake.personal(ALICE, "is PAY-102 open?")))[0] == 202
+        await fake.wait_for("posted", where=lambda c: bool(c.cards), wait=BOUND)
+    assert len(assistant.messages) == 1
+
+
+async def test_a_duplicate_delivery_is_one_job_and_one_answer(
+    run_teams: RunTeams, assistant: FakeAssistant, sqlite_url: str
+) -> None:
+    async with run_teams(assistant, durable=True) as env:
+        ask = env.fake.personal(ALICE, "which jobs failed?")
+        # Twice at once (one batch or two), then once more later.
+        statuses = await asyncio.gather(env.post(ask), env.post(ask))
+        assert [s for s, _ in statuses] == [202, 202]
+        await env.fake.wait_for("posted", where=lambda c: bool(c.cards), wait=BOUND)
+        assert (await env.post(ask))[0] == 202
+        await env.bot.adapter.idle()
+        await env.fake.settle(quiet=0.3)
+        assert await _stored(sqlite_url) == (1, 2)  # one job; its id in each store
+    assert len(assistant.messages) == 1
+    assert len([c for c in env.fake.posted() if c.cards]) == 1
+
+
+async def test_an_acked_activity_survives_a_restart(
+    run_teams: RunTeams, assistant: FakeAssistant, sqlite_url: str
+) -> None:
+    """The app stops while the run it acked has not answered (as a crash would leave it);
+    the next start answers it, once."""
+    stuck = FakeAssistant(run_delay=3600)
+    stuck.link(ChatUser("teams", TENANT_ID, ALICE.aad_object_id), "alice", {"team-payments"})
+    ask = None
+    async with run_teams(stuck, durable=True) as env:
+        ask = env.fake.personal(ALICE, "is PAY-102 open?")
+        assert (await env.post(ask))[0] == 202
+        for _ in range(int(BOUND / 0.05)):  # its run has started (and will never finish)
+            if stuck.messages:
+                break
+            await asyncio.sleep(0.05)
+        assert stuck.messages
+    assert [c for c in env.fake.posted() if c.cards] == []
+
+    async with run_teams(assistant, durable=True) as env:
+        await env.fake.wait_for("posted", where=lambda c: bool(c.cards), wait=BOUND)
+        await env.bot.adapter.idle()
+        await env.fake.settle(quiet=0.3)
+        job_id = "teams-" + delivery_id(ask["conversation"]["id"], ask["id"])
+        status = await SqlJobQueue(env.engine).status(job_id)
+    assert status is not None
+    assert status[0] == JobStatus.DONE
+    assert [text for _, _, text in assistant.messages] == ["is PAY-102 open?"]
+    assert len([c for c in env.fake.posted() if c.cards]) == 1
