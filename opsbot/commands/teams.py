@@ -186,6 +186,7 @@ async def serve_teams(
     from bot.teams.server import link_callback_route
     from infra.ack import serve_fronts
     from infra.observability.health import SchemaWatch
+    from infra.observability.loop import LoopLagMonitor
     from infra.serving import bind_socket
     from infra.storage import create_engine
     from opsbot.observability import Readiness, ops_routes, refresh_runtime_gauges, request_metrics
@@ -202,6 +203,7 @@ async def serve_teams(
             factory(settings) as assistant,
             open_configured_teams_bot(settings, config, assistant, engine) as bot,
             teams_background(settings, bot, engine),
+            LoopLagMonitor("main"),
         ):
             sweeper = asyncio.create_task(
                 assistant.sweep_forever(

@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import asyncio
 
+import aiohttp
 import pytest
 from sqlalchemy import func, select
 
 from bot.teams.core import ChatUser
+from bot.teams.durable import open_durable_teams_bot
+from bot.teams.front import TEAMS_ACK_LOOP, TeamsAckFront
 from bot.teams.incoming import delivery_id
+from infra.ack import serve_fronts
 from infra.jobs import JobStatus, SqlJobQueue, spool_url
+from infra.observability.http import ops_routes
+from infra.serving import bind_socket
 from infra.storage import create_engine
 from infra.storage.schema import processed_events, run_jobs
 from testing.fake_assistant import FakeAssistant
-from testing.teams import TENANT_ID, new_user
-from tests.fixtures.teams import RunTeams
+from testing.teams import TENANT_ID, FakeTeams, new_user
+from tests.fixtures.teams import RunTeams, teams_config
 
 ALICE = new_user("Alice")
 BOUND = 30.0
@@ -109,3 +115,36 @@ async def test_an_acked_activity_survives_a_restart(
     assert status[0] == JobStatus.DONE
     assert [text for _, _, text in assistant.messages] == ["is PAY-102 open?"]
     assert len([c for c in env.fake.posted() if c.cards]) == 1
+
+
+async def test_metrics_report_the_teams_ack_loops_lag(
+    fake_teams: FakeTeams, assistant: FakeAssistant, sqlite_url: str
+) -> None:
+    """Served alone (``opsbot teams``), Teams' ack loop is its own: ``/metrics`` (answered on
+    the main loop) shows its lag as ``loop="teams-ack"``."""
+    engine = create_engine(sqlite_url)
+    try:
+        async with open_durable_teams_bot(teams_config(fake_teams), assistant, engine) as bot:
+            front = TeamsAckFront(bot, sqlite_url, lag_loop=TEAMS_ACK_LOOP)
+            sock = bind_socket("127.0.0.1", 0)
+            async with (
+                serve_fronts(sock, [front], routes=ops_routes(None)) as url,
+                aiohttp.ClientSession() as session,
+            ):
+                assert front.monitor is not None
+                for _ in range(int(BOUND / 0.05)):  # a few samples on the ack loop
+                    if len(front.monitor.samples) >= 3:
+                        break
+                    await asyncio.sleep(0.05)
+                async with session.get(f"{url}/metrics") as response:
+                    assert response.status == 200
+                    body = await response.text()
+    finally:
+        await engine.dispose()
+    counts = [
+        line
+        for line in body.splitlines()
+        if line.startswith('opsbot_event_loop_lag_seconds_count{loop="teams-ack"}')
+    ]
+    assert counts
+    assert float(counts[0].split()[-1]) >= 3
