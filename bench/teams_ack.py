@@ -41,10 +41,10 @@ from bot.teams import TeamsBot, TeamsBotConfig, open_teams_bot, teams_routes
 from bot.teams.durable import open_durable_teams_bot
 from bot.teams.front import TEAMS_ACK_LOOP, TeamsAckFront
 from broker.types import ChatUser
-from infra.ack import serve_fronts
+from infra.ack import serve_fronts, serve_here
 from infra.observability.loop import LoopLagMonitor
 from infra.observability.metrics import REGISTRY
-from infra.serving import bind_socket, socket_url
+from infra.serving import bind_socket
 from infra.storage import create_engine, migrate
 from infra.storage.schema import run_jobs
 from testing.fake_assistant import FakeAssistant
@@ -114,15 +114,8 @@ async def _serve(bot: TeamsBot, database_url: str, front: bool) -> AsyncIterator
         async with serve_fronts(sock, [TeamsAckFront(bot, database_url)]) as url:
             yield url
         return
-    application = web.Application()
-    application.add_routes(teams_routes(bot))
-    app_runner = web.AppRunner(application, access_log=None, handle_signals=False)
-    await app_runner.setup()
-    await web.SockSite(app_runner, sock).start()
-    try:
-        yield socket_url(sock)
-    finally:
-        await app_runner.cleanup()
+    async with serve_here(sock, teams_routes(bot)) as url:
+        yield url
 
 
 @contextlib.asynccontextmanager

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -111,6 +111,18 @@ async def serve_fronts(
         await web.SockSite(runner, sock).start()
         return socket_url(sock)
 
+    async with on_ack_thread(thread_name, sock, start) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def on_ack_thread(
+    thread_name: str,
+    sock: socket.socket,
+    start: Callable[[contextlib.AsyncExitStack], Coroutine[Any, Any, str]],
+) -> AsyncIterator[str]:
+    """Run ``start`` (it serves ``sock``; what it opens goes on the stack) on a new thread's
+    loop, with the short GIL switch interval; close the stack there and ``sock`` at exit."""
     async with short_switch_interval(), LoopThread(thread_name) as thread:
         stack = contextlib.AsyncExitStack()
         try:
@@ -118,6 +130,23 @@ async def serve_fronts(
         finally:
             await thread.run(stack.aclose())
             sock.close()
+
+
+@contextlib.asynccontextmanager
+async def serve_here(
+    sock: socket.socket, routes: Sequence[web.RouteDef], middlewares: Sequence[Any] = ()
+) -> AsyncIterator[str]:
+    """Serve ``routes`` on ``sock`` from this loop (no ack thread). Yields the base URL."""
+    application = web.Application(middlewares=list(middlewares))
+    application.add_routes(routes)
+    runner = web.AppRunner(application, access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    try:
+        yield socket_url(sock)
+    finally:
+        await runner.cleanup()
+        sock.close()
 
 
 # A thread waiting for the GIL asks the holder to let go after the switch interval. The ack

@@ -39,8 +39,8 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from bot.slack.core import ConnectRefused, ServerConnected
 from bot.slack.front import AckFront
 from bot.slack.incoming import Ignored, Malformed, screen
-from infra.ack import Front, on_main, short_switch_interval
-from infra.loop_thread import LoopThread, on_loop
+from infra.ack import Front, on_ack_thread, on_main
+from infra.loop_thread import on_loop
 from infra.serving import socket_url
 
 EVENTS_PATH = "/slack/events"
@@ -343,13 +343,8 @@ async def _serve_on_ack_loop(
         await web.SockSite(runner, sock).start()
         return socket_url(sock)
 
-    async with short_switch_interval(), LoopThread("slack-ack") as thread:
-        stack = contextlib.AsyncExitStack()
-        try:
-            yield await thread.run(start(stack))
-        finally:
-            await thread.run(stack.aclose())
-            sock.close()
+    async with on_ack_thread("slack-ack", sock, start) as url:
+        yield url
 
 
 class ScreenedSocketModeHandler(AsyncSocketModeHandler):

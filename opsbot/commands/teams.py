@@ -184,7 +184,7 @@ async def serve_teams(
     from bot.teams import teams_routes
     from bot.teams.front import TEAMS_ACK_LOOP
     from bot.teams.server import link_callback_route
-    from infra.ack import serve_fronts
+    from infra.ack import serve_fronts, serve_here
     from infra.observability.health import SchemaWatch
     from infra.observability.loop import LoopLagMonitor
     from infra.serving import bind_socket
@@ -235,7 +235,7 @@ async def serve_teams(
                     thread_name="teams-ack",
                 )
                 if front is not None
-                else _serve_here(listening, routes, [request_metrics])
+                else serve_here(listening, routes, [request_metrics])
             )
             try:
                 async with serving as url:
@@ -249,26 +249,6 @@ async def serve_teams(
                     await sweeper
     finally:
         await engine.dispose()
-
-
-@contextlib.asynccontextmanager
-async def _serve_here(
-    sock: socket.socket, routes: list[web.RouteDef], middlewares: list[Any]
-) -> AsyncIterator[str]:
-    from aiohttp import web
-
-    from infra.serving import socket_url
-
-    application = web.Application(middlewares=middlewares)
-    application.add_routes(routes)
-    runner = web.AppRunner(application, access_log=None, handle_signals=False)
-    await runner.setup()
-    await web.SockSite(runner, sock).start()
-    try:
-        yield socket_url(sock)
-    finally:
-        await runner.cleanup()
-        sock.close()
 
 
 def teams_front(settings: Settings, bot: TeamsBot, *, lag_loop: str | None) -> Any:

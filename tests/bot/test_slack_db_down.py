@@ -16,7 +16,7 @@ from infra.jobs.queue import SqlJobQueue
 from infra.storage.faults import is_connection_error
 from testing.fake_assistant import FakeAssistant
 from testing.slack import mention
-from tests.bot.conftest import ALICE, RunApp
+from tests.bot.conftest import ALICE, RunApp, SlackEnv
 
 
 class Outage:
@@ -40,6 +40,16 @@ class Outage:
         monkeypatch.setattr(cls, name, maybe_down)
 
 
+async def the_retry_is_answered(env: SlackEnv, event_id: str) -> None:
+    """Slack's retry of ``event_id`` is acked and answered (the caller counts the answers)."""
+    status, _ = await env.sender.post_event(
+        mention(ALICE.user_id, "hi"), event_id=event_id, retry_num=1
+    )
+    assert status == 200
+    await env.fake.wait_for("chat.update")
+    await env.fake.settle()
+
+
 async def test_an_unreachable_database_answers_503_with_one_line_and_the_retry_once(
     run_app: RunApp,
     fake_assistant: FakeAssistant,
@@ -60,12 +70,7 @@ async def test_an_unreachable_database_answers_503_with_one_line_and_the_retry_o
         assert not any(r.exc_info for r in caplog.records)
 
         outage.down = False
-        status, _ = await env.sender.post_event(
-            mention(ALICE.user_id, "hi"), event_id="EvGONE", retry_num=1
-        )
-        assert status == 200
-        await env.fake.wait_for("chat.update")
-        await env.fake.settle()
+        await the_retry_is_answered(env, "EvGONE")
     assert len(fake_assistant.messages) == 1
     assert len(env.fake.calls_to("chat.update")) == 1
 
@@ -132,10 +137,5 @@ async def test_a_storage_error_that_is_not_a_lost_connection_answers_503_with_re
         assert not any(r.exc_info for r in caplog.records)
 
         broken[0] = False
-        status, _ = await env.sender.post_event(
-            mention(ALICE.user_id, "hi"), event_id="EvDISK", retry_num=1
-        )
-        assert status == 200
-        await env.fake.wait_for("chat.update")
-        await env.fake.settle()
+        await the_retry_is_answered(env, "EvDISK")
     assert len(fake_assistant.messages) == 1

@@ -15,6 +15,7 @@ from infra.storage import create_engine
 from testing.fake_assistant import FakeAssistant
 from testing.slack import mention
 from tests.bot.conftest import ALICE, RunApp
+from tests.bot.test_slack_db_down import the_retry_is_answered
 
 
 async def test_claim_is_true_once_even_when_concurrent(engine: AsyncEngine) -> None:
@@ -96,11 +97,6 @@ async def test_a_database_outage_answers_5xx_and_slacks_retry_is_answered_once(
         finally:
             if storage is not env.engine:
                 await storage.dispose()
-        status, _ = await env.sender.post_event(
-            mention(ALICE.user_id, "hi"), event_id="EvDOWN", retry_num=1
-        )
-        assert status == 200
-        await env.fake.wait_for("chat.update")
-        await env.fake.settle()
+        await the_retry_is_answered(env, "EvDOWN")
     assert len(fake_assistant.messages) == 1
     assert len(env.fake.calls_to("chat.update")) == 1
