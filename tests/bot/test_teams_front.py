@@ -16,6 +16,7 @@ from bot.teams.front import TEAMS_ACK_LOOP, TeamsAckFront
 from bot.teams.incoming import delivery_id
 from infra.ack import serve_fronts
 from infra.jobs import JobStatus, SqlJobQueue, spool_url
+from infra.loop_thread import LoopThread
 from infra.observability.http import ops_routes
 from infra.serving import bind_socket
 from infra.storage import create_engine
@@ -148,3 +149,40 @@ async def test_metrics_report_the_teams_ack_loops_lag(
     ]
     assert counts
     assert float(counts[0].split()[-1]) >= 3
+
+
+async def test_an_invoke_waiting_for_the_main_loop_does_not_hold_a_message_ack(
+    run_teams: RunTeams, assistant: FakeAssistant
+) -> None:
+    """A card click needs its answer from the SDK on the main loop; while that loop is busy
+    (blocked here), a message is still acked from the ack thread, and the click gets its
+    answer once the loop runs again."""
+    async with run_teams(assistant, durable=True) as env:
+        fake = env.fake
+        assert (await env.post(fake.personal(ALICE, "warm")))[0] == 202  # keys fetched
+        await fake.wait_for("posted", where=lambda c: bool(c.cards), wait=BOUND)
+        click = fake.personal(ALICE, "")
+        click.pop("text", None)
+        click.update(
+            type="invoke",
+            name="adaptiveCard/action",
+            value={"action": {"type": "Action.Execute", "verb": "approve", "data": {}}},
+        )
+        ask = fake.personal(ALICE, "is PAY-102 open?")
+        token = fake.token()
+        async with LoopThread("client") as client:
+            clicked = asyncio.run_coroutine_threadsafe(
+                fake.post_activity(env.url, click, token=token), client.loop
+            )
+            asked = asyncio.run_coroutine_threadsafe(
+                fake.post_activity(env.url, ask, token=token), client.loop
+            )
+            # The injected wait: this (main) loop runs nothing until the message is acked.
+            status, _ = asked.result(timeout=BOUND)
+            assert status == 202
+            assert not clicked.done()  # its answer needs the main loop
+            status, body = await asyncio.wait_for(asyncio.wrap_future(clicked), BOUND)
+        assert status == 200
+        assert body
+        await fake.wait_for("posted", 2, where=lambda c: bool(c.cards), wait=BOUND)
+    assert [text for _, _, text in assistant.messages] == ["warm", "is PAY-102 open?"]
