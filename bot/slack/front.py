@@ -35,7 +35,7 @@ from bot.slack.incoming import user_message
 from bot.slack.listeners import title_thread
 from infra.ack import not_stored
 from infra.clock import Clock, utc_now
-from infra.jobs import JobInbox, open_ack_engine
+from infra.jobs import JobInbox, open_ack_inbox
 from infra.observability.loop import LoopLagMonitor
 
 log = logging.getLogger(__name__)
@@ -66,18 +66,16 @@ class AckFront:
     @contextlib.asynccontextmanager
     async def opened(self, main: asyncio.AbstractEventLoop) -> AsyncIterator[AckFront]:
         """Open the front's engine, inbox and lag monitor on the running (ack) loop."""
-        engine = await open_ack_engine(self._url, self._pool_size)
         self._main = main
         try:
             async with (
-                JobInbox(engine, self._clock, writers=self._pool_size) as inbox,
+                open_ack_inbox(self._url, self._pool_size, self._clock) as inbox,
                 LoopLagMonitor(ACK_LOOP) as monitor,
             ):
                 self._inbox, self.monitor = inbox, monitor
                 yield self
         finally:
             self._inbox = None
-            await engine.dispose()
 
     async def try_accept(self, body: Mapping[str, Any]) -> web.Response | None:
         """Accept an Events API message here and answer Slack; ``None``: Bolt's to handle."""

@@ -39,7 +39,7 @@ from bot.teams.durable import JOB_KIND, DurableTeamsAdapter
 from bot.teams.server import MESSAGES_PATH, authenticate, process_with_sdk
 from infra.ack import not_stored
 from infra.clock import Clock, utc_now
-from infra.jobs import Delivery, JobInbox, open_ack_engine
+from infra.jobs import Delivery, JobInbox, open_ack_inbox
 from infra.loop_thread import on_loop
 from infra.observability.loop import LoopLagMonitor
 
@@ -80,12 +80,11 @@ class TeamsAckFront:
     @contextlib.asynccontextmanager
     async def opened(self, main: asyncio.AbstractEventLoop) -> AsyncIterator[TeamsAckFront]:
         """Open the front's engine, inbox, key cache and lag monitor on the running loop."""
-        engine = await open_ack_engine(self._url, self._pool_size)
         self._main = main
         try:
             async with (
                 aiohttp.ClientSession() as session,
-                JobInbox(engine, self._clock, writers=self._pool_size) as inbox,
+                open_ack_inbox(self._url, self._pool_size, self._clock) as inbox,
                 contextlib.AsyncExitStack() as stack,
             ):
                 if self._lag_loop is not None:
@@ -95,7 +94,6 @@ class TeamsAckFront:
                 yield self
         finally:
             self._inbox = self._auth = None
-            await engine.dispose()
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post(MESSAGES_PATH, self.messages)]

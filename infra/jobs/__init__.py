@@ -20,7 +20,7 @@ Example::
 from infra.jobs.inbox import Delivery, JobInbox
 from infra.jobs.queue import DuplicateJobError, Job, JobError, JobStatus, SqlJobQueue
 from infra.jobs.runner import JobHandler, JobRunner, RunLimits, through_outage
-from infra.jobs.spool import SpoolMover, open_ack_engine, spool_url
+from infra.jobs.spool import SpoolMover, open_ack_engine, open_ack_inbox, spool_url
 
 __all__ = [
     "Delivery",
@@ -35,6 +35,7 @@ __all__ = [
     "SpoolMover",
     "SqlJobQueue",
     "open_ack_engine",
+    "open_ack_inbox",
     "spool_url",
     "through_outage",
 ]

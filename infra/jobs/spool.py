@@ -25,7 +25,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import contextlib
+from collections.abc import AsyncIterator, Collection
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.clock import Clock, utc_now
+from infra.jobs.inbox import JobInbox
 from infra.storage.engine import create_engine, single_writer, sqlite_path
 from infra.storage.schema import metadata, processed_events, run_jobs
 
@@ -74,6 +76,20 @@ async def open_ack_engine(database_url: str, pool_size: int = 2) -> AsyncEngine:
     if url is not None:
         return await open_spool(url)
     return create_engine(database_url, pool_size=max(1, pool_size), max_overflow=0, pool_name="ack")
+
+
+@contextlib.asynccontextmanager
+async def open_ack_inbox(
+    database_url: str, pool_size: int = 2, clock: Clock = utc_now
+) -> AsyncIterator[JobInbox]:
+    """An ack front's ``JobInbox`` on its own engine (``open_ack_engine``), open on the
+    running loop until the block exits."""
+    engine = await open_ack_engine(database_url, pool_size)
+    try:
+        async with JobInbox(engine, clock, writers=max(1, pool_size)) as inbox:
+            yield inbox
+    finally:
+        await engine.dispose()
 
 
 class SpoolMover:
