@@ -5,6 +5,8 @@ survives a restart."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -19,10 +21,12 @@ from infra.jobs import JobStatus, SqlJobQueue, spool_url
 from infra.loop_thread import LoopThread
 from infra.observability.http import ops_routes
 from infra.serving import bind_socket
+from infra.settings import Settings, TeamsSettings
 from infra.storage import create_engine
 from infra.storage.schema import processed_events, run_jobs
+from opsbot.commands.teams import serve_teams
 from testing.fake_assistant import FakeAssistant
-from testing.teams import TENANT_ID, FakeTeams, new_user
+from testing.teams import APP_ID, APP_PASSWORD, TENANT_ID, FakeTeams, new_user
 from tests.fixtures.teams import RunTeams, teams_config
 
 ALICE = new_user("Alice")
@@ -186,3 +190,48 @@ async def test_an_invoke_waiting_for_the_main_loop_does_not_hold_a_message_ack(
         assert body
         await fake.wait_for("posted", 2, where=lambda c: bool(c.cards), wait=BOUND)
     assert [text for _, _, text in assistant.messages] == ["warm", "is PAY-102 open?"]
+
+
+async def test_opsbot_teams_acks_on_its_own_loop_and_reports_both_loops(
+    fake_teams: FakeTeams, assistant: FakeAssistant, sqlite_url: str, tmp_path: Path
+) -> None:
+    """``opsbot teams`` as deployed (durable runs by default): a message is acked and
+    answered, and ``/metrics`` (forwarded to the main loop) has both loops' lag."""
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        teams=TeamsSettings(
+            app_id=APP_ID,
+            app_password=APP_PASSWORD,  # type: ignore[arg-type]
+            tenant_id=TENANT_ID,
+            openid_metadata_url=fake_teams.openid_metadata_url,
+            token_url=fake_teams.token_url,
+        ),
+        database_url=sqlite_url,
+        data_dir=tmp_path,
+    )
+    stop = asyncio.Event()
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    serving = asyncio.create_task(
+        serve_teams(
+            settings,
+            host="127.0.0.1",
+            port=0,
+            stop=stop,
+            on_ready=ready.set_result,
+            assistant_factory=lambda _settings: contextlib.nullcontext(assistant),
+        )
+    )
+    try:
+        url = await asyncio.wait_for(ready, BOUND)
+        ask = fake_teams.personal(ALICE, "is PAY-102 open?")
+        assert (await fake_teams.post_activity(url, ask))[0] == 202
+        await fake_teams.wait_for("posted", where=lambda c: bool(c.cards), wait=BOUND)
+        async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
+            assert response.status == 200
+            body = await response.text()
+    finally:
+        stop.set()
+        await asyncio.wait_for(serving, BOUND)
+    assert 'opsbot_event_loop_lag_seconds_count{loop="teams-ack"}' in body
+    assert 'opsbot_event_loop_lag_seconds_count{loop="main"}' in body
+    assert await _stored(sqlite_url) == (1, 2)  # the job (done), its id in both stores
