@@ -1,5 +1,13 @@
 """Teams ack latency: N Bot Connector activities POSTed concurrently to the running app's
-``/api/messages`` over HTTP (each with a Bot Connector JWT the app verifies).
+``/api/messages`` over HTTP (each with a Bot Connector JWT the app verifies), served as
+``opsbot teams`` serves it: durable runs, acked on the ack thread (``bot.teams.front``).
+
+``--load`` stands in for agent turns running beside the acks: the main loop computes in
+bursts (``LOAD_CPU_MS`` of every ``LOAD_PERIOD_MS``, as agent steps do) and a writer holds the
+database's write lock for ``LOAD_WRITE_MS`` at a time (as checkpoints do). ``--compare`` runs
+the old path first (everything on the main loop, in-process runs, ``before``).
+``loop_lag_p99_ms`` is the ack loop's lag (``opsbot_event_loop_lag_seconds{loop="teams-ack"}``),
+``main_loop_lag_p99_ms`` the main loop's.
 
 Each activity is delivered once, and a share of them a second time (Teams has no retry
 header: the same activity id in the same conversation). Reports the same figures as
@@ -7,28 +15,38 @@ header: the same activity id in the same conversation). Reports the same figures
 exactly one answer in their conversation (must be 0). Goal: p99 ≤ 50 ms, lost 0.
 
     uv run python -m bench teams_ack                       # N=300, 50 in flight, PostgreSQL
-    uv run python -m bench teams_ack --database-url sqlite
+    uv run python -m bench teams_ack --database-url sqlite --load --compare
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench._support import OtherLoop, percentile, postgres_reachable, throwaway_postgres
-from bot.teams import TeamsBotConfig, open_teams_bot, teams_routes
+from bot.teams import TeamsBot, TeamsBotConfig, open_teams_bot, teams_routes
+from bot.teams.durable import open_durable_teams_bot
+from bot.teams.front import TEAMS_ACK_LOOP, TeamsAckFront
 from broker.types import ChatUser
-from infra.serving import bind_socket, socket_url
+from infra.ack import serve_fronts, serve_here
+from infra.observability.loop import LoopLagMonitor
+from infra.observability.metrics import REGISTRY
+from infra.serving import bind_socket
 from infra.storage import create_engine, migrate
+from infra.storage.schema import run_jobs
 from testing.fake_assistant import FakeAssistant
 from testing.teams import APP_ID, APP_PASSWORD, TENANT_ID, FakeTeams, new_user, start_fake_teams
 
@@ -36,6 +54,12 @@ DEFAULT_N = 300
 DEFAULT_CONCURRENCY = 50
 RETRY_SHARE = 0.2
 USERS = 20
+LAG = "opsbot_event_loop_lag_seconds"
+# --load: what 50 agent turns do to a process (measured on `bench slack_ack --with-agent`:
+# the main loop busy most of the time, checkpoints holding the writer lock for a while).
+LOAD_PERIOD_MS = 25
+LOAD_CPU_MS = 20
+LOAD_WRITE_MS = 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,22 +73,88 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="default: a throwaway PostgreSQL database on the test server if reachable, "
         "else SQLite; 'sqlite' forces a throwaway SQLite file",
     )
+    parser.add_argument(
+        "--load", action="store_true", help="a busy main loop and database writer meanwhile"
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="first the old path (acked on the main loop) under the same load: 'before'",
+    )
 
 
 async def run(args: Any) -> dict[str, Any]:
     n = int(getattr(args, "n", None) or DEFAULT_N)
     concurrency = int(getattr(args, "concurrency", None) or DEFAULT_CONCURRENCY)
+    load = bool(getattr(args, "load", False))
+    compare = bool(getattr(args, "compare", False))
     database_url = getattr(args, "database_url", None)
-    if database_url == "sqlite" or (database_url is None and not postgres_reachable()):
-        with tempfile.TemporaryDirectory() as tmp:
-            return await _bench(n, concurrency, f"sqlite:///{Path(tmp) / 'bench.db'}")
-    if database_url:
-        return await _bench(n, concurrency, database_url)
-    with throwaway_postgres() as url:
-        return await _bench(n, concurrency, url)
+    with contextlib.ExitStack() as stack:
+        if database_url == "sqlite" or (database_url is None and not postgres_reachable()):
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            urls = [f"sqlite:///{tmp / name}" for name in ("before.db", "bench.db")]
+        elif database_url:
+            urls = [database_url, database_url]
+        else:
+            urls = [
+                stack.enter_context(throwaway_postgres()),
+                stack.enter_context(throwaway_postgres()),
+            ]
+        before = await _bench(n, concurrency, urls[0], load, front=False) if compare else None
+        result = await _bench(n, concurrency, urls[1], load, front=True)
+    if before is not None:
+        result["before"] = before
+    return result
 
 
-async def _bench(n: int, concurrency: int, database_url: str) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def _serve(bot: TeamsBot, database_url: str, front: bool) -> AsyncIterator[str]:
+    sock = bind_socket("127.0.0.1", 0)
+    if front:
+        async with serve_fronts(sock, [TeamsAckFront(bot, database_url)]) as url:
+            yield url
+        return
+    async with serve_here(sock, teams_routes(bot)) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def _agents_load(engine: AsyncEngine, on: bool) -> AsyncIterator[None]:
+    """What agent turns do to the process: CPU bursts on the main loop, and the database's
+    write lock held for a while (the busy timeout makes SQLite writers queue)."""
+    if not on:
+        yield
+        return
+
+    async def compute() -> None:
+        while True:
+            until = time.perf_counter() + LOAD_CPU_MS / 1000
+            while time.perf_counter() < until:
+                pass
+            await asyncio.sleep((LOAD_PERIOD_MS - LOAD_CPU_MS) / 1000)
+
+    async def write() -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                async with engine.begin() as conn:
+                    await conn.execute(
+                        update(run_jobs).where(run_jobs.c.job_id == "-").values(attempts=0)
+                    )
+                    await asyncio.sleep(LOAD_WRITE_MS / 1000)
+            await asyncio.sleep(LOAD_WRITE_MS / 1000)
+
+    tasks = [asyncio.create_task(compute()), asyncio.create_task(write())]
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _bench(
+    n: int, concurrency: int, database_url: str, load: bool, *, front: bool
+) -> dict[str, Any]:
     # The channel (fake Connector, keys, token endpoint) runs on its own loop, like Teams.
     teams_side = OtherLoop()
     fake = FakeTeams()
@@ -100,43 +190,34 @@ async def _bench(n: int, concurrency: int, database_url: str) -> dict[str, Any]:
             warm = fake.personal(people[0], "warm")
             await fake.post_activity(app_url, warm, token=token, session=session)
             await fake.wait_for("posted", where=lambda c: bool(c.cards))
-            in_flight = asyncio.Semaphore(concurrency)
-
-            async def post(activity: dict[str, Any]) -> tuple[float, int]:
-                async with in_flight:
-                    started = time.perf_counter()
-                    status, _ = await fake.post_activity(
-                        app_url, activity, token=token, session=session
-                    )
-                    return (time.perf_counter() - started) * 1000, status
-
-            wall = time.perf_counter()
-            results = await asyncio.gather(
-                *(post(a) for a in activities), *(post(a) for a in retries)
+            results, wall_ms = await _post_all(
+                fake, app_url, [*activities, *retries], concurrency, token, session
             )
-            wall_ms = (time.perf_counter() - wall) * 1000
             await fake.wait_for("posted", n + 1, where=lambda c: bool(c.cards), wait=120)
             await fake.settle(quiet=0.5, limit=120)
-            return list(results), wall_ms
+            return results, wall_ms
 
+    opened = (
+        open_durable_teams_bot(config, assistant, engine, poll_seconds=0.2)
+        if front
+        else open_teams_bot(config, assistant, engine)
+    )
+    before = _lag_counts()
     try:
-        async with open_teams_bot(config, assistant, engine) as bot:
-            application = web.Application()
-            application.add_routes(teams_routes(bot))
-            app_runner = web.AppRunner(application, access_log=None, handle_signals=False)
-            await app_runner.setup()
-            sock = bind_socket("127.0.0.1", 0)
-            await web.SockSite(app_runner, sock).start()
-            try:
-                results, wall_ms = await teams_side.call(deliver(socket_url(sock)))
-                await bot.adapter.idle()
-            finally:
-                await app_runner.cleanup()
+        async with opened as bot, _serve(bot, database_url, front) as url:
+            async with _agents_load(engine, load), LoopLagMonitor("main"):
+                results, wall_ms = await teams_side.call(deliver(url))
+            await bot.adapter.idle()
+            after = _lag_counts()
+        async with _agents_load(engine, load):
+            floor = await teams_side.call(_floor(fake, [*activities, *retries], concurrency, token))
         answers = Counter(_question(call.text) for call in fake.posted() if call.cards)
         lost = sum(1 for i in range(n) if answers[f"q{i}"] != 1)
         latencies = [ms for ms, _ in results]
         return {
             "name": "teams_ack",
+            "ack_on_own_loop": front,
+            "load": load,
             "n_events": n,
             "concurrency": concurrency,
             "retries": len(retries),
@@ -148,12 +229,103 @@ async def _bench(n: int, concurrency: int, database_url: str) -> dict[str, Any]:
             "wall_ms": round(wall_ms, 1),
             "non_202": sum(1 for _, status in results if status != 202),
             "core_runs": len(assistant.messages) - 1,
+            "loop_lag_p99_ms": _lag_p99(before, after, TEAMS_ACK_LOOP if front else "main"),
+            "main_loop_lag_p99_ms": _lag_p99(before, after, "main"),
+            "floor": floor,
+            "p99_vs_floor": round(percentile(latencies, 0.99) / floor["p99_ack_ms"], 2),
             "lost": lost,
         }
     finally:
         await engine.dispose()
         await teams_side.call(fake_runner.cleanup())
         teams_side.close()
+
+
+async def _post_all(
+    fake: FakeTeams,
+    url: str,
+    activities: list[dict[str, Any]],
+    concurrency: int,
+    token: str,
+    session: aiohttp.ClientSession,
+) -> tuple[list[tuple[float, int]], float]:
+    """POST each activity with ``concurrency`` in flight: (ms, status) each, and the wall ms."""
+    in_flight = asyncio.Semaphore(concurrency)
+
+    async def post(activity: dict[str, Any]) -> tuple[float, int]:
+        async with in_flight:
+            started = time.perf_counter()
+            status, _ = await fake.post_activity(url, activity, token=token, session=session)
+            return (time.perf_counter() - started) * 1000, status
+
+    wall = time.perf_counter()
+    results = await asyncio.gather(*(post(a) for a in activities))
+    return list(results), (time.perf_counter() - wall) * 1000
+
+
+async def _floor(
+    fake: FakeTeams, activities: list[dict[str, Any]], concurrency: int, token: str
+) -> dict[str, float]:
+    """The same POSTs, from the same client, to a server on its own thread that answers 202
+    at once: what this process's client and GIL cost before opsbot does anything. On a
+    loaded machine the client shares the GIL with the app, so this is the figure to divide
+    by (``p99_vs_floor``)."""
+
+    async def accept(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=202)
+
+    class Trivial:
+        @contextlib.asynccontextmanager
+        async def opened(self, _main: asyncio.AbstractEventLoop) -> AsyncIterator[None]:
+            yield
+
+        def routes(self) -> list[web.RouteDef]:
+            return [web.post("/api/messages", accept)]
+
+    async with serve_fronts(bind_socket("127.0.0.1", 0), [Trivial()]) as url:
+
+        async def send() -> tuple[list[tuple[float, int]], float]:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200)) as s:
+                return await _post_all(fake, url, activities, concurrency, token, s)
+
+        results, _ = await send()
+    latencies = [ms for ms, _ in results]
+    return {
+        "p50_ack_ms": round(statistics.median(latencies), 2),
+        "p99_ack_ms": round(percentile(latencies, 0.99), 2),
+    }
+
+
+def _lag_counts() -> dict[tuple[str, str], float]:
+    """The lag histogram's cumulative bucket counts now, by (loop, upper bound)."""
+    counts: dict[tuple[str, str], float] = {}
+    for family in REGISTRY.collect():
+        if family.name != LAG:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                counts[(sample.labels["loop"], sample.labels["le"])] = sample.value
+    return counts
+
+
+def _lag_p99(
+    before: dict[tuple[str, str], float], after: dict[tuple[str, str], float], loop: str
+) -> float | None:
+    """The p99 lag of ``loop`` between two readings (the upper bound of the bucket that
+    holds it), in ms, as Prometheus' histogram_quantile would place it."""
+    buckets = sorted(
+        (float(le), after[(name, le)] - before.get((name, le), 0.0))
+        for name, le in after
+        if name == loop
+    )
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    total = buckets[-1][1]
+    for bound, count in buckets:
+        if count >= 0.99 * total:
+            return round(bound * 1000, 1)
+    return None
 
 
 def _question(text: str) -> str:

@@ -9,9 +9,18 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from infra.jobs import Delivery, JobInbox, JobStatus, SqlJobQueue
+from infra.jobs import (
+    Delivery,
+    Job,
+    JobInbox,
+    JobRunner,
+    JobStatus,
+    SqlJobQueue,
+    open_ack_engine,
+    spool_url,
+)
 from infra.storage import create_engine
-from infra.storage.schema import processed_events
+from infra.storage.schema import processed_events, run_jobs
 
 BOUND = 30.0
 
@@ -79,3 +88,57 @@ async def test_on_sqlite_a_write_waits_for_another_writer_then_lands(sqlite_url:
         assert await SqlJobQueue(check).status("slack-Ev7") == (JobStatus.QUEUED, 0)
     finally:
         await check.dispose()
+
+
+async def test_on_sqlite_an_acked_delivery_waits_in_the_spool_and_survives_a_restart(
+    sqlite_url: str,
+) -> None:
+    """The ack writes to the spool file, never to the database the agents write to; after
+    a crash (nothing moved), the next runner moves it in and runs it once. A redelivery
+    after the move is still recognised: one job."""
+    url = spool_url(sqlite_url)
+    assert url is not None
+    holder_engine = create_engine(sqlite_url)
+    spool = await open_ack_engine(sqlite_url)
+    try:
+        async with holder_engine.connect() as holder, JobInbox(spool) as inbox:
+            # An agent holds the database's write lock: the ack does not wait for it.
+            await holder.execute(text("BEGIN IMMEDIATE"))
+            assert await asyncio.wait_for(inbox.put(delivery(8)), BOUND) is True
+            await holder.execute(text("ROLLBACK"))
+    finally:
+        await spool.dispose()  # the process dies here: nothing was moved
+        await holder_engine.dispose()
+
+    ran: list[str] = []
+
+    async def handler(job: Job) -> None:
+        ran.append(job.job_id)
+
+    engine = create_engine(sqlite_url)
+    try:
+        queue = SqlJobQueue(engine)
+        assert await queue.status("slack-Ev8") is None
+        async with JobRunner(queue, handler, poll_seconds=0.05, recover_on_start=True) as runner:
+            for _ in range(int(BOUND / 0.05)):
+                if ran:
+                    break
+                await asyncio.sleep(0.05)
+            await runner.idle()
+        assert ran == ["slack-Ev8"]
+        assert await queue.status("slack-Ev8") == (JobStatus.DONE, 1)
+        async with engine.connect() as conn:
+            seen = (await conn.execute(select(processed_events.c.event_id))).scalars().all()
+        assert seen == ["Ev8"]
+
+        spool = await open_ack_engine(sqlite_url)
+        try:
+            async with JobInbox(spool) as inbox:
+                assert await asyncio.wait_for(inbox.put(delivery(8)), BOUND) is False
+            async with spool.connect() as conn:
+                left = (await conn.execute(select(run_jobs.c.job_id))).scalars().all()
+            assert left == []
+        finally:
+            await spool.dispose()
+    finally:
+        await engine.dispose()

@@ -33,10 +33,10 @@ from aiohttp import web
 from bot.slack.durable import DurableSlackAdapter, message_job
 from bot.slack.incoming import user_message
 from bot.slack.listeners import title_thread
+from infra.ack import not_stored
 from infra.clock import Clock, utc_now
-from infra.jobs import JobInbox
+from infra.jobs import JobInbox, open_ack_inbox
 from infra.observability.loop import LoopLagMonitor
-from infra.storage import create_engine, is_connection_error
 
 log = logging.getLogger(__name__)
 
@@ -66,23 +66,16 @@ class AckFront:
     @contextlib.asynccontextmanager
     async def opened(self, main: asyncio.AbstractEventLoop) -> AsyncIterator[AckFront]:
         """Open the front's engine, inbox and lag monitor on the running (ack) loop."""
-        engine = create_engine(
-            self._url,
-            pool_size=self._pool_size,
-            max_overflow=0,
-            pool_name="ack",
-        )
         self._main = main
         try:
             async with (
-                JobInbox(engine, self._clock, writers=self._pool_size) as inbox,
+                open_ack_inbox(self._url, self._pool_size, self._clock) as inbox,
                 LoopLagMonitor(ACK_LOOP) as monitor,
             ):
                 self._inbox, self.monitor = inbox, monitor
                 yield self
         finally:
             self._inbox = None
-            await engine.dispose()
 
     async def try_accept(self, body: Mapping[str, Any]) -> web.Response | None:
         """Accept an Events API message here and answer Slack; ``None``: Bolt's to handle."""
@@ -108,16 +101,8 @@ class AckFront:
         try:
             first = await self._inbox.put(message_job(message, event_id))
         except Exception as exc:
-            if not is_connection_error(exc):
-                log.error("could not store %s", event_id or "a message", exc_info=exc)
-                return web.Response(status=500, text="")
             # Nothing was stored or marked seen: Slack delivers it again.
-            log.warning(
-                "database unavailable while accepting %s, answered 503 so Slack redelivers: %s",
-                event_id or "a message",
-                type(exc).__name__,
-            )
-            return web.Response(status=503, text="")
+            return not_stored(exc, event_id, platform="Slack")
         if not first:
             log.info("redelivery of %s dropped", event_id)
             return web.Response(status=200, text="")

@@ -18,10 +18,8 @@ import json
 import logging
 import re
 import socket
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -41,7 +39,8 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from bot.slack.core import ConnectRefused, ServerConnected
 from bot.slack.front import AckFront
 from bot.slack.incoming import Ignored, Malformed, screen
-from infra.loop_thread import LoopThread, on_loop
+from infra.ack import Front, on_ack_thread, on_main
+from infra.loop_thread import on_loop
 from infra.serving import socket_url
 
 EVENTS_PATH = "/slack/events"
@@ -50,7 +49,6 @@ MCP_OAUTH_CALLBACK_PATH = "/oauth/mcp/callback"
 # Slack's payloads are a few KB; a modal with 100 full blocks stays under 512 KiB.
 DEFAULT_MAX_BODY_BYTES = 512 * 1024
 SIGNATURE_MAX_AGE_SECONDS = 5 * 60
-ACK_SWITCH_INTERVAL = 0.001
 log = logging.getLogger(__name__)
 
 
@@ -236,12 +234,14 @@ async def serve_http(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     front: AckFront | None = None,
     server_connect: ServerConnectCallback | None = None,
+    fronts: Sequence[Front] = (),
 ) -> AsyncIterator[str]:
     """Serve ``app`` on a pre-bound socket until the block exits; yields the base URL.
 
     With ``front`` (durable runs), HTTP is served on a thread and loop of its own
     (``slack-ack``), where ``front`` accepts messages; Bolt, the routes' handlers and the link
-    callback still run on this (the calling) loop, reached from there."""
+    callback still run on this (the calling) loop, reached from there. ``fronts`` (Teams'
+    under ``opsbot serve``) are opened and serve their routes on that loop too."""
     if front is not None:
         async with _serve_on_ack_loop(
             app,
@@ -252,6 +252,7 @@ async def serve_http(
             middlewares=middlewares,
             max_body_bytes=max_body_bytes,
             server_connect=server_connect,
+            fronts=fronts,
         ) as url:
             yield url
         return
@@ -288,15 +289,9 @@ async def _serve_on_ack_loop(
     middlewares: Sequence[Middleware],
     max_body_bytes: int,
     server_connect: ServerConnectCallback | None = None,
+    fronts: Sequence[Front] = (),
 ) -> AsyncIterator[str]:
     main = asyncio.get_running_loop()
-
-    def on_main(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Any:
-        # A GET handler reads only the request's URL: safe to run on the main loop.
-        async def forwarded(request: web.Request) -> web.StreamResponse:
-            return await on_loop(main, handler(request))  # type: ignore[arg-type]
-
-        return forwarded
 
     async def dispatch(request: AsyncBoltRequest) -> BoltResponse:
         return await on_loop(main, app.async_dispatch(request))
@@ -317,14 +312,18 @@ async def _serve_on_ack_loop(
         ) -> ServerConnected | ConnectRefused:
             return await on_loop(main, finish(state, code, iss))  # type: ignore[arg-type]
 
+    # A GET handler reads only the request's URL: safe to run on the main loop.
     forwarded_routes = [
-        web.RouteDef(r.method, r.path, on_main(r.handler), r.kwargs)
+        web.RouteDef(r.method, r.path, on_main(main, r.handler), r.kwargs)
         for r in routes
         if isinstance(r, web.RouteDef)
     ]
 
     async def start(stack: contextlib.AsyncExitStack) -> str:
         await stack.enter_async_context(front.opened(main))
+        for other in fronts:
+            await stack.enter_async_context(other.opened(main))
+            forwarded_routes.extend(other.routes())
         runner = web.AppRunner(
             web_application(
                 app,
@@ -344,22 +343,8 @@ async def _serve_on_ack_loop(
         await web.SockSite(runner, sock).start()
         return socket_url(sock)
 
-    # A thread waiting for the GIL asks the holder to let go after the switch interval. The
-    # ack thread waits for it after every socket read and every database round trip, while
-    # the main thread runs agent steps: 1 ms instead of Python's 5 ms keeps those waits short.
-    # Threads that do not contend are not switched any more often.
-    switch_interval = sys.getswitchinterval()
-    sys.setswitchinterval(min(switch_interval, ACK_SWITCH_INTERVAL))
-    try:
-        async with LoopThread("slack-ack") as thread:
-            stack = contextlib.AsyncExitStack()
-            try:
-                yield await thread.run(start(stack))
-            finally:
-                await thread.run(stack.aclose())
-                sock.close()
-    finally:
-        sys.setswitchinterval(switch_interval)
+    async with on_ack_thread("slack-ack", sock, start) as url:
+        yield url
 
 
 class ScreenedSocketModeHandler(AsyncSocketModeHandler):

@@ -18,12 +18,13 @@ import json
 import logging
 import warnings
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 from microsoft_agents.hosting.core.authorization import ClaimsIdentity
 
 from bot.teams.app import CURRENT_DELIVERY, Delivery, TeamsBot
-from bot.teams.auth import Rejected
+from bot.teams.auth import ConnectorAuth, Rejected
 
 MESSAGES_PATH = "/api/messages"
 log = logging.getLogger(__name__)
@@ -34,47 +35,64 @@ def teams_routes(bot: TeamsBot) -> list[web.RouteDef]:
 
 
 def messages_handler(bot: TeamsBot) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    limit = bot.config.max_body_bytes
-
     async def messages(request: web.Request) -> web.StreamResponse:
-        if (request.content_length or 0) > limit:
-            return _refuse(413, "request body too large", request.content_length)
-        raw = await _read_capped(request, limit)
-        if raw is None:
-            return _refuse(413, "request body too large", request.content_length)
-        try:
-            # The token first: a caller without one learns nothing, not even about the body.
-            claims = await bot.auth.verify_token(request.headers.get("Authorization"))
-        except Rejected as exc:
-            return _refuse(401, f"unauthenticated: {exc.reason}", len(raw))
-        try:
-            activity = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            activity = None
-        if not isinstance(activity, dict):
-            return _refuse(400, "malformed activity: not a JSON object", len(raw))
-        try:
-            bot.auth.check_activity(claims, activity)
-        except Rejected as exc:
-            return _refuse(401, f"unauthenticated: {exc.reason}", len(raw))
-        with warnings.catch_warnings():
-            # The SDK reads this plain string key (aiohttp prefers typed keys).
-            warnings.simplefilter("ignore", web.NotAppKeyWarning)
-            request["claims_identity"] = ClaimsIdentity(claims, authentication_type="Bearer")
-        delivery = Delivery()
-        token = CURRENT_DELIVERY.set(delivery)
-        try:
-            response = await bot.cloud.process(request, bot.app)
-        except (TypeError, ValueError, KeyError, AttributeError) as exc:
-            # A shape the SDK's models refuse (pydantic's ValidationError is a ValueError).
-            return _refuse(400, f"malformed activity: {type(exc).__name__}", len(raw))
-        finally:
-            CURRENT_DELIVERY.reset(token)
-        if delivery.unavailable:
-            return web.Response(status=503, text="unavailable")
-        return response or web.Response(status=202)
+        checked = await authenticate(request, bot.auth, bot.config.max_body_bytes)
+        if isinstance(checked, web.Response):
+            return checked
+        claims, _activity = checked
+        return await process_with_sdk(bot, request, claims)
 
     return messages
+
+
+async def authenticate(
+    request: web.Request, auth: ConnectorAuth, limit: int
+) -> tuple[dict[str, Any], dict[str, Any]] | web.Response:
+    """The verified claims and the activity, or the refusal to answer (413, 401, 400)."""
+    if (request.content_length or 0) > limit:
+        return _refuse(413, "request body too large", request.content_length)
+    raw = await _read_capped(request, limit)
+    if raw is None:
+        return _refuse(413, "request body too large", request.content_length)
+    try:
+        # The token first: a caller without one learns nothing, not even about the body.
+        claims = await auth.verify_token(request.headers.get("Authorization"))
+    except Rejected as exc:
+        return _refuse(401, f"unauthenticated: {exc.reason}", len(raw))
+    try:
+        activity = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        activity = None
+    if not isinstance(activity, dict):
+        return _refuse(400, "malformed activity: not a JSON object", len(raw))
+    try:
+        auth.check_activity(claims, activity)
+    except Rejected as exc:
+        return _refuse(401, f"unauthenticated: {exc.reason}", len(raw))
+    return claims, activity
+
+
+async def process_with_sdk(
+    bot: TeamsBot, request: web.Request, claims: dict[str, Any]
+) -> web.StreamResponse:
+    """Hand an authenticated activity to the Agents SDK (its routes: messages, invokes)."""
+    with warnings.catch_warnings():
+        # The SDK reads this plain string key (aiohttp prefers typed keys).
+        warnings.simplefilter("ignore", web.NotAppKeyWarning)
+        request["claims_identity"] = ClaimsIdentity(claims, authentication_type="Bearer")
+    delivery = Delivery()
+    token = CURRENT_DELIVERY.set(delivery)
+    try:
+        response = await bot.cloud.process(request, bot.app)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        # A shape the SDK's models refuse (pydantic's ValidationError is a ValueError).
+        size = len(request._read_bytes or b"")
+        return _refuse(400, f"malformed activity: {type(exc).__name__}", size)
+    finally:
+        CURRENT_DELIVERY.reset(token)
+    if delivery.unavailable:
+        return web.Response(status=503, text="unavailable")
+    return response or web.Response(status=202)
 
 
 async def _read_capped(request: web.Request, limit: int) -> bytes | None:

@@ -20,6 +20,7 @@ Example::
 from infra.jobs.inbox import Delivery, JobInbox
 from infra.jobs.queue import DuplicateJobError, Job, JobError, JobStatus, SqlJobQueue
 from infra.jobs.runner import JobHandler, JobRunner, RunLimits, through_outage
+from infra.jobs.spool import SpoolMover, open_ack_engine, open_ack_inbox, spool_url
 
 __all__ = [
     "Delivery",
@@ -31,6 +32,10 @@ __all__ = [
     "JobRunner",
     "JobStatus",
     "RunLimits",
+    "SpoolMover",
     "SqlJobQueue",
+    "open_ack_engine",
+    "open_ack_inbox",
+    "spool_url",
     "through_outage",
 ]

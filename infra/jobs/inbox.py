@@ -162,35 +162,16 @@ class JobInbox:
                 await asyncio.sleep(0.001)
 
     async def _store(self, conn: AsyncConnection, deliveries: Sequence[Delivery]) -> list[bool]:
+        """The delivery ids first: a delivery whose id was seen before (its job may have
+        moved on, from the SQLite spool, or finished) is a redelivery and stores no job."""
         now = self._clock()
-        jobs: dict[str, Delivery] = {}
         events: dict[str, str] = {}
-        for d in deliveries:  # a redelivery in the same batch is the second: not first
-            jobs.setdefault(d.job_id, d)
+        for d in deliveries:
             if d.event_id:
                 events.setdefault(d.event_id, d.platform)
-        stored = await conn.execute(
-            self._insert(run_jobs)
-            .values(
-                [
-                    {
-                        "job_id": d.job_id,
-                        "kind": d.kind,
-                        "user_key": d.user_key,
-                        "payload": dict(d.payload),
-                        "status": JobStatus.QUEUED.value,
-                        "attempts": 0,
-                        "created_at": now,
-                    }
-                    for d in jobs.values()
-                ]
-            )
-            .on_conflict_do_nothing(index_elements=["job_id"])
-            .returning(run_jobs.c.job_id)
-        )
-        new = {str(job_id) for (job_id,) in stored.all()}
+        fresh: set[str] = set()
         if events:
-            await conn.execute(
+            claimed = await conn.execute(
                 self._insert(processed_events)
                 .values(
                     [
@@ -199,7 +180,35 @@ class JobInbox:
                     ]
                 )
                 .on_conflict_do_nothing(index_elements=["event_id"])
+                .returning(processed_events.c.event_id)
             )
+            fresh = {str(event_id) for (event_id,) in claimed.all()}
+        jobs: dict[str, Delivery] = {}
+        for d in deliveries:  # a redelivery in the same batch is the second: not first
+            if not d.event_id or d.event_id in fresh:
+                jobs.setdefault(d.job_id, d)
+        new: set[str] = set()
+        if jobs:
+            stored = await conn.execute(
+                self._insert(run_jobs)
+                .values(
+                    [
+                        {
+                            "job_id": d.job_id,
+                            "kind": d.kind,
+                            "user_key": d.user_key,
+                            "payload": dict(d.payload),
+                            "status": JobStatus.QUEUED.value,
+                            "attempts": 0,
+                            "created_at": now,
+                        }
+                        for d in jobs.values()
+                    ]
+                )
+                .on_conflict_do_nothing(index_elements=["job_id"])
+                .returning(run_jobs.c.job_id)
+            )
+            new = {str(job_id) for (job_id,) in stored.all()}
         firsts = []
         for d in deliveries:
             firsts.append(d.job_id in new)

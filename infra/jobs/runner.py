@@ -31,6 +31,7 @@ from tenacity import (
 )
 
 from infra.jobs.queue import Job, SqlJobQueue
+from infra.jobs.spool import SpoolMover
 from infra.storage.faults import is_connection_error
 from infra.storage.migrate import SchemaOutOfDateError, check_schema, report_schema
 
@@ -112,6 +113,9 @@ class JobRunner:
         self._wake = asyncio.Event()
         self._running: dict[str, tuple[Job, asyncio.Task[None]]] = {}
         self._loops: list[asyncio.Task[None]] = []
+        # On SQLite the ack front stores jobs in a spool file of their own (infra.jobs.spool):
+        # moved in before each claim, and at start (what was acked before a crash).
+        self._spool = SpoolMover(queue.engine) if queue.engine.dialect.name == "sqlite" else None
 
     def notify(self) -> None:
         """A job was enqueued here: claim now rather than at the next poll."""
@@ -153,6 +157,8 @@ class JobRunner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._spool is not None:
+            await self._spool.close()
 
     async def _claim_loop(self) -> None:
         while True:
@@ -199,6 +205,8 @@ class JobRunner:
         log.error("claiming jobs failed; retrying with back-off", exc_info=exc)
 
     async def _claim(self) -> None:
+        if self._spool is not None:
+            await self._spool.move(self._kinds)
         free = self._limits.global_runs - len(self._running)
         busy = Counter(job.user_key for job in self.running)
         jobs = await self.queue.claim(

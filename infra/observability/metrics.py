@@ -38,7 +38,8 @@ RUN_ERRORS = Counter(
 LOOP_LAG = Histogram(
     "opsbot_event_loop_lag_seconds",
     "How late the event loop ran a callback that was due (sampled), by loop: main (agent "
-    "runs) or ack (the Slack ack path on its own thread).",
+    "runs), ack (the Slack ack path on its own thread, and Teams' beside it under opsbot "
+    "serve) or teams-ack (Teams' ack thread under opsbot teams).",
     ["loop"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
     registry=REGISTRY,

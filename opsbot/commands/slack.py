@@ -156,11 +156,12 @@ async def serve_slack(
         ):
             announce: Callable[[Any], Awaitable[None]] = bot.adapter.announce
             linked: Callable[[ChatUser, str], Awaitable[None]] = bot.adapter.linked
-            extra_routes: list[Any] = []
+            teams_routes: list[Any] = []
+            teams_front: Any = None
             if with_teams:
                 from opsbot.commands.teams import with_teams_app
 
-                announce, linked, extra_routes = await platforms.enter_async_context(
+                announce, linked, teams_routes, teams_front = await platforms.enter_async_context(
                     with_teams_app(settings, assistant, engine, announce, linked)
                 )
             background = [
@@ -203,12 +204,15 @@ async def serve_slack(
                         if settings.broker.mode == "inprocess"
                         else None
                     )
+                    front = _ack_front(settings, bot.adapter)
+                    # Teams on the same ack loop when both have one, else on this loop.
+                    fronts = [teams_front] if front is not None and teams_front else []
                     routes = [
                         *ops_routes(
                             Readiness.from_settings(settings, engine, schema),
                             refresh_runtime_gauges,
                         ),
-                        *extra_routes,
+                        *([] if fronts else teams_routes),
                     ]
                     # MCP servers in ``auth: oauth`` mode send the browser back here when
                     # OPSBOT_BROKER__MCP_OAUTH_CALLBACK_URL names this app (in both modes).
@@ -224,8 +228,9 @@ async def serve_slack(
                         routes=routes,
                         middlewares=[request_metrics],
                         max_body_bytes=settings.slack.max_body_bytes,
-                        front=_ack_front(settings, bot.adapter),
+                        front=front,
                         server_connect=connect,
+                        fronts=fronts,
                     ) as url:
                         log.info("opsbot slack: listening on %s/slack/events", url)
                         if on_ready is not None:

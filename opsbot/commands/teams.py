@@ -183,9 +183,12 @@ async def serve_teams(
     from aiohttp import web
 
     from bot.teams import teams_routes
+    from bot.teams.front import TEAMS_ACK_LOOP
     from bot.teams.server import link_callback_route
+    from infra.ack import serve_fronts, serve_here
     from infra.observability.health import SchemaWatch
-    from infra.serving import bind_socket, socket_url
+    from infra.observability.loop import LoopLagMonitor
+    from infra.serving import bind_socket
     from infra.storage import create_engine
     from opsbot.observability import Readiness, ops_routes, refresh_runtime_gauges, request_metrics
     from opsbot.wiring import open_assistant
@@ -201,6 +204,7 @@ async def serve_teams(
             factory(settings) as assistant,
             open_configured_teams_bot(settings, config, assistant, engine) as bot,
             teams_background(settings, bot, engine),
+            LoopLagMonitor("main"),
         ):
             sweeper = asyncio.create_task(
                 assistant.sweep_forever(
@@ -209,35 +213,56 @@ async def serve_teams(
                     platform="teams",
                 )
             )
+            front = teams_front(settings, bot, lag_loop=TEAMS_ACK_LOOP)
             routes: list[web.RouteDef] = [
-                *teams_routes(bot),
                 *ops_routes(
                     Readiness.from_settings(settings, engine, schema), refresh_runtime_gauges
                 ),
                 web.get("/healthz", _health),
             ]
+            if front is None:
+                routes.extend(teams_routes(bot))
             if settings.broker.mode == "inprocess":
                 routes.append(link_callback_route(link_callback(assistant, bot.adapter.linked)))
-            application = web.Application(middlewares=[request_metrics])
-            application.add_routes(routes)
-            runner = web.AppRunner(application, access_log=None, handle_signals=False)
-            await runner.setup()
             listening = sock or bind_socket(host, port)
-            await web.SockSite(runner, listening).start()
-            url = socket_url(listening)
+            # Durable runs: /api/messages is acked on a thread and loop of its own
+            # (bot.teams.front); the other routes are forwarded to this loop.
+            serving = (
+                serve_fronts(
+                    listening,
+                    [front],
+                    routes=routes,
+                    middlewares=[request_metrics],
+                    thread_name="teams-ack",
+                )
+                if front is not None
+                else serve_here(listening, routes, [request_metrics])
+            )
             try:
-                log.info("opsbot teams: listening on %s/api/messages", url)
-                if on_ready is not None:
-                    on_ready(url)
-                await stop.wait()
+                async with serving as url:
+                    log.info("opsbot teams: listening on %s/api/messages", url)
+                    if on_ready is not None:
+                        on_ready(url)
+                    await stop.wait()
             finally:
                 sweeper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sweeper
-                await runner.cleanup()
-                listening.close()
     finally:
         await engine.dispose()
+
+
+def teams_front(settings: Settings, bot: TeamsBot, *, lag_loop: str | None) -> Any:
+    """With durable runs, Teams is acked on the ack thread (``bot.teams.front``); without
+    them the answer runs in process and there is nothing to store first."""
+    from bot.teams.durable import DurableTeamsAdapter
+    from bot.teams.front import TeamsAckFront
+
+    if not isinstance(bot.adapter, DurableTeamsAdapter):
+        return None
+    return TeamsAckFront(
+        bot, settings.resolved_database_url, pool_size=settings.pools.ack, lag_loop=lag_loop
+    )
 
 
 async def _health(_request: web.Request) -> web.Response:
@@ -290,12 +315,15 @@ async def with_teams_app(
         Callable[[Any], Awaitable[None]],
         Callable[[ChatUser, str], Awaitable[None]],
         list[web.RouteDef],
+        Any,
     ]
 ]:
     """The Teams bot beside another platform's (``opsbot serve``): that platform's sweeper
     notice unchanged (the core sends Teams its copy of each decision as a notice, delivered
     by ``teams_background``), the combined link notice (the platform of the linked chat
-    user), and Teams' routes for the shared server."""
+    user), Teams' routes for the shared server, and with durable runs its ack front (served
+    instead of those routes when the server runs an ack loop; it shares Slack's loop and
+    its lag monitor)."""
     from bot.teams import teams_routes
 
     config = teams_config(settings)
@@ -308,4 +336,5 @@ async def with_teams_app(
             target = bot.adapter.linked if chat_user.platform == "teams" else linked
             await target(chat_user, who)
 
-        yield announce, linked_on_its_platform, teams_routes(bot)
+        front = teams_front(settings, bot, lag_loop=None)
+        yield announce, linked_on_its_platform, teams_routes(bot), front

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from bot.slack.store import SqlProcessedEvents
 from infra.jobs.inbox import JobInbox
 from infra.jobs.queue import SqlJobQueue
+from infra.storage.faults import is_connection_error
 from testing.fake_assistant import FakeAssistant
 from testing.slack import mention
-from tests.bot.conftest import ALICE, RunApp
+from tests.bot.conftest import ALICE, RunApp, SlackEnv
 
 
 class Outage:
@@ -37,6 +40,16 @@ class Outage:
         monkeypatch.setattr(cls, name, maybe_down)
 
 
+async def the_retry_is_answered(env: SlackEnv, event_id: str) -> None:
+    """Slack's retry of ``event_id`` is acked and answered (the caller counts the answers)."""
+    status, _ = await env.sender.post_event(
+        mention(ALICE.user_id, "hi"), event_id=event_id, retry_num=1
+    )
+    assert status == 200
+    await env.fake.wait_for("chat.update")
+    await env.fake.settle()
+
+
 async def test_an_unreachable_database_answers_503_with_one_line_and_the_retry_once(
     run_app: RunApp,
     fake_assistant: FakeAssistant,
@@ -57,12 +70,7 @@ async def test_an_unreachable_database_answers_503_with_one_line_and_the_retry_o
         assert not any(r.exc_info for r in caplog.records)
 
         outage.down = False
-        status, _ = await env.sender.post_event(
-            mention(ALICE.user_id, "hi"), event_id="EvGONE", retry_num=1
-        )
-        assert status == 200
-        await env.fake.wait_for("chat.update")
-        await env.fake.settle()
+        await the_retry_is_answered(env, "EvGONE")
     assert len(fake_assistant.messages) == 1
     assert len(env.fake.calls_to("chat.update")) == 1
 
@@ -93,3 +101,41 @@ async def test_an_in_process_run_losing_the_database_asks_the_person_to_send_it_
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert not any(r.exc_info for r in caplog.records)
+
+
+async def test_a_storage_error_that_is_not_a_lost_connection_answers_503_with_retry_after(
+    run_app: RunApp,
+    fake_assistant: FakeAssistant,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A disk error (not a lost connection) used to be a 500 with a traceback: it is a 503
+    with Retry-After and one line, and Slack's retry is answered once."""
+    broken = [True]
+    error = OperationalError("INSERT", {}, sqlite3.OperationalError("disk I/O error"))
+    assert not is_connection_error(error)
+    real = JobInbox._store
+
+    async def failing(*args: Any, **kwargs: Any) -> Any:
+        if broken[0]:
+            raise error
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(JobInbox, "_store", failing)
+    async with run_app(fake_assistant) as env:
+        if not env.durable:
+            pytest.skip("the ack front (and its inbox) serves durable runs only")
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            status, _ = await env.sender.post_event(mention(ALICE.user_id, "hi"), event_id="EvDISK")
+        assert status == 503
+        assert env.sender.last_headers.get("Retry-After") == "5"
+        lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(lines) == 1, [r.getMessage() for r in lines]
+        assert "EvDISK" in lines[0].getMessage()
+        assert "disk I/O error" in lines[0].getMessage()
+        assert not any(r.exc_info for r in caplog.records)
+
+        broken[0] = False
+        await the_retry_is_answered(env, "EvDISK")
+    assert len(fake_assistant.messages) == 1

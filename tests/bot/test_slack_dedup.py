@@ -10,9 +10,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.slack.store import SqlApprovalMessages, SqlProcessedEvents
+from infra.jobs import spool_url
+from infra.storage import create_engine
 from testing.fake_assistant import FakeAssistant
 from testing.slack import mention
 from tests.bot.conftest import ALICE, RunApp
+from tests.bot.test_slack_db_down import the_retry_is_answered
 
 
 async def test_claim_is_true_once_even_when_concurrent(engine: AsyncEngine) -> None:
@@ -74,22 +77,26 @@ async def rename_table(engine: AsyncEngine, old: str, new: str) -> None:
         await conn.execute(text(f"ALTER TABLE {old} RENAME TO {new}"))
 
 
-async def test_a_database_outage_answers_500_and_slacks_retry_is_answered_once(
+async def test_a_database_outage_answers_5xx_and_slacks_retry_is_answered_once(
     run_app: RunApp, fake_assistant: FakeAssistant
 ) -> None:
-    """The first table a delivery writes is unusable: Slack gets a 500, not an ack, and its
-    retry is answered once the database is back (not dropped as already seen)."""
+    """The first table a delivery writes is unusable: Slack gets a 5xx, not an ack, and its
+    retry is answered once the database is back (not dropped as already seen). The ack
+    front (durable runs) answers 503 with Retry-After; on SQLite it writes to its spool."""
     async with run_app(fake_assistant) as env:
-        table = "run_jobs" if env.durable else "processed_events"
-        await rename_table(env.engine, table, f"{table}_away")
-        status, _ = await env.sender.post_event(mention(ALICE.user_id, "hi"), event_id="EvDOWN")
-        assert status == 500
-        await rename_table(env.engine, f"{table}_away", table)
-        status, _ = await env.sender.post_event(
-            mention(ALICE.user_id, "hi"), event_id="EvDOWN", retry_num=1
-        )
-        assert status == 200
-        await env.fake.wait_for("chat.update")
-        await env.fake.settle()
+        table = "processed_events"
+        storage = env.engine
+        spool = spool_url(str(env.engine.url).replace("+aiosqlite", ""))
+        if env.durable and spool is not None:
+            storage = create_engine(spool)
+        try:
+            await rename_table(storage, table, f"{table}_away")
+            status, _ = await env.sender.post_event(mention(ALICE.user_id, "hi"), event_id="EvDOWN")
+            assert status == (503 if env.durable else 500)
+            await rename_table(storage, f"{table}_away", table)
+        finally:
+            if storage is not env.engine:
+                await storage.dispose()
+        await the_retry_is_answered(env, "EvDOWN")
     assert len(fake_assistant.messages) == 1
     assert len(env.fake.calls_to("chat.update")) == 1

@@ -19,6 +19,7 @@ from bot.teams.durable import DurableTeamsAdapter
 from bot.teams.incoming import CHAT_THREAD, delivery_id, short_key
 from bot.teams.render import CARD_TEXT_LIMIT, split_text
 from bot.teams.store import SqlConversations, SqlProcessedActivities
+from infra.jobs.inbox import JobInbox
 from infra.jobs.queue import JobStatus, SqlJobQueue
 from infra.storage.schema import processed_events, teams_conversations
 from testing.fake_assistant import FakeAssistant
@@ -210,7 +211,9 @@ async def test_database_unreachable_on_accept_is_503_then_the_retry_is_answered(
     env: TeamsEnv, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     down = [True]
-    for cls, name in ((SqlProcessedActivities, "claim"), (SqlJobQueue, "enqueue")):
+    # The in-process path's writes, and the ack front's (its inbox stores each delivery).
+    writes = ((SqlProcessedActivities, "claim"), (SqlJobQueue, "enqueue"), (JobInbox, "_store"))
+    for cls, name in writes:
         real = getattr(cls, name)
 
         async def maybe_down(*args: Any, _real: Any = real, **kwargs: Any) -> Any:

@@ -24,9 +24,10 @@ CHANNEL, TS = "C0GENERAL", "1700000500.000100"
 
 @contextlib.asynccontextmanager
 async def app_process(
-    url: str, fake: FakeSlack, run_delay: float, *, stall: bool = False
+    url: str, fake: FakeSlack, run_delay: float, *, stall: bool = False, front: bool = False
 ) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
-    args = [url, fake.url, str(run_delay), *(["stall"] if stall else [])]
+    flags = [*(["stall"] if stall else []), *(["front"] if front else [])]
+    args = [url, fake.url, str(run_delay), *flags]
     async with serving_child("tests.reliability.slack_app_process", *args, bound=BOUND) as (
         port,
         proc,
@@ -106,12 +107,15 @@ async def test_app_killed_with_a_run_in_flight_answers_once_after_restart(
     assert update["ts"] == placeholder["ts"]
 
 
+@pytest.mark.parametrize("front", [False, True], ids=["bolt", "ack_front"])
 async def test_app_killed_right_after_acknowledging_a_message_answers_it_after_restart(
-    fake_slack: FakeSlack, sqlite_url: str
+    fake_slack: FakeSlack, sqlite_url: str, front: bool
 ) -> None:
     """Slack got its 200, so it will never deliver the message again: the message must
-    already be stored when the ack goes out, not in the listener that runs after it."""
-    async with app_process(sqlite_url, fake_slack, run_delay=0, stall=True) as (app_url, proc):
+    already be stored when the ack goes out, not in the listener that runs after it. On
+    the ack front it is in the spool file when the process dies (nothing moved it yet)."""
+    stalled = app_process(sqlite_url, fake_slack, run_delay=0, stall=True, front=front)
+    async with stalled as (app_url, proc):
         status, _ = await SlackSender(app_url).post_event(
             mention("U0001", "what is PAY-2?", channel=CHANNEL, ts=TS), event_id="EvACKED"
         )
@@ -119,6 +123,8 @@ async def test_app_killed_right_after_acknowledging_a_message_answers_it_after_r
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
     assert fake_slack.thread(CHANNEL, TS) == []
+    if front:  # acked from the spool: run_jobs has not seen it
+        assert await job_statuses(sqlite_url) == []
 
     async with app_process(sqlite_url, fake_slack, run_delay=0) as (_app_url, _proc):
 
