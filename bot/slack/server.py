@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import html
 import json
 import logging
 import re
@@ -42,21 +41,23 @@ from bot.slack.core import ConnectRefused, ServerConnected
 from bot.slack.front import AckFront
 from bot.slack.incoming import Ignored, Malformed, screen
 from infra.loop_thread import LoopThread, on_loop
+from infra.oauth_callback import (
+    OAUTH_CALLBACK_PATH,
+    LinkCallback,
+    html_page,
+    link_callback_handler,
+)
 from infra.serving import socket_url
 
 EVENTS_PATH = "/slack/events"
-OAUTH_CALLBACK_PATH = "/oauth/callback"
 MCP_OAUTH_CALLBACK_PATH = "/oauth/mcp/callback"
 # Slack's payloads are a few KB; a modal with 100 full blocks stays under 512 KiB.
 DEFAULT_MAX_BODY_BYTES = 512 * 1024
 SIGNATURE_MAX_AGE_SECONDS = 5 * 60
 ACK_SWITCH_INTERVAL = 0.001
 log = logging.getLogger(__name__)
+_LINK_AGAIN = "Start again from Slack with /ops link."
 
-
-# Finishes an account link from the IdP's redirect (state, code, RFC 9207 iss if sent) → who
-# was connected.
-LinkCallback = Callable[[str, str, str | None], Awaitable[str]]
 # Finishes connecting an ``auth: oauth`` MCP server from its authorization server's redirect
 # (``AssistantPort.complete_server_connect``, then the Slack prompt is updated).
 ServerConnectCallback = Callable[
@@ -127,7 +128,10 @@ def web_application(
     application.router.add_post(EVENTS_PATH, events)
     application.router.add_get("/healthz", health)
     if link_callback is not None:
-        application.router.add_get(OAUTH_CALLBACK_PATH, _oauth_callback(link_callback))
+        application.router.add_get(
+            OAUTH_CALLBACK_PATH,
+            link_callback_handler(link_callback, platform="Slack", again=_LINK_AGAIN),
+        )
     if server_connect is not None:
         application.router.add_get(MCP_OAUTH_CALLBACK_PATH, _server_connect(server_connect))
     return application
@@ -175,26 +179,6 @@ def _refuse(status: int, why: str, size: int | None) -> web.Response:
     return web.Response(status=status, text=why.split(":", 1)[0])
 
 
-def _oauth_callback(
-    link_callback: LinkCallback,
-) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def callback(request: web.Request) -> web.Response:
-        state, code = request.query.get("state", ""), request.query.get("code", "")
-        if not state or not code:
-            return _page(400, "This link is incomplete. Start again from Slack with /ops link.")
-        try:
-            who = await link_callback(state, code, request.query.get("iss"))
-        except Exception:
-            log.warning("account link could not be completed", exc_info=True)
-            return _page(
-                400,
-                "This link has expired or was already used. Start again from Slack with /ops link.",
-            )
-        return _page(200, f"Connected as {who}. You can go back to Slack.")
-
-    return callback
-
-
 def _server_connect(
     finish: ServerConnectCallback,
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -205,24 +189,23 @@ def _server_connect(
         query = request.query
         if "error" in query:
             log.info("MCP server connection cancelled at the authorization server")
-            return _page(400, "The sign-in was cancelled or refused. Ask opsbot again in Slack.")
+            return html_page(
+                400, "The sign-in was cancelled or refused. Ask opsbot again in Slack."
+            )
         state, code = query.get("state", ""), query.get("code", "")
         if not state or not code:
             log.warning("MCP server connection refused: incomplete callback")
-            return _page(400, "This link is incomplete. Ask opsbot again in Slack.")
+            return html_page(400, "This link is incomplete. Ask opsbot again in Slack.")
         result = await finish(state, code, query.get("iss"))
         if isinstance(result, ConnectRefused):
             status = 400 if result.stale else 502
             log.warning("MCP server connection refused (%d): %s", status, result.reason[:200])
-            return _page(status, result.reason)
-        return _page(200, f"opsbot can now use {result.server} for you. You can go back to Slack.")
+            return html_page(status, result.reason)
+        return html_page(
+            200, f"opsbot can now use {result.server} for you. You can go back to Slack."
+        )
 
     return callback
-
-
-def _page(status: int, message: str) -> web.Response:
-    body = f"<!doctype html><title>opsbot</title><p>{html.escape(message, quote=False)}</p>"
-    return web.Response(status=status, text=body, content_type="text/html")
 
 
 @contextlib.asynccontextmanager

@@ -13,7 +13,6 @@ Example::
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 import warnings
@@ -24,6 +23,7 @@ from microsoft_agents.hosting.core.authorization import ClaimsIdentity
 
 from bot.teams.app import CURRENT_DELIVERY, Delivery, TeamsBot
 from bot.teams.auth import Rejected
+from infra.oauth_callback import OAUTH_CALLBACK_PATH, LinkCallback, link_callback_handler
 
 MESSAGES_PATH = "/api/messages"
 log = logging.getLogger(__name__)
@@ -97,31 +97,9 @@ def _refuse(status: int, why: str, size: int | None) -> web.Response:
     return web.Response(status=status, text=why.split(":", 1)[0])
 
 
-OAUTH_CALLBACK_PATH = "/oauth/callback"
-# Finishes an account link from the IdP's redirect (state, code, RFC 9207 iss) → who.
-LinkCallback = Callable[[str, str, str | None], Awaitable[str]]
-
-
 def link_callback_route(link_callback: LinkCallback) -> web.RouteDef:
     """``GET /oauth/callback`` when Teams runs alone (with Slack, Slack's server has it)."""
-
-    async def callback(request: web.Request) -> web.Response:
-        state, code = request.query.get("state", ""), request.query.get("code", "")
-        if not state or not code:
-            return _page(400, "This link is incomplete. Ask opsbot again in Teams for a new one.")
-        try:
-            who = await link_callback(state, code, request.query.get("iss"))
-        except Exception:
-            log.warning("account link could not be completed", exc_info=True)
-            return _page(
-                400,
-                "This link has expired or was already used. Ask opsbot again in Teams.",
-            )
-        return _page(200, f"Connected as {who}. You can go back to Teams.")
-
+    callback = link_callback_handler(
+        link_callback, platform="Teams", again="Ask opsbot again in Teams for a new one."
+    )
     return web.get(OAUTH_CALLBACK_PATH, callback)
-
-
-def _page(status: int, message: str) -> web.Response:
-    body = f"<!doctype html><title>opsbot</title><p>{html.escape(message, quote=False)}</p>"
-    return web.Response(status=status, text=body, content_type="text/html")
