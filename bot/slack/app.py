@@ -88,18 +88,7 @@ def team_middleware(
         if body.get("type") != "event_callback":
             return await next()
         await adapter.learn_home_team()
-        event = body.get("event")
-        if not isinstance(event, dict):
-            event = {}
-        envelope_team = body.get("team_id")
-        user_team = event.get("user_team") or event.get("team") or envelope_team
-        if not adapter.team_allowed(envelope_team, user_team):
-            log.info(
-                "ignored a %s event from team %s (user team %s): not served",
-                event.get("type"),
-                envelope_team,
-                user_team,
-            )
+        if not adapter.event_served(body):
             return BoltResponse(status=200, body="")
         return await next()
 
