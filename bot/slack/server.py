@@ -40,13 +40,15 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from bot.slack.core import ConnectRefused, ServerConnected
 from bot.slack.front import AckFront
 from bot.slack.incoming import Ignored, Malformed, screen
-from infra.loop_thread import LoopThread, on_loop
-from infra.oauth_callback import (
+from infra.chat_http import (
     OAUTH_CALLBACK_PATH,
     LinkCallback,
     html_page,
     link_callback_handler,
+    read_capped,
+    refuse,
 )
+from infra.loop_thread import LoopThread, on_loop
 from infra.serving import socket_url
 
 EVENTS_PATH = "/slack/events"
@@ -89,24 +91,24 @@ def web_application(
     to_bolt = dispatch or app.async_dispatch
 
     async def events(request: web.Request) -> web.Response:
-        if (request.content_length or 0) > max_body_bytes:
-            return _refuse(413, "request body too large", request.content_length)
-        raw = await _read_capped(request, max_body_bytes)
-        if raw is None:
-            return _refuse(413, "request body too large", request.content_length)
+        raw = await read_capped(log, request, max_body_bytes)
+        if isinstance(raw, web.Response):
+            return raw
         headers = request.headers
         if not _signed(secret, raw, headers, clock()):
-            return _refuse(401, "invalid or stale Slack signature", len(raw))
+            return refuse(log, request, 401, "invalid or stale Slack signature", len(raw))
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
-            return _refuse(400, "malformed Slack body: not UTF-8", len(raw))
+            return refuse(log, request, 400, "malformed Slack body: not UTF-8", len(raw))
         screened = screen(text, request.content_type)
         if isinstance(screened, Ignored):
             log.info("ignored a Slack %s (not handled)", screened.kind)
             return web.Response(status=200, text="")
         if isinstance(screened, Malformed):
-            return _refuse(400, f"malformed Slack {screened.kind}: {screened.problem}", len(raw))
+            return refuse(
+                log, request, 400, f"malformed Slack {screened.kind}: {screened.problem}", len(raw)
+            )
         if front is not None:
             accepted = await front.try_accept(screened.body)
             if accepted is not None:
@@ -117,7 +119,13 @@ def web_application(
             )
         except (TypeError, ValueError, AttributeError, KeyError) as exc:
             # A shape the models above let through but Bolt cannot read: still the sender's.
-            return _refuse(400, f"malformed Slack {screened.kind}: {type(exc).__name__}", len(raw))
+            return refuse(
+                log,
+                request,
+                400,
+                f"malformed Slack {screened.kind}: {type(exc).__name__}",
+                len(raw),
+            )
         return await to_aiohttp_response(await to_bolt(bolt_request))
 
     async def health(_request: web.Request) -> web.Response:
@@ -155,28 +163,10 @@ def _signed(secret: bytes, raw: bytes, headers: Mapping[str, str], now: float) -
     return hmac.compare_digest(expected, signature)
 
 
-async def _read_capped(request: web.Request, limit: int) -> bytes | None:
-    """The body, or ``None`` once it grows past ``limit`` bytes (chunked bodies too)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _signing_secret(app: AsyncApp) -> str:
     """The secret the Bolt app was built with (Bolt checks it again after the edge)."""
     secret = getattr(app, "_signing_secret", None)
     return secret if isinstance(secret, str) else ""
-
-
-def _refuse(status: int, why: str, size: int | None) -> web.Response:
-    """One warning line (no body, no traceback) and a short plain answer."""
-    log.warning("POST %s refused with %d: %s (%s bytes)", EVENTS_PATH, status, why[:300], size)
-    return web.Response(status=status, text=why.split(":", 1)[0])
 
 
 def _server_connect(

@@ -23,7 +23,13 @@ from microsoft_agents.hosting.core.authorization import ClaimsIdentity
 
 from bot.teams.app import CURRENT_DELIVERY, Delivery, TeamsBot
 from bot.teams.auth import Rejected
-from infra.oauth_callback import OAUTH_CALLBACK_PATH, LinkCallback, link_callback_handler
+from infra.chat_http import (
+    OAUTH_CALLBACK_PATH,
+    LinkCallback,
+    link_callback_handler,
+    read_capped,
+    refuse,
+)
 
 MESSAGES_PATH = "/api/messages"
 log = logging.getLogger(__name__)
@@ -37,26 +43,26 @@ def messages_handler(bot: TeamsBot) -> Callable[[web.Request], Awaitable[web.Str
     limit = bot.config.max_body_bytes
 
     async def messages(request: web.Request) -> web.StreamResponse:
-        if (request.content_length or 0) > limit:
-            return _refuse(413, "request body too large", request.content_length)
-        raw = await _read_capped(request, limit)
-        if raw is None:
-            return _refuse(413, "request body too large", request.content_length)
+        raw = await read_capped(log, request, limit)
+        if isinstance(raw, web.Response):
+            return raw
+        # The SDK reads the body again through request.json(): hand it the bytes already read.
+        request._read_bytes = raw
         try:
             # The token first: a caller without one learns nothing, not even about the body.
             claims = await bot.auth.verify_token(request.headers.get("Authorization"))
         except Rejected as exc:
-            return _refuse(401, f"unauthenticated: {exc.reason}", len(raw))
+            return refuse(log, request, 401, f"unauthenticated: {exc.reason}", len(raw))
         try:
             activity = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError):
             activity = None
         if not isinstance(activity, dict):
-            return _refuse(400, "malformed activity: not a JSON object", len(raw))
+            return refuse(log, request, 400, "malformed activity: not a JSON object", len(raw))
         try:
             bot.auth.check_activity(claims, activity)
         except Rejected as exc:
-            return _refuse(401, f"unauthenticated: {exc.reason}", len(raw))
+            return refuse(log, request, 401, f"unauthenticated: {exc.reason}", len(raw))
         with warnings.catch_warnings():
             # The SDK reads this plain string key (aiohttp prefers typed keys).
             warnings.simplefilter("ignore", web.NotAppKeyWarning)
@@ -67,7 +73,7 @@ def messages_handler(bot: TeamsBot) -> Callable[[web.Request], Awaitable[web.Str
             response = await bot.cloud.process(request, bot.app)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             # A shape the SDK's models refuse (pydantic's ValidationError is a ValueError).
-            return _refuse(400, f"malformed activity: {type(exc).__name__}", len(raw))
+            return refuse(log, request, 400, f"malformed activity: {type(exc).__name__}", len(raw))
         finally:
             CURRENT_DELIVERY.reset(token)
         if delivery.unavailable:
@@ -75,26 +81,6 @@ def messages_handler(bot: TeamsBot) -> Callable[[web.Request], Awaitable[web.Str
         return response or web.Response(status=202)
 
     return messages
-
-
-async def _read_capped(request: web.Request, limit: int) -> bytes | None:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    body = b"".join(chunks)
-    # The SDK reads the body again through request.json(): hand it the bytes already read.
-    request._read_bytes = body
-    return body
-
-
-def _refuse(status: int, why: str, size: int | None) -> web.Response:
-    """One warning line (no traceback) and a short plain answer that reveals nothing."""
-    log.warning("POST %s refused with %d: %s (%s bytes)", MESSAGES_PATH, status, why[:300], size)
-    return web.Response(status=status, text=why.split(":", 1)[0])
 
 
 def link_callback_route(link_callback: LinkCallback) -> web.RouteDef:
