@@ -19,10 +19,10 @@ from typing import Protocol
 
 from sqlalchemy import RowMapping, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.clock import Clock, IdFactory, random_id, utc_now
 from infra.storage.schema import threads as threads_table
+from infra.storage.store import SqlStore
 
 
 class ThreadError(Exception):
@@ -116,15 +116,8 @@ class MemoryThreadStore:
         return _check_owner(await self.get(thread_id), thread_id, subject)
 
 
-class SqlThreadStore:
+class SqlThreadStore(SqlStore):
     """Threads in the project's database (SQLite or PostgreSQL); safe across instances."""
-
-    def __init__(
-        self, engine: AsyncEngine, clock: Clock = utc_now, new_id: IdFactory = random_id
-    ) -> None:
-        self._engine = engine
-        self._clock = clock
-        self._new_id = new_id
 
     async def get_or_create(self, ref: PlatformRef, owner_subject: str) -> Thread:
         found = await self._get_by_ref(ref)
