@@ -22,10 +22,10 @@ from datetime import datetime
 from typing import Protocol
 
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from infra.clock import Clock, IdFactory, random_id, utc_now
+from infra.clock import IdFactory, random_id
 from infra.storage.schema import agent_runs
+from infra.storage.store import SqlStore
 
 RUNNING, STOPPED, DONE = "running", "stopped", "done"
 
@@ -114,15 +114,8 @@ class MemoryRunRegistry:
                 self._runs[run_id] = (thread_id, DONE)
 
 
-class SqlRunRegistry:
+class SqlRunRegistry(SqlStore):
     """Runs in the project's database: a stop on one instance reaches a run on another."""
-
-    def __init__(
-        self, engine: AsyncEngine, clock: Clock = utc_now, new_id: IdFactory = random_id
-    ) -> None:
-        self._engine = engine
-        self._clock = clock
-        self._new_id = new_id
 
     async def start(self, thread_id: str) -> RunStop:
         run_id = self._new_id()

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.clock import Clock, IdFactory, random_id, utc_now
 from infra.storage.schema import threads as threads_table
+from infra.storage.store import SqlStore
 
 
 class ThreadError(Exception):
@@ -121,15 +122,13 @@ class MemoryThreadStore:
 KNOWN_THREADS = 4096
 
 
-class SqlThreadStore:
+class SqlThreadStore(SqlStore):
     """Threads in the project's database (SQLite or PostgreSQL); safe across instances."""
 
     def __init__(
         self, engine: AsyncEngine, clock: Clock = utc_now, new_id: IdFactory = random_id
     ) -> None:
-        self._engine = engine
-        self._clock = clock
-        self._new_id = new_id
+        super().__init__(engine, clock, new_id)
         self._known: dict[str, Thread] = {}
 
     def _remember(self, thread: Thread) -> Thread:

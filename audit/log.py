@@ -116,6 +116,20 @@ def error_outcome(exc: BaseException) -> str:
     return f"error:{type(exc).__name__}"
 
 
+# A write's outcome event repeats who, where, what and under which approval from its pending
+# event, so each can be read (and queried) on its own.
+_CARRIED_TO_OUTCOME = (
+    "requester",
+    "thread_id",
+    "tool",
+    "idempotency_key",
+    "approval_id",
+    "approver",
+    "decision",
+    "model_used",
+)
+
+
 class AuditLog:
     """Builds redacted events and appends them to a sink."""
 
@@ -221,19 +235,13 @@ class AuditLog:
         detail: dict[str, Any] | None = None,
     ) -> AuditEvent:
         """The outcome of ``pending``'s write, as a new event (the pending one never changes)."""
+        carried = {name: getattr(pending, name) for name in _CARRIED_TO_OUTCOME}
         return await self.record(
             EventKind.WRITE_OUTCOME,
-            requester=pending.requester,
-            thread_id=pending.thread_id,
-            tool=pending.tool,
             outcome=outcome,
             latency_ms=latency_ms,
-            idempotency_key=pending.idempotency_key,
-            approval_id=pending.approval_id,
-            approver=pending.approver,
-            decision=pending.decision,
-            model_used=pending.model_used,
             detail=detail,
+            **carried,
         )
 
     async def query(self, q: AuditQuery) -> list[AuditEvent]:

@@ -22,7 +22,7 @@ from typing import Protocol
 from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from sqlalchemy import ColumnElement, and_, delete, select
+from sqlalchemy import ColumnElement, RowMapping, and_, delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from broker.errors import BrokerError
@@ -172,11 +172,28 @@ class MemoryLinkStore:
         return replace(entry[0], code_verifier=self._cipher.decrypt(entry[1]))
 
 
+def _user_columns(chat_user: ChatUser) -> dict[str, str]:
+    """How ``account_links`` and ``link_logins`` store a chat user (their key in the first)."""
+    return {
+        "platform": chat_user.platform,
+        "team_id": chat_user.team_id,
+        "user_id": chat_user.user_id,
+    }
+
+
+def _user_of(row: RowMapping) -> ChatUser:
+    return ChatUser(row["platform"], row["team_id"], row["user_id"])
+
+
+def _link_of(row: RowMapping) -> AccountLink:
+    return AccountLink(
+        _user_of(row), row["subject"], row["email"], row["created_at"], row["broken_at"]
+    )
+
+
 def _key(chat_user: ChatUser) -> ColumnElement[bool]:
     return and_(
-        account_links.c.platform == chat_user.platform,
-        account_links.c.team_id == chat_user.team_id,
-        account_links.c.user_id == chat_user.user_id,
+        *(account_links.c[name] == value for name, value in _user_columns(chat_user).items())
     )
 
 
@@ -189,17 +206,14 @@ class SqlLinkStore:
         self._clock = clock
 
     async def save(self, link: AccountLink, refresh_token: str) -> None:
-        cu = link.chat_user
         now = self._clock()
         sealed = self._cipher.encrypt(refresh_token)
         async with self._engine.begin() as conn:
             # Delete + insert in one transaction: a portable upsert.
-            await conn.execute(delete(account_links).where(_key(cu)))
+            await conn.execute(delete(account_links).where(_key(link.chat_user)))
             await conn.execute(
                 account_links.insert().values(
-                    platform=cu.platform,
-                    team_id=cu.team_id,
-                    user_id=cu.user_id,
+                    **_user_columns(link.chat_user),
                     subject=link.subject,
                     email=link.email,
                     refresh_token_encrypted=sealed,
@@ -215,11 +229,7 @@ class SqlLinkStore:
                 .mappings()
                 .first()
             )
-        if row is None:
-            return None
-        return AccountLink(
-            chat_user, row["subject"], row["email"], row["created_at"], row["broken_at"]
-        )
+        return None if row is None else _link_of(row)
 
     async def mark_broken(self, chat_user: ChatUser, at: datetime) -> None:
         async with self._engine.begin() as conn:
@@ -240,16 +250,7 @@ class SqlLinkStore:
                 .mappings()
                 .all()
             )
-        return [
-            AccountLink(
-                ChatUser(r["platform"], r["team_id"], r["user_id"]),
-                r["subject"],
-                r["email"],
-                r["created_at"],
-                r["broken_at"],
-            )
-            for r in rows
-        ]
+        return [_link_of(r) for r in rows]
 
     async def refresh_token(self, chat_user: ChatUser) -> str | None:
         async with self._engine.connect() as conn:
@@ -277,14 +278,11 @@ class SqlLinkStore:
         return bool(result.rowcount)
 
     async def add_login(self, login: PendingLogin) -> None:
-        cu = login.chat_user
         async with self._engine.begin() as conn:
             await conn.execute(
                 link_logins.insert().values(
                     nonce=login.nonce,
-                    platform=cu.platform,
-                    team_id=cu.team_id,
-                    user_id=cu.user_id,
+                    **_user_columns(login.chat_user),
                     code_verifier_encrypted=self._cipher.encrypt(login.code_verifier),
                     expires_at=login.expires_at,
                 )
@@ -306,7 +304,7 @@ class SqlLinkStore:
             return None
         return PendingLogin(
             nonce=nonce,
-            chat_user=ChatUser(row["platform"], row["team_id"], row["user_id"]),
+            chat_user=_user_of(row),
             code_verifier=self._cipher.decrypt(row["code_verifier_encrypted"]),
             expires_at=row["expires_at"],
         )

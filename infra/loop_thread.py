@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
-from types import TracebackType
 from typing import Any, TypeVar
+
+from infra.lifecycle import Background
 
 T = TypeVar("T")
 
@@ -33,7 +34,7 @@ async def on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T])
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
 
 
-class LoopThread:
+class LoopThread(Background):
     """A daemon thread running its own event loop until the block exits."""
 
     def __init__(self, name: str) -> None:
@@ -53,15 +54,9 @@ class LoopThread:
         """Run ``coro`` on this thread's loop; await its result on the caller's."""
         return await on_loop(self.loop, coro)
 
-    async def __aenter__(self) -> LoopThread:
+    async def _start(self) -> None:
         self._thread.start()
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         await asyncio.to_thread(self._thread.join, 10)

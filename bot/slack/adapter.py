@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
@@ -112,6 +113,23 @@ class SlackAdapter(DecisionViews):
         """Every team named is the bot's own workspace or configured (Slack Connect guests)."""
         allowed = self.config.allowed_team_ids | {self.home_team or ""}
         return all(team and team in allowed for team in teams)
+
+    def event_served(self, body: Mapping[str, Any]) -> bool:
+        """An Events API envelope's team and its acting user's (a Slack Connect guest's own)
+        are both served; an event from elsewhere is logged (one line) and ignored."""
+        event = body.get("event")
+        event = event if isinstance(event, Mapping) else {}
+        envelope_team = body.get("team_id")
+        user_team = event.get("user_team") or event.get("team") or envelope_team
+        if self.team_allowed(envelope_team, user_team):
+            return True
+        log.info(
+            "ignored a %s event from team %s (user team %s): not served",
+            event.get("type"),
+            envelope_team,
+            user_team,
+        )
+        return False
 
     # -- conversations ----------------------------------------------------------------
 

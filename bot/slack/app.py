@@ -47,68 +47,64 @@ def _unavailable(step: str, body: dict[str, Any], exc: BaseException) -> BoltRes
     return BoltResponse(status=503, body="")
 
 
-def dedup_middleware(
-    processed: ProcessedEvents,
-) -> Callable[..., Awaitable[BoltResponse | None]]:
+# Bolt's global middleware: called with the request's parts it names, and ``next`` to go on.
+Next = Callable[[], Awaitable[BoltResponse | None]]
+Middleware = Callable[..., Awaitable[BoltResponse | None]]
+
+
+async def _first_delivery(
+    step: str, body: dict[str, Any], claim: Awaitable[bool]
+) -> BoltResponse | None:
+    """Await ``claim`` (stores the delivery; False: already held): ``None`` on a first
+    delivery, else the answer to give Slack (an empty 200 for a redelivery, a 503 while the
+    database is unreachable)."""
+    try:
+        first = await claim
+    except Exception as exc:
+        if not is_connection_error(exc):
+            raise
+        return _unavailable(step, body, exc)
+    if first:
+        return None
+    log.info("redelivery of %s dropped", body.get("event_id"))
+    return BoltResponse(status=200, body="")
+
+
+def dedup_middleware(processed: ProcessedEvents) -> Middleware:
     """Drop a redelivered Events API envelope (same ``event_id``) on any instance.
 
     Bolt answers 404 when a middleware returns nothing without calling ``next``, and Slack
     would retry; a duplicate must get an empty 200.
     """
 
-    async def deduplicate(
-        body: dict[str, Any], next: Callable[[], Awaitable[BoltResponse | None]]
-    ) -> BoltResponse | None:
+    async def deduplicate(body: dict[str, Any], next: Next) -> BoltResponse | None:
         event_id = body.get("event_id") if body.get("type") == "event_callback" else None
         if isinstance(event_id, str) and event_id:
-            try:
-                first = await processed.claim(event_id)
-            except Exception as exc:
-                if not is_connection_error(exc):
-                    raise
-                return _unavailable("recording", body, exc)
-            if not first:
-                log.info("duplicate delivery of %s dropped", event_id)
-                return BoltResponse(status=200, body="")
+            answered = await _first_delivery("recording", body, processed.claim(event_id))
+            if answered is not None:
+                return answered
         return await next()
 
     return deduplicate
 
 
-def team_middleware(
-    adapter: SlackAdapter,
-) -> Callable[..., Awaitable[BoltResponse | None]]:
+def team_middleware(adapter: SlackAdapter) -> Middleware:
     """Ignore events from a workspace opsbot does not serve: the envelope's team and the
     acting user's must be the bot's own workspace (``auth.test``) or in ``ALLOWED_TEAM_IDS``.
     Commands and clicks are refused politely by their listeners instead."""
 
-    async def only_served_teams(
-        body: dict[str, Any], next: Callable[[], Awaitable[BoltResponse | None]]
-    ) -> BoltResponse | None:
+    async def only_served_teams(body: dict[str, Any], next: Next) -> BoltResponse | None:
         if body.get("type") != "event_callback":
             return await next()
         await adapter.learn_home_team()
-        event = body.get("event")
-        if not isinstance(event, dict):
-            event = {}
-        envelope_team = body.get("team_id")
-        user_team = event.get("user_team") or event.get("team") or envelope_team
-        if not adapter.team_allowed(envelope_team, user_team):
-            log.info(
-                "ignored a %s event from team %s (user team %s): not served",
-                event.get("type"),
-                envelope_team,
-                user_team,
-            )
+        if not adapter.event_served(body):
             return BoltResponse(status=200, body="")
         return await next()
 
     return only_served_teams
 
 
-def accept_middleware(
-    adapter: SlackAdapter,
-) -> Callable[..., Awaitable[BoltResponse | None]]:
+def accept_middleware(adapter: SlackAdapter) -> Middleware:
     """Hand a user's message to ``adapter.accept`` before Bolt acknowledges the request.
 
     Global middleware runs before the listener, and Bolt acks an event only when its
@@ -122,7 +118,7 @@ def accept_middleware(
     async def accept(
         body: dict[str, Any],
         context: AsyncBoltContext,
-        next: Callable[[], Awaitable[BoltResponse | None]],
+        next: Next,
     ) -> BoltResponse | None:
         message = user_message(body)
         if message is None:
@@ -131,15 +127,10 @@ def accept_middleware(
             # Refused after the ack, by the listener; nothing is stored or run.
             context[TOO_LONG] = message
             return await next()
-        try:
-            first = await adapter.accept(message, str(body.get("event_id") or ""))
-        except Exception as exc:
-            if not is_connection_error(exc):
-                raise
-            return _unavailable("accepting", body, exc)
-        if not first:
-            log.info("redelivery of %s dropped", body.get("event_id"))
-            return BoltResponse(status=200, body="")
+        accepting = adapter.accept(message, str(body.get("event_id") or ""))
+        answered = await _first_delivery("accepting", body, accepting)
+        if answered is not None:
+            return answered
         # The listener answers exactly what was accepted here.
         context[ACCEPTED] = message
         return await next()

@@ -51,7 +51,11 @@ async def report_connection(output: SlackOutput, chat_user: ChatUser, *, connect
         log.warning("connection status of %s not reported: %s", chat_user.user_id, exc)
 
 
-def _event_user(event: dict[str, Any], body: dict[str, Any]) -> ChatUser:
+def _event_user(adapter: Any, event: dict[str, Any], body: dict[str, Any]) -> ChatUser | None:
+    """Who a user-connection event is about; ``None`` (one info line) while the setting is off."""
+    if not adapter.config.user_connections:
+        log.info("%s ignored: standardized app authentication is off", event.get("type"))
+        return None
     return ChatUser("slack", str(body.get("team_id")), str(event["user"]))
 
 
@@ -60,10 +64,9 @@ def register_user_connections(app: AsyncApp, adapter: Any) -> None:
 
     @app.event("user_connection")
     async def user_connection(event: dict[str, Any], body: dict[str, Any]) -> None:
-        if not adapter.config.user_connections:
-            log.info("user_connection ignored: standardized app authentication is off")
+        chat_user = _event_user(adapter, event, body)
+        if chat_user is None:
             return
-        chat_user = _event_user(event, body)
         if event.get("subtype") == "disconnect":
             await adapter.assistant.unlink(chat_user)
             await report_connection(adapter, chat_user, connected=False)
@@ -84,10 +87,9 @@ def register_user_connections(app: AsyncApp, adapter: Any) -> None:
 
     @app.event("user_connection_status_requested")
     async def status_requested(event: dict[str, Any], body: dict[str, Any]) -> None:
-        if not adapter.config.user_connections:
-            log.info("user_connection_status_requested ignored: the setting is off")
+        chat_user = _event_user(adapter, event, body)
+        if chat_user is None:
             return
-        chat_user = _event_user(event, body)
         status = await adapter.assistant.status(chat_user)
         await report_connection(adapter, chat_user, connected=status.linked)
 

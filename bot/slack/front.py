@@ -83,17 +83,7 @@ class AckFront:
         adapter = self._adapter
         if message is None or self._inbox is None or adapter.home_team is None:
             return None
-        event = body.get("event")
-        event = event if isinstance(event, Mapping) else {}
-        envelope_team = body.get("team_id")
-        user_team = event.get("user_team") or event.get("team") or envelope_team
-        if not adapter.team_allowed(envelope_team, user_team):
-            log.info(
-                "ignored a %s event from team %s (user team %s): not served",
-                event.get("type"),
-                envelope_team,
-                user_team,
-            )
+        if not adapter.event_served(body):
             return web.Response(status=200, text="")
         if len(message.text) > adapter.config.max_message_chars:
             return None  # refused by the listener, after the ack, with a private note
@@ -110,7 +100,7 @@ class AckFront:
         runner = adapter.runner
         if runner is not None and self._main is not None:
             self._main.call_soon_threadsafe(runner.notify)
-        if self._main is not None and message.is_dm and not event.get("thread_ts"):
+        if self._main is not None and message.is_dm and not body["event"].get("thread_ts"):
             # A new conversation in the Messages tab gets its title as on Bolt's path; on
             # the main loop, where the adapter's Web API client lives (best effort).
             asyncio.run_coroutine_threadsafe(title_thread(adapter, message), self._main)

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import html
 import json
 import logging
 import re
@@ -40,21 +39,25 @@ from bot.slack.core import ConnectRefused, ServerConnected
 from bot.slack.front import AckFront
 from bot.slack.incoming import Ignored, Malformed, screen
 from infra.ack import Front, on_ack_thread, on_main
+from infra.chat_http import (
+    OAUTH_CALLBACK_PATH,
+    LinkCallback,
+    html_page,
+    link_callback_handler,
+    read_capped,
+    refuse,
+)
 from infra.loop_thread import on_loop
 from infra.serving import socket_url
 
 EVENTS_PATH = "/slack/events"
-OAUTH_CALLBACK_PATH = "/oauth/callback"
 MCP_OAUTH_CALLBACK_PATH = "/oauth/mcp/callback"
 # Slack's payloads are a few KB; a modal with 100 full blocks stays under 512 KiB.
 DEFAULT_MAX_BODY_BYTES = 512 * 1024
 SIGNATURE_MAX_AGE_SECONDS = 5 * 60
 log = logging.getLogger(__name__)
+_LINK_AGAIN = "Start again from Slack with /ops link."
 
-
-# Finishes an account link from the IdP's redirect (state, code, RFC 9207 iss if sent) → who
-# was connected.
-LinkCallback = Callable[[str, str, str | None], Awaitable[str]]
 # Finishes connecting an ``auth: oauth`` MCP server from its authorization server's redirect
 # (``AssistantPort.complete_server_connect``, then the Slack prompt is updated).
 ServerConnectCallback = Callable[
@@ -86,24 +89,24 @@ def web_application(
     to_bolt = dispatch or app.async_dispatch
 
     async def events(request: web.Request) -> web.Response:
-        if (request.content_length or 0) > max_body_bytes:
-            return _refuse(413, "request body too large", request.content_length)
-        raw = await _read_capped(request, max_body_bytes)
-        if raw is None:
-            return _refuse(413, "request body too large", request.content_length)
+        raw = await read_capped(log, request, max_body_bytes)
+        if isinstance(raw, web.Response):
+            return raw
         headers = request.headers
         if not _signed(secret, raw, headers, clock()):
-            return _refuse(401, "invalid or stale Slack signature", len(raw))
+            return refuse(log, request, 401, "invalid or stale Slack signature", len(raw))
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
-            return _refuse(400, "malformed Slack body: not UTF-8", len(raw))
+            return refuse(log, request, 400, "malformed Slack body: not UTF-8", len(raw))
         screened = screen(text, request.content_type)
         if isinstance(screened, Ignored):
             log.info("ignored a Slack %s (not handled)", screened.kind)
             return web.Response(status=200, text="")
         if isinstance(screened, Malformed):
-            return _refuse(400, f"malformed Slack {screened.kind}: {screened.problem}", len(raw))
+            return refuse(
+                log, request, 400, f"malformed Slack {screened.kind}: {screened.problem}", len(raw)
+            )
         if front is not None:
             accepted = await front.try_accept(screened.body)
             if accepted is not None:
@@ -114,7 +117,13 @@ def web_application(
             )
         except (TypeError, ValueError, AttributeError, KeyError) as exc:
             # A shape the models above let through but Bolt cannot read: still the sender's.
-            return _refuse(400, f"malformed Slack {screened.kind}: {type(exc).__name__}", len(raw))
+            return refuse(
+                log,
+                request,
+                400,
+                f"malformed Slack {screened.kind}: {type(exc).__name__}",
+                len(raw),
+            )
         return await to_aiohttp_response(await to_bolt(bolt_request))
 
     async def health(_request: web.Request) -> web.Response:
@@ -125,7 +134,10 @@ def web_application(
     application.router.add_post(EVENTS_PATH, events)
     application.router.add_get("/healthz", health)
     if link_callback is not None:
-        application.router.add_get(OAUTH_CALLBACK_PATH, _oauth_callback(link_callback))
+        application.router.add_get(
+            OAUTH_CALLBACK_PATH,
+            link_callback_handler(link_callback, platform="Slack", again=_LINK_AGAIN),
+        )
     if server_connect is not None:
         application.router.add_get(MCP_OAUTH_CALLBACK_PATH, _server_connect(server_connect))
     return application
@@ -149,48 +161,10 @@ def _signed(secret: bytes, raw: bytes, headers: Mapping[str, str], now: float) -
     return hmac.compare_digest(expected, signature)
 
 
-async def _read_capped(request: web.Request, limit: int) -> bytes | None:
-    """The body, or ``None`` once it grows past ``limit`` bytes (chunked bodies too)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _signing_secret(app: AsyncApp) -> str:
     """The secret the Bolt app was built with (Bolt checks it again after the edge)."""
     secret = getattr(app, "_signing_secret", None)
     return secret if isinstance(secret, str) else ""
-
-
-def _refuse(status: int, why: str, size: int | None) -> web.Response:
-    """One warning line (no body, no traceback) and a short plain answer."""
-    log.warning("POST %s refused with %d: %s (%s bytes)", EVENTS_PATH, status, why[:300], size)
-    return web.Response(status=status, text=why.split(":", 1)[0])
-
-
-def _oauth_callback(
-    link_callback: LinkCallback,
-) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def callback(request: web.Request) -> web.Response:
-        state, code = request.query.get("state", ""), request.query.get("code", "")
-        if not state or not code:
-            return _page(400, "This link is incomplete. Start again from Slack with /ops link.")
-        try:
-            who = await link_callback(state, code, request.query.get("iss"))
-        except Exception:
-            log.warning("account link could not be completed", exc_info=True)
-            return _page(
-                400,
-                "This link has expired or was already used. Start again from Slack with /ops link.",
-            )
-        return _page(200, f"Connected as {who}. You can go back to Slack.")
-
-    return callback
 
 
 def _server_connect(
@@ -203,24 +177,23 @@ def _server_connect(
         query = request.query
         if "error" in query:
             log.info("MCP server connection cancelled at the authorization server")
-            return _page(400, "The sign-in was cancelled or refused. Ask opsbot again in Slack.")
+            return html_page(
+                400, "The sign-in was cancelled or refused. Ask opsbot again in Slack."
+            )
         state, code = query.get("state", ""), query.get("code", "")
         if not state or not code:
             log.warning("MCP server connection refused: incomplete callback")
-            return _page(400, "This link is incomplete. Ask opsbot again in Slack.")
+            return html_page(400, "This link is incomplete. Ask opsbot again in Slack.")
         result = await finish(state, code, query.get("iss"))
         if isinstance(result, ConnectRefused):
             status = 400 if result.stale else 502
             log.warning("MCP server connection refused (%d): %s", status, result.reason[:200])
-            return _page(status, result.reason)
-        return _page(200, f"opsbot can now use {result.server} for you. You can go back to Slack.")
+            return html_page(status, result.reason)
+        return html_page(
+            200, f"opsbot can now use {result.server} for you. You can go back to Slack."
+        )
 
     return callback
-
-
-def _page(status: int, message: str) -> web.Response:
-    body = f"<!doctype html><title>opsbot</title><p>{html.escape(message, quote=False)}</p>"
-    return web.Response(status=status, text=body, content_type="text/html")
 
 
 @contextlib.asynccontextmanager

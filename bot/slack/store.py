@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.clock import Clock, utc_now
-from infra.storage.schema import chat_approval_messages, processed_events
+from infra.storage.card_rows import card_row, save_first_card
+from infra.storage.schema import processed_events
 
 PLATFORM = "slack"
 
@@ -108,38 +109,24 @@ class SqlApprovalMessages:
         """Remember the card (channel, ts), the requester thread (channel, thread_ts; empty
         for a card mirrored from another platform) and the "needs approval" note in it; the
         first save wins, so a retried post never points the approval at a second card."""
-        try:
-            async with self._engine.begin() as conn:
-                await conn.execute(
-                    chat_approval_messages.insert().values(
-                        approval_id=approval_id,
-                        platform=self._platform,
-                        team_id=team_id,
-                        card_channel_id=card[0],
-                        card_ts=card[1],
-                        requester_channel_id=requester[0],
-                        requester_thread_ts=requester[1],
-                        requester_note_ts=note_ts,
-                        service_url=service_url,
-                        created_at=self._clock(),
-                    )
-                )
-        except IntegrityError:
-            return
+        await save_first_card(
+            self._engine,
+            approval_id=approval_id,
+            platform=self._platform,
+            team_id=team_id,
+            card_channel_id=card[0],
+            card_ts=card[1],
+            requester_channel_id=requester[0],
+            requester_thread_ts=requester[1],
+            requester_note_ts=note_ts,
+            service_url=service_url,
+            created_at=self._clock(),
+        )
 
     async def get(self, approval_id: str) -> ApprovalMessages | None:
-        c = chat_approval_messages.c
-        async with self._engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(chat_approval_messages).where(
-                        c.approval_id == approval_id, c.platform == self._platform
-                    )
-                )
-            ).first()
-        if row is None:
+        m = await card_row(self._engine, approval_id, self._platform)
+        if m is None:
             return None
-        m = row._mapping
         return ApprovalMessages(
             approval_id=m["approval_id"],
             team_id=m["team_id"],

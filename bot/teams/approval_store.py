@@ -17,13 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.teams.incoming import PLATFORM
 from infra.clock import Clock, utc_now
-from infra.storage.schema import chat_approval_messages
+from infra.storage.card_rows import card_row, save_first_card
 
 _MESSAGE_ID = ";messageid="
 
@@ -67,38 +65,23 @@ class SqlTeamsCards:
     async def save(self, card: TeamsCard) -> bool:
         """Remember the card; the first save wins (``False``: one was saved before, so a
         retried post never points the approval at a second card)."""
-        try:
-            async with self._engine.begin() as conn:
-                await conn.execute(
-                    chat_approval_messages.insert().values(
-                        approval_id=card.approval_id,
-                        platform=PLATFORM,
-                        team_id=card.tenant_id,
-                        card_channel_id=card.conversation_id,
-                        card_ts=card.activity_id,
-                        requester_channel_id=card.requester_channel_key,
-                        requester_thread_ts=card.requester_thread_key,
-                        service_url=card.service_url,
-                        created_at=self._clock(),
-                    )
-                )
-        except IntegrityError:
-            return False
-        return True
+        return await save_first_card(
+            self._engine,
+            approval_id=card.approval_id,
+            platform=PLATFORM,
+            team_id=card.tenant_id,
+            card_channel_id=card.conversation_id,
+            card_ts=card.activity_id,
+            requester_channel_id=card.requester_channel_key,
+            requester_thread_ts=card.requester_thread_key,
+            service_url=card.service_url,
+            created_at=self._clock(),
+        )
 
     async def get(self, approval_id: str) -> TeamsCard | None:
-        c = chat_approval_messages.c
-        async with self._engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(chat_approval_messages).where(
-                        c.approval_id == approval_id, c.platform == PLATFORM
-                    )
-                )
-            ).first()
-        if row is None:
+        m = await card_row(self._engine, approval_id, PLATFORM)
+        if m is None:
             return None
-        m = row._mapping
         return TeamsCard(
             approval_id=m["approval_id"],
             tenant_id=m["team_id"],

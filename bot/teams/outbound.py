@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from microsoft_agents.activity import (
@@ -77,6 +78,23 @@ class TeamsOutbound:
 
         await self.cloud.continue_conversation(self.app_id, _continuation(reference), callback)
 
+    async def _open_conversation(
+        self,
+        service_url: str,
+        parameters: ConversationParameters,
+        callback: Callable[[TurnContext], Awaitable[None]],
+    ) -> None:
+        """Create a conversation through the Connector at ``service_url``; ``callback`` runs
+        in it (to read its id, or to post there)."""
+        await self.cloud.create_conversation(
+            self.app_id,
+            CHANNEL,
+            service_url,
+            AuthenticationConstants.AGENTS_SDK_SCOPE,
+            parameters,
+            callback,
+        )
+
     async def create_thread(
         self,
         service_url: str,
@@ -100,14 +118,7 @@ class TeamsOutbound:
             created["conversation_id"] = str(conversation.id if conversation else "")
             created["activity_id"] = str(context.activity.id or "")
 
-        await self.cloud.create_conversation(
-            self.app_id,
-            CHANNEL,
-            service_url,
-            AuthenticationConstants.AGENTS_SDK_SCOPE,
-            parameters,
-            callback,
-        )
+        await self._open_conversation(service_url, parameters, callback)
         conversation_id = created.get("conversation_id", "")
         root = created.get("activity_id") or conversation_id.partition(";messageid=")[2]
         return conversation_id, root
@@ -137,14 +148,7 @@ class TeamsOutbound:
             context.activity.id = None
             await context.send_activities([Activity.model_validate(a) for a in activities])
 
-        await self.cloud.create_conversation(
-            self.app_id,
-            CHANNEL,
-            service_url,
-            AuthenticationConstants.AGENTS_SDK_SCOPE,
-            parameters,
-            callback,
-        )
+        await self._open_conversation(service_url, parameters, callback)
         return opened.get("conversation_id", "")
 
 

@@ -13,7 +13,6 @@ Example::
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 import warnings
@@ -25,6 +24,13 @@ from microsoft_agents.hosting.core.authorization import ClaimsIdentity
 
 from bot.teams.app import CURRENT_DELIVERY, Delivery, TeamsBot
 from bot.teams.auth import ConnectorAuth, Rejected
+from infra.chat_http import (
+    OAUTH_CALLBACK_PATH,
+    LinkCallback,
+    link_callback_handler,
+    read_capped,
+    refuse,
+)
 
 MESSAGES_PATH = "/api/messages"
 log = logging.getLogger(__name__)
@@ -49,26 +55,26 @@ async def authenticate(
     request: web.Request, auth: ConnectorAuth, limit: int
 ) -> tuple[dict[str, Any], dict[str, Any]] | web.Response:
     """The verified claims and the activity, or the refusal to answer (413, 401, 400)."""
-    if (request.content_length or 0) > limit:
-        return _refuse(413, "request body too large", request.content_length)
-    raw = await _read_capped(request, limit)
-    if raw is None:
-        return _refuse(413, "request body too large", request.content_length)
+    raw = await read_capped(log, request, limit)
+    if isinstance(raw, web.Response):
+        return raw
+    # The SDK reads the body again through request.json(): hand it the bytes already read.
+    request._read_bytes = raw
     try:
         # The token first: a caller without one learns nothing, not even about the body.
         claims = await auth.verify_token(request.headers.get("Authorization"))
     except Rejected as exc:
-        return _refuse(401, f"unauthenticated: {exc.reason}", len(raw))
+        return refuse(log, request, 401, f"unauthenticated: {exc.reason}", len(raw))
     try:
         activity = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):
         activity = None
     if not isinstance(activity, dict):
-        return _refuse(400, "malformed activity: not a JSON object", len(raw))
+        return refuse(log, request, 400, "malformed activity: not a JSON object", len(raw))
     try:
         auth.check_activity(claims, activity)
     except Rejected as exc:
-        return _refuse(401, f"unauthenticated: {exc.reason}", len(raw))
+        return refuse(log, request, 401, f"unauthenticated: {exc.reason}", len(raw))
     return claims, activity
 
 
@@ -87,7 +93,7 @@ async def process_with_sdk(
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         # A shape the SDK's models refuse (pydantic's ValidationError is a ValueError).
         size = len(request._read_bytes or b"")
-        return _refuse(400, f"malformed activity: {type(exc).__name__}", size)
+        return refuse(log, request, 400, f"malformed activity: {type(exc).__name__}", size)
     finally:
         CURRENT_DELIVERY.reset(token)
     if delivery.unavailable:
@@ -95,51 +101,9 @@ async def process_with_sdk(
     return response or web.Response(status=202)
 
 
-async def _read_capped(request: web.Request, limit: int) -> bytes | None:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    body = b"".join(chunks)
-    # The SDK reads the body again through request.json(): hand it the bytes already read.
-    request._read_bytes = body
-    return body
-
-
-def _refuse(status: int, why: str, size: int | None) -> web.Response:
-    """One warning line (no traceback) and a short plain answer that reveals nothing."""
-    log.warning("POST %s refused with %d: %s (%s bytes)", MESSAGES_PATH, status, why[:300], size)
-    return web.Response(status=status, text=why.split(":", 1)[0])
-
-
-OAUTH_CALLBACK_PATH = "/oauth/callback"
-# Finishes an account link from the IdP's redirect (state, code, RFC 9207 iss) → who.
-LinkCallback = Callable[[str, str, str | None], Awaitable[str]]
-
-
 def link_callback_route(link_callback: LinkCallback) -> web.RouteDef:
     """``GET /oauth/callback`` when Teams runs alone (with Slack, Slack's server has it)."""
-
-    async def callback(request: web.Request) -> web.Response:
-        state, code = request.query.get("state", ""), request.query.get("code", "")
-        if not state or not code:
-            return _page(400, "This link is incomplete. Ask opsbot again in Teams for a new one.")
-        try:
-            who = await link_callback(state, code, request.query.get("iss"))
-        except Exception:
-            log.warning("account link could not be completed", exc_info=True)
-            return _page(
-                400,
-                "This link has expired or was already used. Ask opsbot again in Teams.",
-            )
-        return _page(200, f"Connected as {who}. You can go back to Teams.")
-
+    callback = link_callback_handler(
+        link_callback, platform="Teams", again="Ask opsbot again in Teams for a new one."
+    )
     return web.get(OAUTH_CALLBACK_PATH, callback)
-
-
-def _page(status: int, message: str) -> web.Response:
-    body = f"<!doctype html><title>opsbot</title><p>{html.escape(message, quote=False)}</p>"
-    return web.Response(status=status, text=body, content_type="text/html")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+from collections.abc import Awaitable, Callable
 from html import escape
 from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
@@ -188,12 +189,21 @@ def build_app(idp: DevIdentityProvider) -> Starlette:
             return JSONResponse({"error": "unauthorized"}, 401)
         return None
 
-    async def admin(request: Request) -> Response:
-        refused = admin_refusal(request)
-        if refused is not None:
-            return refused
-        subject = request.path_params["subject"]
-        action = request.path_params["action"]
+    def admin_call(
+        act: Callable[[Request, str, str], Response],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """An admin endpoint: ``act`` gets the path's subject and action once the call is
+        allowed (``admin_refusal``)."""
+
+        async def endpoint(request: Request) -> Response:
+            refused = admin_refusal(request)
+            if refused is not None:
+                return refused
+            return act(request, request.path_params["subject"], request.path_params["action"])
+
+        return endpoint
+
+    def admin(request: Request, subject: str, action: str) -> Response:
         try:
             if action == "revoke":
                 idp.revoke_user(subject)
@@ -205,12 +215,7 @@ def build_app(idp: DevIdentityProvider) -> Starlette:
             return JSONResponse({"error": f"unknown user {subject!r}"}, 404)
         return JSONResponse({"subject": subject, "revoked": idp.is_revoked(subject)})
 
-    async def admin_group(request: Request) -> Response:
-        refused = admin_refusal(request)
-        if refused is not None:
-            return refused
-        subject = request.path_params["subject"]
-        action = request.path_params["action"]
+    def admin_group(request: Request, subject: str, action: str) -> Response:
         if action not in ("add", "remove"):
             return JSONResponse({"error": f"unknown action {action!r}"}, 404)
         try:
@@ -228,7 +233,11 @@ def build_app(idp: DevIdentityProvider) -> Starlette:
             Route("/token", token, methods=["POST"]),
             Route("/revoke", revoke, methods=["POST"]),
             Route("/userinfo", userinfo),
-            Route("/admin/users/{subject}/{action}", admin, methods=["POST"]),
-            Route("/admin/users/{subject}/groups/{group}/{action}", admin_group, methods=["POST"]),
+            Route("/admin/users/{subject}/{action}", admin_call(admin), methods=["POST"]),
+            Route(
+                "/admin/users/{subject}/groups/{group}/{action}",
+                admin_call(admin_group),
+                methods=["POST"],
+            ),
         ]
     )

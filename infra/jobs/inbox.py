@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 from sqlalchemy import event
@@ -33,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from infra.clock import Clock, utc_now
 from infra.jobs.queue import JobStatus
+from infra.lifecycle import Background
 from infra.storage.engine import SQLITE_BUSY_TIMEOUT_MS
 from infra.storage.faults import is_connection_error
 from infra.storage.schema import processed_events, run_jobs
@@ -65,7 +65,7 @@ class Delivery:
 _Waiting = tuple[Delivery, asyncio.Future[bool]]
 
 
-class JobInbox:
+class JobInbox(Background):
     """``put`` stores a delivery as a queued job; ``True`` the first time, ``False`` for a
     redelivery (the job id exists). A database error reaches every caller of the batch."""
 
@@ -215,17 +215,11 @@ class JobInbox:
             new.discard(d.job_id)
         return firsts
 
-    async def __aenter__(self) -> JobInbox:
+    async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._write_forever()) for _ in range(self._writers)]
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _stop(self) -> None:
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()

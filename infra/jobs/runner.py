@@ -21,7 +21,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
-from types import TracebackType
 
 from tenacity import (
     AsyncRetrying,
@@ -32,6 +31,7 @@ from tenacity import (
 
 from infra.jobs.queue import Job, SqlJobQueue
 from infra.jobs.spool import SpoolMover
+from infra.lifecycle import Background
 from infra.storage.faults import is_connection_error
 from infra.storage.migrate import SchemaOutOfDateError, check_schema, report_schema
 
@@ -77,7 +77,7 @@ class RunLimits:
     per_user_runs: int = 2
 
 
-class JobRunner:
+class JobRunner(Background):
     """Runs jobs from ``queue`` with ``handler`` until the ``async with`` block exits.
 
     ``recover_on_start`` requeues every running job at start: only right when this is the
@@ -130,7 +130,7 @@ class JobRunner:
     def running(self) -> list[Job]:
         return [job for job, _ in self._running.values()]
 
-    async def __aenter__(self) -> JobRunner:
+    async def _start(self) -> None:
         if self._recover:
             try:
                 recovered = await self.queue.release_all_running(self._kinds)
@@ -143,14 +143,8 @@ class JobRunner:
             asyncio.create_task(self._claim_loop()),
             asyncio.create_task(self._renew_loop()),
         ]
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _stop(self) -> None:
         # Runs in flight are left running: their leases expire and a worker takes them over
         # (from their last checkpoint), exactly as after a crash.
         tasks = [*self._loops, *(t for _, t in self._running.values())]

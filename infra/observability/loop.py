@@ -21,8 +21,8 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 
+from infra.lifecycle import Background
 from infra.observability import metrics as m
 
 DEFAULT_INTERVAL = 0.02
@@ -30,7 +30,7 @@ DEFAULT_INTERVAL = 0.02
 KEEP_SAMPLES = 15_000
 
 
-class LoopLagMonitor:
+class LoopLagMonitor(Background):
     """Samples the running loop's lag every ``interval`` seconds while the block runs.
 
     ``clock`` and ``sleep`` are injectable so a test can drive the monitor without real
@@ -93,14 +93,8 @@ class LoopLagMonitor:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def __aenter__(self) -> LoopLagMonitor:
+    async def _start(self) -> None:
         self.start()
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _stop(self) -> None:
         await self.stop()

@@ -55,6 +55,19 @@ metadata = MetaData(
     }
 )
 
+
+def lease_columns() -> list[Column[Any]]:
+    """A durable work queue's row state (``run_jobs``, ``approval_notices``): its status, how
+    often it was tried, which worker holds it and until when, and when it was queued."""
+    return [
+        Column("status", String(16), nullable=False),
+        Column("attempts", Integer(), nullable=False),
+        Column("owner", String(64), nullable=True),
+        Column("lease_until", UtcDateTime(), nullable=True),
+        Column("created_at", UtcDateTime(), nullable=False),
+    ]
+
+
 threads = Table(
     "threads",
     metadata,
@@ -120,11 +133,7 @@ approval_notices = Table(
     Column("platform", String(32), nullable=False),
     Column("kind", String(16), nullable=False),
     Column("payload", JSON(), nullable=True),
-    Column("status", String(16), nullable=False),
-    Column("attempts", Integer(), nullable=False),
-    Column("owner", String(64), nullable=True),
-    Column("lease_until", UtcDateTime(), nullable=True),
-    Column("created_at", UtcDateTime(), nullable=False),
+    *lease_columns(),
     Column("done_at", UtcDateTime(), nullable=True),
     Index("ix_approval_notices_platform_status", "platform", "status", "created_at"),
 )
@@ -226,11 +235,7 @@ run_jobs = Table(
     Column("kind", String(64), nullable=False),
     Column("user_key", String(255), nullable=False),
     Column("payload", JSON(), nullable=False),
-    Column("status", String(16), nullable=False),
-    Column("attempts", Integer(), nullable=False),
-    Column("owner", String(64), nullable=True),
-    Column("lease_until", UtcDateTime(), nullable=True),
-    Column("created_at", UtcDateTime(), nullable=False),
+    *lease_columns(),
     Column("finished_at", UtcDateTime(), nullable=True),
     Column("error", String(500), nullable=True),
     Index("ix_run_jobs_status_created", "status", "created_at"),

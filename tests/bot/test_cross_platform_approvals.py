@@ -12,7 +12,6 @@ changes nothing.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,22 +23,14 @@ import pytest
 
 from infra.settings import (
     ApprovalSettings,
-    BrokerSettings,
-    IdpSettings,
-    McpServerSettings,
     RunSettings,
-    Settings,
-    TeamsSettings,
 )
 from mcp_servers import ReferenceServers
-from opsbot.commands.slack import serve_slack
 from testing.identity import RunningIdp, sign_in_at_login_page
 from testing.slack import (
     APPROVALS_CHANNEL_ID as SLACK_APPROVALS,
 )
 from testing.slack import (
-    BOT_TOKEN,
-    SIGNING_SECRET,
     FakeSlack,
     SlackSender,
     block_action,
@@ -48,15 +39,19 @@ from testing.slack import (
 )
 from testing.teams import (
     APP_ID,
-    APP_PASSWORD,
     APPROVALS_CHANNEL_ID,
-    TENANT_ID,
     FakeTeams,
     TeamsUser,
     new_user,
 )
 from tests.bot.test_slack_events import _texts
 from tests.bot.test_slack_full_stack import _link_from_slack
+from tests.fixtures.full_stack import (
+    full_stack_settings,
+    reference_mcp,
+    serving_slack,
+    teams_settings,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -77,20 +72,15 @@ async def app_url(
     sqlite_url: str,
     tmp_path: Path,
 ) -> AsyncIterator[str]:
-    for server in reference_servers:
-        dev_idp.provider.set_audience(server.name, server.audience)
     fake_teams.members[APPROVALS_CHANNEL_ID] = [BOB]
-    settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        slack_bot_token=BOT_TOKEN,
-        slack_signing_secret=SIGNING_SECRET,
-        slack_api_url=fake_slack.url,
-        teams=TeamsSettings(
-            app_id=APP_ID,
-            app_password=APP_PASSWORD,  # type: ignore[arg-type]
-            tenant_id=TENANT_ID,
-            openid_metadata_url=fake_teams.openid_metadata_url,
-            token_url=fake_teams.token_url,
+    settings = full_stack_settings(
+        fake_slack,
+        dev_idp,
+        reference_mcp(dev_idp, reference_servers),
+        sqlite_url,
+        tmp_path,
+        teams=teams_settings(
+            fake_teams,
             approvals_conversation_id=APPROVALS_CHANNEL_ID,
             approvals_service_url=fake_teams.service_url,
         ),
@@ -98,38 +88,9 @@ async def app_url(
         # In-process runs: in one process the Slack and Teams job runners share run_jobs and
         # claim each other's jobs (a `teams` branch issue, reported to the lead).
         runs=RunSettings(durable=False),
-        database_url=sqlite_url,
-        data_dir=tmp_path,
-        model="demo",
-        idp=IdpSettings(
-            issuer=dev_idp.issuer,
-            client_id=dev_idp.client_id,
-            client_secret=dev_idp.client_secret,  # type: ignore[arg-type]
-        ),
-        mcp_servers=[
-            McpServerSettings(name=s.name, url=s.url, audience=s.audience)
-            for s in reference_servers
-        ],
-        broker=BrokerSettings(link_callback_url="http://127.0.0.1:9/oauth/callback"),
     )
-    ready: asyncio.Queue[str] = asyncio.Queue()
-    stop = asyncio.Event()
-    server = asyncio.create_task(
-        serve_slack(
-            settings,
-            socket_mode=False,
-            host="127.0.0.1",
-            port=0,
-            stop=stop,
-            on_ready=ready.put_nowait,
-            with_teams=True,
-        )
-    )
-    try:
-        yield await asyncio.wait_for(ready.get(), 30)
-    finally:
-        stop.set()
-        await asyncio.wait_for(server, 30)
+    async with serving_slack(settings, with_teams=True) as url:
+        yield url
 
 
 async def link_from_teams(

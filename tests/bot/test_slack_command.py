@@ -25,6 +25,7 @@ from testing.slack import (
 )
 from tests.bot.conftest import ALICE
 from tests.bot.test_slack_events import _texts
+from tests.fixtures.full_stack import serving_slack
 
 
 class SweepingAssistant(FakeAssistant):
@@ -73,41 +74,24 @@ async def test_opsbot_slack_serves_http_and_posts_expiry_notices(
     async def factory(_settings: Settings) -> AsyncIterator[SweepingAssistant]:
         yield assistant
 
-    ready: asyncio.Queue[str] = asyncio.Queue()
-    stop = asyncio.Event()
-    server = asyncio.create_task(
-        serve_slack(
-            settings,
-            socket_mode=False,
-            host="127.0.0.1",
-            port=0,
-            stop=stop,
-            on_ready=ready.put_nowait,
-            assistant_factory=factory,
+    async with (
+        serving_slack(settings, assistant_factory=factory) as url,
+        aiohttp.ClientSession() as session,
+    ):
+        sender = SlackSender(url, session=session)
+        status, _ = await sender.post_event(
+            mention(ALICE.user_id, "update PAY-1 status=closed", channel="C0PAY", ts="5.1")
         )
-    )
-    try:
-        url = await asyncio.wait_for(ready.get(), 20)
-        async with aiohttp.ClientSession() as session:
-            sender = SlackSender(url, session=session)
-            status, _ = await sender.post_event(
-                mention(ALICE.user_id, "update PAY-1 status=closed", channel="C0PAY", ts="5.1")
-            )
-            assert status == 200
-            await fake_slack.wait_for(
-                "chat.postMessage", where=lambda p: p["channel"] == "ops-approvals"
-            )
-            await fake_slack.settle()  # the card's location is saved after it is posted
-            assistant.expire_now.set()
-            await fake_slack.wait_for(
-                "chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID
-            )
-            told = await fake_slack.wait_for(
-                "chat.postMessage", where=lambda p: "expired" in p["text"]
-            )
-    finally:
-        stop.set()
-        await asyncio.wait_for(server, 20)
+        assert status == 200
+        await fake_slack.wait_for(
+            "chat.postMessage", where=lambda p: p["channel"] == "ops-approvals"
+        )
+        await fake_slack.settle()  # the card's location is saved after it is posted
+        assistant.expire_now.set()
+        await fake_slack.wait_for(
+            "chat.update", where=lambda p: p["channel"] == APPROVALS_CHANNEL_ID
+        )
+        told = await fake_slack.wait_for("chat.postMessage", where=lambda p: "expired" in p["text"])
     (card_key,) = [k for k in fake_slack.messages if k[0] == APPROVALS_CHANNEL_ID]
     card = fake_slack.messages[card_key]
     assert "Expired" in _texts(card["blocks"])

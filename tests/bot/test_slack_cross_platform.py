@@ -10,7 +10,6 @@ publishes reach Slack's copy of the card through the running server's notice loo
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -30,7 +29,6 @@ from assistant.types import (
     PlatformRef,
 )
 from infra.settings import Settings
-from opsbot.commands.slack import serve_slack
 from testing.fake_assistant import UPDATE_TICKET_SCHEMA, FakeAssistant
 from testing.slack import (
     APPROVALS_CHANNEL_ID,
@@ -44,6 +42,7 @@ from testing.slack import (
 )
 from tests.bot.conftest import ALICE, BOB
 from tests.bot.test_slack_events import _texts
+from tests.fixtures.full_stack import serving_slack
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -97,26 +96,11 @@ async def running_slack(
     async def factory(_settings: Settings) -> AsyncIterator[FakeAssistant]:
         yield assistant
 
-    ready: asyncio.Queue[str] = asyncio.Queue()
-    stop = asyncio.Event()
-    server = asyncio.create_task(
-        serve_slack(
-            settings,
-            socket_mode=False,
-            host="127.0.0.1",
-            port=0,
-            stop=stop,
-            on_ready=ready.put_nowait,
-            assistant_factory=factory,
-        )
-    )
-    try:
-        url = await asyncio.wait_for(ready.get(), 20)
-        async with aiohttp.ClientSession() as session:
-            yield SlackSender(url, session=session)
-    finally:
-        stop.set()
-        await asyncio.wait_for(server, 20)
+    async with (
+        serving_slack(settings, assistant_factory=factory) as url,
+        aiohttp.ClientSession() as session,
+    ):
+        yield SlackSender(url, session=session)
 
 
 def _card(fake_slack: FakeSlack) -> dict[str, Any]:

@@ -4,7 +4,6 @@ servers and the fake Slack: link an account from Slack, ask, and approve a write
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,14 +12,10 @@ import aiohttp
 import httpx
 import pytest
 
-from infra.settings import BrokerSettings, IdpSettings, McpServerSettings, Settings
 from mcp_servers import ReferenceServers
-from opsbot.commands.slack import serve_slack
 from testing.identity import RunningIdp, sign_in_at_login_page
 from testing.slack import (
     APPROVALS_CHANNEL_ID,
-    BOT_TOKEN,
-    SIGNING_SECRET,
     FakeSlack,
     SlackSender,
     block_action,
@@ -28,6 +23,11 @@ from testing.slack import (
     mention,
 )
 from tests.bot.test_slack_events import _texts
+from tests.fixtures.full_stack import (
+    full_stack_settings,
+    reference_mcp,
+    serving_slack,
+)
 
 
 @pytest.fixture
@@ -43,44 +43,10 @@ async def app_url(
     sqlite_url: str,
     tmp_path: Path,
 ) -> AsyncIterator[str]:
-    for server in reference_servers:
-        dev_idp.provider.set_audience(server.name, server.audience)
-    settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        slack_bot_token=BOT_TOKEN,
-        slack_signing_secret=SIGNING_SECRET,
-        slack_api_url=fake_slack.url,
-        database_url=sqlite_url,
-        data_dir=tmp_path,
-        model="demo",
-        idp=IdpSettings(
-            issuer=dev_idp.issuer,
-            client_id=dev_idp.client_id,
-            client_secret=dev_idp.client_secret,  # type: ignore[arg-type]
-        ),
-        mcp_servers=[
-            McpServerSettings(name=s.name, url=s.url, audience=s.audience)
-            for s in reference_servers
-        ],
-        broker=BrokerSettings(link_callback_url="http://127.0.0.1:9/oauth/callback"),
-    )
-    ready: asyncio.Queue[str] = asyncio.Queue()
-    stop = asyncio.Event()
-    server = asyncio.create_task(
-        serve_slack(
-            settings,
-            socket_mode=False,
-            host="127.0.0.1",
-            port=0,
-            stop=stop,
-            on_ready=ready.put_nowait,
-        )
-    )
-    try:
-        yield await asyncio.wait_for(ready.get(), 30)
-    finally:
-        stop.set()
-        await asyncio.wait_for(server, 30)
+    mcp = reference_mcp(dev_idp, reference_servers)
+    settings = full_stack_settings(fake_slack, dev_idp, mcp, sqlite_url, tmp_path)
+    async with serving_slack(settings) as url:
+        yield url
 
 
 async def _link_from_slack(

@@ -11,7 +11,6 @@ a token exchanged at the company IdP (those go to the ticketing server only).
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,18 +23,15 @@ import pytest
 from pydantic import SecretStr
 
 from infra.serving import bind_socket, socket_url
-from infra.settings import BrokerSettings, IdpSettings, McpOAuthClient, McpServerSettings, Settings
+from infra.settings import BrokerSettings, McpOAuthClient, McpServerSettings
 from mcp_servers import ReferenceServers
 from mcp_servers.app import AuthConfig
 from mcp_servers.docs.seed import seed_docs
 from mcp_servers.docs.server import build_docs
 from mcp_servers.docs.store import DocStore
 from mcp_servers.runner import serve_server
-from opsbot.commands.slack import serve_slack
 from testing.identity import RunningIdp
 from testing.slack import (
-    BOT_TOKEN,
-    SIGNING_SECRET,
     FakeSlack,
     SlackSender,
     block_action,
@@ -44,6 +40,7 @@ from testing.slack import (
 from testing.third_party_mcp import Capture, capture_proxy
 from tests.bot.test_slack_events import _texts
 from tests.bot.test_slack_full_stack import _link_from_slack
+from tests.fixtures.full_stack import LINK_CALLBACK_URL, full_stack_settings, serving_slack
 from tests.fixtures.oidc_provider import CLIENT_ID, CLIENT_SECRET, node, node_provider, sign_in
 
 __all__ = ["node"]  # a fixture, imported for pytest
@@ -84,57 +81,34 @@ async def stack(
         # The server's audience is the URL opsbot uses (the proxy's), as a deployment
         # behind a reverse proxy names its public URL.
         docs = build_docs(store, AuthConfig(issuer=issuer, audience=docs_url))
-        settings = Settings(
-            _env_file=None,
-            slack_bot_token=BOT_TOKEN,
-            slack_signing_secret=SIGNING_SECRET,
-            slack_api_url=fake_slack.url,
-            database_url=sqlite_url,
-            data_dir=tmp_path,
-            model="demo",
-            idp=IdpSettings(
-                issuer=dev_idp.issuer,
-                client_id=dev_idp.client_id,
-                client_secret=dev_idp.client_secret,
-            ),
-            mcp_servers=[
-                McpServerSettings(name=tickets.name, url=tickets.url, audience=tickets.audience),
-                McpServerSettings(
-                    name="docs",
-                    url=docs_url,
-                    auth="oauth",
-                    oauth=McpOAuthClient(
-                        client_id=CLIENT_ID,
-                        client_secret=SecretStr(CLIENT_SECRET),
-                        scopes=["openid", "offline_access", "docs:read"],
-                    ),
-                ),
-            ],
-            broker=BrokerSettings(
-                link_callback_url="http://127.0.0.1:9/oauth/callback",
-                mcp_oauth_callback_url=callback,
+        docs_server = McpServerSettings(
+            name="docs",
+            url=docs_url,
+            auth="oauth",
+            oauth=McpOAuthClient(
+                client_id=CLIENT_ID,
+                client_secret=SecretStr(CLIENT_SECRET),
+                scopes=["openid", "offline_access", "docs:read"],
             ),
         )
-        ready: asyncio.Queue[str] = asyncio.Queue()
-        stop = asyncio.Event()
-        async with serve_server(docs, docs_sock):
-            app = asyncio.create_task(
-                serve_slack(
-                    settings,
-                    socket_mode=False,
-                    host="127.0.0.1",
-                    port=0,
-                    stop=stop,
-                    on_ready=ready.put_nowait,
-                    sock=app_sock,
-                )
-            )
-            try:
-                yield await asyncio.wait_for(ready.get(), 30), issuer, capture
-            finally:
-                stop.set()
-                await asyncio.wait_for(app, 30)
-                await store.close()
+        settings = full_stack_settings(
+            fake_slack,
+            dev_idp,
+            [
+                McpServerSettings(name=tickets.name, url=tickets.url, audience=tickets.audience),
+                docs_server,
+            ],
+            sqlite_url,
+            tmp_path,
+            broker=BrokerSettings(
+                link_callback_url=LINK_CALLBACK_URL, mcp_oauth_callback_url=callback
+            ),
+        )
+        try:
+            async with serve_server(docs, docs_sock), serving_slack(settings, sock=app_sock) as url:
+                yield url, issuer, capture
+        finally:
+            await store.close()
 
 
 async def test_an_unconnected_user_connects_an_oauth_server_from_slack_and_asks_again(

@@ -8,7 +8,6 @@ is then one identity: the same subject, the same rights, answers read as them.""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,21 +16,19 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from infra.settings import (
-    BrokerSettings,
-    IdpSettings,
-    McpServerSettings,
-    Settings,
-    TeamsSettings,
-)
 from infra.storage import create_engine
 from infra.storage.schema import account_links
 from mcp_servers import ReferenceServers
-from opsbot.commands.slack import serve_slack
 from testing.identity import RunningIdp, sign_in_at_login_page
-from testing.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack, SlackSender, mention
-from testing.teams import APP_ID, APP_PASSWORD, TENANT_ID, FakeTeams, new_user
+from testing.slack import FakeSlack, SlackSender, mention
+from testing.teams import FakeTeams, new_user
 from tests.bot.test_slack_full_stack import _link_from_slack
+from tests.fixtures.full_stack import (
+    full_stack_settings,
+    reference_mcp,
+    serving_slack,
+    teams_settings,
+)
 
 ALICE = new_user("Alice")
 
@@ -50,52 +47,12 @@ async def app_url(
     sqlite_url: str,
     tmp_path: Path,
 ) -> AsyncIterator[str]:
-    for server in reference_servers:
-        dev_idp.provider.set_audience(server.name, server.audience)
-    settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        slack_bot_token=BOT_TOKEN,
-        slack_signing_secret=SIGNING_SECRET,
-        slack_api_url=fake_slack.url,
-        teams=TeamsSettings(
-            app_id=APP_ID,
-            app_password=APP_PASSWORD,  # type: ignore[arg-type]
-            tenant_id=TENANT_ID,
-            openid_metadata_url=fake_teams.openid_metadata_url,
-            token_url=fake_teams.token_url,
-        ),
-        database_url=sqlite_url,
-        data_dir=tmp_path,
-        model="demo",
-        idp=IdpSettings(
-            issuer=dev_idp.issuer,
-            client_id=dev_idp.client_id,
-            client_secret=dev_idp.client_secret,  # type: ignore[arg-type]
-        ),
-        mcp_servers=[
-            McpServerSettings(name=s.name, url=s.url, audience=s.audience)
-            for s in reference_servers
-        ],
-        broker=BrokerSettings(link_callback_url="http://127.0.0.1:9/oauth/callback"),
+    mcp = reference_mcp(dev_idp, reference_servers)
+    settings = full_stack_settings(
+        fake_slack, dev_idp, mcp, sqlite_url, tmp_path, teams=teams_settings(fake_teams)
     )
-    ready: asyncio.Queue[str] = asyncio.Queue()
-    stop = asyncio.Event()
-    server = asyncio.create_task(
-        serve_slack(
-            settings,
-            socket_mode=False,
-            host="127.0.0.1",
-            port=0,
-            stop=stop,
-            on_ready=ready.put_nowait,
-            with_teams=True,
-        )
-    )
-    try:
-        yield await asyncio.wait_for(ready.get(), 30)
-    finally:
-        stop.set()
-        await asyncio.wait_for(server, 30)
+    async with serving_slack(settings, with_teams=True) as url:
+        yield url
 
 
 async def test_one_person_links_on_both_platforms_and_asks_in_teams(

@@ -4,7 +4,6 @@ against the dev IdP, the reference MCP servers, the fake Slack — plus a fourth
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,16 +18,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from infra.serving import bind_socket, serve_asgi, socket_url
 from infra.settings import (
-    BrokerSettings,
-    IdpSettings,
     McpServerSettings,
     ObservabilitySettings,
-    Settings,
 )
 from mcp_servers import ReferenceServers
-from opsbot.commands.slack import serve_slack
 from testing.identity import RunningIdp, sign_in_at_login_page
-from testing.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack, SlackSender
+from testing.slack import FakeSlack, SlackSender
+from tests.fixtures.full_stack import full_stack_settings, reference_mcp, serving_slack
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -101,8 +97,6 @@ async def ops_app(
     tmp_path: Path,
     otlp_endpoint: str | None,
 ) -> AsyncIterator[OpsApp]:
-    for server in reference_servers:
-        dev_idp.provider.set_audience(server.name, server.audience)
     search = FastMCP("search", stateless_http=True)
 
     @search.tool()
@@ -115,48 +109,20 @@ async def ops_app(
     search_stack = contextlib.AsyncExitStack()
     await search_stack.enter_async_context(serve_asgi(search.streamable_http_app(), search_sock))
 
-    settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        slack_bot_token=BOT_TOKEN,
-        slack_signing_secret=SIGNING_SECRET,
-        slack_api_url=fake_slack.url,
-        database_url=sqlite_url,
-        data_dir=tmp_path,
-        model="demo",
-        idp=IdpSettings(
-            issuer=dev_idp.issuer,
-            client_id=dev_idp.client_id,
-            client_secret=dev_idp.client_secret,  # type: ignore[arg-type]
-        ),
-        mcp_servers=[
-            *(
-                McpServerSettings(name=s.name, url=s.url, audience=s.audience)
-                for s in reference_servers
-            ),
-            McpServerSettings(name="search", url=search_url, audience=search_url),
-        ],
-        broker=BrokerSettings(link_callback_url="http://127.0.0.1:9/oauth/callback"),
+    mcp = reference_mcp(dev_idp, reference_servers)
+    mcp.append(McpServerSettings(name="search", url=search_url, audience=search_url))
+    settings = full_stack_settings(
+        fake_slack,
+        dev_idp,
+        mcp,
+        sqlite_url,
+        tmp_path,
         observability=ObservabilitySettings(otlp_endpoint=otlp_endpoint),
     )
-    ready: asyncio.Queue[str] = asyncio.Queue()
-    stop = asyncio.Event()
-    app = asyncio.create_task(
-        serve_slack(
-            settings,
-            socket_mode=False,
-            host="127.0.0.1",
-            port=0,
-            stop=stop,
-            on_ready=ready.put_nowait,
-        )
-    )
-
-    async def stop_app() -> None:
-        stop.set()
-        await asyncio.wait_for(app, 30)
-
+    # The tests may stop the app early; closing the stack again is then a no-op.
+    app_stack = contextlib.AsyncExitStack()
     try:
-        url = await asyncio.wait_for(ready.get(), 30)
+        url = await app_stack.enter_async_context(serving_slack(settings))
         async with aiohttp.ClientSession() as session:
             yield OpsApp(
                 url,
@@ -164,8 +130,8 @@ async def ops_app(
                 fake_slack,
                 reference_servers,
                 search_stack.aclose,
-                stop_app,
+                app_stack.aclose,
             )
     finally:
-        await stop_app()
+        await app_stack.aclose()
         await search_stack.aclose()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from infra.storage.migrations._ops import lease_columns
+
 revision = "0005"
 down_revision = "0004"
 branch_labels = None
@@ -23,11 +25,7 @@ def upgrade() -> None:
         sa.Column("kind", sa.String(64), nullable=False),
         sa.Column("user_key", sa.String(255), nullable=False),
         sa.Column("payload", sa.JSON(), nullable=False),
-        sa.Column("status", sa.String(16), nullable=False),
-        sa.Column("attempts", sa.Integer(), nullable=False),
-        sa.Column("owner", sa.String(64), nullable=True),
-        sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        *lease_columns(),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("error", sa.String(500), nullable=True),
         sa.PrimaryKeyConstraint("job_id", name="pk_run_jobs"),

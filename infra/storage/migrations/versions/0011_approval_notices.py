@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from alembic.operations import BatchOperations
+
+from infra.storage.migrations._ops import lease_columns
 
 revision = "0011"
 down_revision = "0010"
@@ -24,17 +27,21 @@ _WIDENED = (
 )
 
 
+def _resize(batch: BatchOperations, length: int, new_length: int) -> None:
+    for column in _WIDENED:
+        batch.alter_column(
+            column,
+            existing_type=sa.String(length),
+            type_=sa.String(new_length),
+            existing_nullable=column == "requester_note_ts",
+        )
+
+
 def upgrade() -> None:
     with op.batch_alter_table("chat_approval_messages") as batch:
         batch.drop_constraint("pk_chat_approval_messages", type_="primary")
         batch.create_primary_key("pk_chat_approval_messages", ["approval_id", "platform"])
-        for column in _WIDENED:
-            batch.alter_column(
-                column,
-                existing_type=sa.String(64),
-                type_=sa.String(255),
-                existing_nullable=column == "requester_note_ts",
-            )
+        _resize(batch, 64, 255)
         batch.add_column(sa.Column("service_url", sa.String(512), nullable=True))
     op.create_table(
         "approval_notices",
@@ -43,11 +50,7 @@ def upgrade() -> None:
         sa.Column("platform", sa.String(32), nullable=False),
         sa.Column("kind", sa.String(16), nullable=False),
         sa.Column("payload", sa.JSON(), nullable=True),
-        sa.Column("status", sa.String(16), nullable=False),
-        sa.Column("attempts", sa.Integer(), nullable=False),
-        sa.Column("owner", sa.String(64), nullable=True),
-        sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        *lease_columns(),
         sa.Column("done_at", sa.DateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("notice_id", name="pk_approval_notices"),
     )
@@ -65,12 +68,6 @@ def downgrade() -> None:
     op.execute("DELETE FROM chat_approval_messages WHERE platform <> 'slack'")
     with op.batch_alter_table("chat_approval_messages") as batch:
         batch.drop_column("service_url")
-        for column in _WIDENED:
-            batch.alter_column(
-                column,
-                existing_type=sa.String(255),
-                type_=sa.String(64),
-                existing_nullable=column == "requester_note_ts",
-            )
+        _resize(batch, 255, 64)
         batch.drop_constraint("pk_chat_approval_messages", type_="primary")
         batch.create_primary_key("pk_chat_approval_messages", ["approval_id"])
