@@ -66,6 +66,16 @@ TOO_LONG_TEXT = (
 SIGN_IN_SENT_TEXT = (
     "I've sent you a sign-in link in a private chat with me. Ask again once you're connected."
 )
+NOTHING_TO_STOP_TEXT = (
+    "Nothing is running or waiting for approval here, so there is nothing to stop."
+)
+# Teams has no Stop control of its own: the requester writes "stop" in the same thread (or
+# personal chat); these are the words taken for it (after the @mention is stripped).
+STOP_WORDS = frozenset({"stop", "/stop", "stop!", "stop."})
+
+
+def is_stop(text: str) -> bool:
+    return text.strip().lower() in STOP_WORDS
 
 
 class TeamsAdapter:
@@ -89,9 +99,19 @@ class TeamsAdapter:
     async def accept(self, message: TeamsMessage) -> bool:
         """Claim the delivery and start answering it; ``False`` for a redelivery (on any
         instance). In-process runs live in this process: a crash loses a run in flight."""
+        if is_stop(message.text):
+            return await self.accept_stop(message)
         if not await self.processed.claim(message.delivery_id):
             return False
         self._start(self.converse(message))
+        return True
+
+    async def accept_stop(self, message: TeamsMessage) -> bool:
+        """A "stop" is handled here and now, never queued behind the run it stops (a durable
+        run may hold the person's only run slot)."""
+        if not await self.processed.claim(message.delivery_id):
+            return False
+        self._start(self.stop(message))
         return True
 
     def _start(self, work: Awaitable[None]) -> None:
@@ -184,8 +204,9 @@ class TeamsAdapter:
             await self._privately(message, server_connect_activity(reply.server, reply.connect_url))
             return
         if isinstance(reply, Stopped):
-            # Teams has no Stop of its own; a run stopped elsewhere still says what ran.
-            await self._post(conversation, [note_activity(reply.text)])
+            # The core words it for Slack (an emoji code): Teams shows the character.
+            text = reply.text.replace(":black_square_for_stop:", "⏹️")
+            await self._post(conversation, [note_activity(text)])
             return
         await self._waiting(reply, message, conversation)
 
@@ -223,6 +244,32 @@ class TeamsAdapter:
 
     async def _post(self, conversation: Conversation, activities: list[dict[str, Any]]) -> None:
         await self.outbound.send(conversation, activities)
+
+    async def stop(self, message: TeamsMessage) -> None:
+        """The same Stop as Slack's: the core stops the thread's run on whichever instance
+        runs it (that run's own reply says what ran and what never started) and withdraws its
+        pending approvals (their cards and the requester's thread say so). Only the thread's
+        owner may; anyone else is told so and nothing changes."""
+        conversation = conversation_of(message)
+        try:
+            result = await self.assistant.stop(message.chat_user, message.ref)
+        except Exception as exc:
+            log.warning("stopping a Teams run failed: %s", type(exc).__name__, exc_info=exc)
+            lost = is_connection_error(exc)
+            await self._post(
+                conversation, [note_activity(DATABASE_DOWN_TEXT if lost else FAILURE_TEXT)]
+            )
+            return
+        if result.refused is not None:
+            await self._post(conversation, [refusal_activity(result.refused)])
+            return
+        for decided in result.withdrawn:
+            try:
+                await self.approvals.announce(decided)
+            except Exception:
+                log.exception("withdrawn approval %s not shown in Teams", decided.approval_id)
+        if not result.run_stopped and not result.withdrawn:
+            await self._post(conversation, [note_activity(NOTHING_TO_STOP_TEXT)])
 
     # -- notices not caused by a Teams request ----------------------------------------
 
