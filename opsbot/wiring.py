@@ -113,6 +113,9 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                     exchange_servers=list(settings.exchange_audiences),
                     oauth_servers=[s.name for s in settings.mcp_servers if s.auth == "oauth"],
                     runs=runs,
+                    # Teams SSO (the IdP is Entra): in-process only; a remote broker does not
+                    # serve it yet, so Teams falls back to the sign-in card.
+                    sso=local if local is not None and local.sso is not None else None,
                 )
     finally:
         await engine.dispose()

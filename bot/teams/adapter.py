@@ -46,6 +46,7 @@ from bot.teams.render import (
     sign_in_activity,
     typing_activity,
 )
+from bot.teams.sso import TeamsSso
 from bot.teams.store import Conversation, SqlProcessedActivities
 from infra.storage.faults import is_connection_error
 
@@ -93,6 +94,17 @@ class TeamsAdapter:
         self.processed = processed
         self.approvals = approvals
         self._tasks: set[asyncio.Task[None]] = set()
+        self.sso = (
+            TeamsSso(
+                config.sso_connection_name,
+                config.sso_audience,
+                assistant,
+                processed,
+                self._answer_later,
+            )
+            if config.sso_connection_name
+            else None
+        )
 
     # -- before the acknowledgement ---------------------------------------------------
 
@@ -113,6 +125,10 @@ class TeamsAdapter:
             return False
         self._start(self.stop(message))
         return True
+
+    async def _answer_later(self, message: TeamsMessage) -> None:
+        """Answer a question after its asker was linked (Teams SSO), off the invoke."""
+        self._start(self.converse(message))
 
     def _start(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -228,8 +244,15 @@ class TeamsAdapter:
 
     async def sign_in(self, message: TeamsMessage, login_url: str) -> None:
         """The sign-in card goes to the person alone: in their personal chat with opsbot. In a
-        channel the thread only hears that a link was sent privately."""
-        await self._privately(message, sign_in_activity(login_url))
+        channel the thread only hears that a link was sent privately. With Teams SSO it is an
+        OAuthCard the client answers silently (``bot.teams.sso``); its button is the same
+        IdP login."""
+        card = (
+            self.sso.sign_in_card(message, login_url)
+            if self.sso is not None
+            else sign_in_activity(login_url)
+        )
+        await self._privately(message, card)
 
     async def _privately(self, message: TeamsMessage, card: dict[str, Any]) -> None:
         """A card bound to the asker goes to their personal chat; a channel thread only hears

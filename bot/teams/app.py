@@ -151,6 +151,8 @@ def build_agent_application(
 
     application.error(on_error)
     adapter.approvals.register(application)
+    if adapter.sso is not None:
+        adapter.sso.register(application)
     return application
 
 

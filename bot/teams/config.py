@@ -31,6 +31,15 @@ class TeamsBotConfig:
     # Teams shows a typing indicator for about 3 s: it is sent again while a run goes on.
     typing_every_seconds: float = 3.0
     working_text: str = "Working on it…"
+    # Teams SSO (the company's IdP is Entra): the Azure Bot OAuth connection's name; None =
+    # the plain sign-in card. ``sso_resource``: the SSO tokens' audience (default
+    # api://botid-<app id>, the manifest's webApplicationInfo.resource).
+    sso_connection_name: str | None = None
+    sso_resource: str | None = None
+
+    @property
+    def sso_audience(self) -> str:
+        return self.sso_resource or f"api://botid-{self.app_id}"
 
     @property
     def served_tenants(self) -> frozenset[str]:

@@ -97,6 +97,8 @@ def teams_config(settings: Settings) -> TeamsBotConfig:
         service_url_prefixes=tuple(teams.service_url_prefixes),
         max_body_bytes=teams.max_body_bytes,
         max_message_chars=teams.max_message_chars,
+        sso_connection_name=teams.sso_connection_name,
+        sso_resource=teams.sso_resource,
     )
 
 

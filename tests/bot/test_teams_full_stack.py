@@ -9,8 +9,10 @@ is then one identity: the same subject, the same rights, answers read as them.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import httpx
@@ -41,15 +43,18 @@ def mcp_trusted_issuer(dev_idp: RunningIdp) -> tuple[str, str | None]:
     return dev_idp.issuer, dev_idp.jwks_url
 
 
-@pytest.fixture
-async def app_url(
+@contextlib.asynccontextmanager
+async def serving_both(
     fake_slack: FakeSlack,
     fake_teams: FakeTeams,
     dev_idp: RunningIdp,
     reference_servers: ReferenceServers,
     sqlite_url: str,
     tmp_path: Path,
+    **teams: Any,
 ) -> AsyncIterator[str]:
+    """``opsbot serve`` (Slack and Teams) built from Settings; ``teams``: further Teams
+    settings (``sso_connection_name``...). Yields the app's URL."""
     for server in reference_servers:
         dev_idp.provider.set_audience(server.name, server.audience)
     settings = Settings(
@@ -63,6 +68,7 @@ async def app_url(
             tenant_id=TENANT_ID,
             openid_metadata_url=fake_teams.openid_metadata_url,
             token_url=fake_teams.token_url,
+            **teams,
         ),
         database_url=sqlite_url,
         data_dir=tmp_path,
@@ -96,6 +102,32 @@ async def app_url(
     finally:
         stop.set()
         await asyncio.wait_for(server, 30)
+
+
+@pytest.fixture
+async def app_url(
+    fake_slack: FakeSlack,
+    fake_teams: FakeTeams,
+    dev_idp: RunningIdp,
+    reference_servers: ReferenceServers,
+    sqlite_url: str,
+    tmp_path: Path,
+) -> AsyncIterator[str]:
+    async with serving_both(
+        fake_slack, fake_teams, dev_idp, reference_servers, sqlite_url, tmp_path
+    ) as url:
+        yield url
+
+
+async def account_links_in(url: str) -> list[tuple[str, str]]:
+    """Every account link as (platform, subject)."""
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            links = (await conn.execute(select(account_links))).mappings().all()
+    finally:
+        await engine.dispose()
+    return [(link["platform"], link["subject"]) for link in links]
 
 
 async def test_one_person_links_on_both_platforms_and_asks_in_teams(
@@ -136,13 +168,5 @@ async def test_one_person_links_on_both_platforms_and_asks_in_teams(
         assert status == 200
         await fake_slack.wait_for("chat.update", wait=60)
 
-    engine = create_engine(sqlite_url)
-    try:
-        async with engine.connect() as conn:
-            links = (await conn.execute(select(account_links))).mappings().all()
-    finally:
-        await engine.dispose()
-    assert {(link["platform"], link["subject"]) for link in links} == {
-        ("slack", links[0]["subject"]),
-        ("teams", links[0]["subject"]),
-    }
+    links = await account_links_in(sqlite_url)
+    assert set(links) == {("slack", links[0][1]), ("teams", links[0][1])}
