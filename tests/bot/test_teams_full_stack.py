@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,18 +105,28 @@ async def serving_both(
         await asyncio.wait_for(server, 30)
 
 
+ServeBoth = Callable[..., contextlib.AbstractAsyncContextManager[str]]
+
+
 @pytest.fixture
-async def app_url(
+def serve_both(
     fake_slack: FakeSlack,
     fake_teams: FakeTeams,
     dev_idp: RunningIdp,
     reference_servers: ReferenceServers,
     sqlite_url: str,
     tmp_path: Path,
-) -> AsyncIterator[str]:
-    async with serving_both(
-        fake_slack, fake_teams, dev_idp, reference_servers, sqlite_url, tmp_path
-    ) as url:
+) -> ServeBoth:
+    """``async with serve_both(**teams_settings) as url``: ``serving_both`` on this test's
+    fakes, IdP, servers and database."""
+    return functools.partial(
+        serving_both, fake_slack, fake_teams, dev_idp, reference_servers, sqlite_url, tmp_path
+    )
+
+
+@pytest.fixture
+async def app_url(serve_both: ServeBoth) -> AsyncIterator[str]:
+    async with serve_both() as url:
         yield url
 
 

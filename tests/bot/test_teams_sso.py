@@ -13,22 +13,21 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import aiohttp
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from mcp_servers import ReferenceServers
 from testing.identity import RunningIdp
 from testing.slack import FakeSlack, SlackSender
 from testing.teams import APP_ID, OTHER_TENANT_ID, TENANT_ID, ConnectorCall, FakeTeams, new_user
 from tests.bot.test_slack_full_stack import _link_from_slack
 from tests.bot.test_teams_full_stack import (
+    ServeBoth,
     account_links_in,
     mcp_trusted_issuer,  # noqa: F401  (fixture)
-    serving_both,
+    serve_both,  # noqa: F401  (fixture)
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -41,24 +40,12 @@ CONNECTION = "opsbot-sso"
 
 @pytest.fixture
 async def app_url(
-    fake_slack: FakeSlack,
-    fake_teams: FakeTeams,
+    serve_both: ServeBoth,  # noqa: F811  (the fixture imported above)
     dev_idp: RunningIdp,
-    reference_servers: ReferenceServers,
-    sqlite_url: str,
-    tmp_path: Path,
 ) -> AsyncIterator[str]:
     # Entra plays the company IdP: opsbot's client may exchange tokens minted for its API.
     dev_idp.provider.accept_subject_audience(dev_idp.client_id, RESOURCE)
-    async with serving_both(
-        fake_slack,
-        fake_teams,
-        dev_idp,
-        reference_servers,
-        sqlite_url,
-        tmp_path,
-        sso_connection_name=CONNECTION,
-    ) as url:
+    async with serve_both(sso_connection_name=CONNECTION) as url:
         yield url
 
 

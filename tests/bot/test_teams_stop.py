@@ -133,6 +133,16 @@ async def test_stop_during_a_run_lets_the_call_in_flight_finish_and_starts_nothi
     assert not [c for c in env.fake.posted() if "runbook" in c.text]
 
 
+async def ask_for_close(env: TeamsEnv) -> tuple[str, ConnectorCall, str]:
+    """Alice asks to close PAY-102: her thread's root, the approval card, its approval id."""
+    root = await say(env, ALICE, "close PAY-102")
+    (card,) = await env.fake.wait_for(
+        "create", where=lambda c: c.conversation_id.startswith(APPROVALS_CHANNEL_ID), wait=60
+    )
+    await env.fake.settle()
+    return root, card, str(card.cards[0]["refresh"]["action"]["data"]["approval_id"])
+
+
 async def test_stop_while_waiting_withdraws_the_card_for_everyone_and_nothing_is_written(
     run_teams: RunTeams,
     agent_env: AgentEnv,  # noqa: F811  (the fixture imported above)
@@ -140,13 +150,7 @@ async def test_stop_while_waiting_withdraws_the_card_for_everyone_and_nothing_is
 ) -> None:
     servers = agent_env.servers
     async with teams_stack(run_teams, agent_env, sqlite_url) as (env, assistant):
-        root = await say(env, ALICE, "close PAY-102")
-        (card,) = await env.fake.wait_for(
-            "create",
-            where=lambda c: c.conversation_id.startswith(APPROVALS_CHANNEL_ID),
-            wait=60,
-        )
-        await env.fake.settle()
+        root, card, approval_id = await ask_for_close(env)
         await say(env, ALICE, "stop", root)
         updated = await env.fake.wait_for("update", where=lambda c: "Withdrawn" in c.text, wait=60)
         assert updated[-1].activity_id == card.conversation_id.partition(";messageid=")[2]
@@ -154,7 +158,6 @@ async def test_stop_while_waiting_withdraws_the_card_for_everyone_and_nothing_is
         assert "refresh" not in updated[-1].cards[0]  # nobody gets buttons again
         await env.fake.wait_for("posted", where=in_thread(root, "withdrawn"), wait=60)
         await env.fake.settle()
-        approval_id = card.cards[0]["refresh"]["action"]["data"]["approval_id"]
         view = await assistant.approval_view(approval_id)
         assert view is not None
         assert view.status == "withdrawn"
@@ -173,20 +176,13 @@ async def test_only_the_requester_can_stop_their_run(
     sqlite_url: str,
 ) -> None:
     async with teams_stack(run_teams, agent_env, sqlite_url) as (env, assistant):
-        root = await say(env, ALICE, "close PAY-102")
-        (card,) = await env.fake.wait_for(
-            "create",
-            where=lambda c: c.conversation_id.startswith(APPROVALS_CHANNEL_ID),
-            wait=60,
-        )
-        await env.fake.settle()
+        root, _card, approval_id = await ask_for_close(env)
         await say(env, DAVE, "stop", root)
         await env.fake.wait_for(
             "posted", where=in_thread(root, "Only the person who asked"), wait=60
         )
         await env.fake.settle()
         assert not [c for c in env.fake.calls_to("update") if "Withdrawn" in c.text]
-        approval_id = card.cards[0]["refresh"]["action"]["data"]["approval_id"]
         view = await assistant.approval_view(approval_id)
         assert view is not None
         assert view.status == "pending"
