@@ -246,3 +246,46 @@ async def test_approved_in_teams_shows_on_the_slack_card_and_a_slack_click_chang
         assert "Approved" in _texts(fake_slack.messages[card_key]["blocks"])
     closes = [c for c in await reference_servers.tickets.all_changes() if c.ticket_key == "PAY-102"]
     assert [(c.tool, c.subject) for c in closes] == [("close_ticket", "alice")]
+
+
+async def test_stopped_in_teams_withdraws_the_card_on_slack_too(
+    app_url: str,
+    fake_slack: FakeSlack,
+    fake_teams: FakeTeams,
+    reference_servers: ReferenceServers,
+) -> None:
+    """Alice asks in Teams; the card is on both platforms. She writes "stop" in her Teams
+    thread: the approval is withdrawn once, both cards say so, nothing is written."""
+    alice = new_user("Alice")
+    async with aiohttp.ClientSession() as session:
+        await link_from_teams(fake_teams, app_url, alice, "alice", session)
+        ask = fake_teams.mention(alice, "close ticket PAY-102 because merchants re-exported")
+        status, _ = await fake_teams.post_activity(app_url, ask, session=session)
+        assert status == 202
+        (teams_card,) = await fake_teams.wait_for(
+            "create", where=lambda c: c.conversation_id.startswith(APPROVALS_CHANNEL_ID), wait=60
+        )
+        await fake_slack.wait_for(
+            "chat.postMessage", where=lambda p: p["channel"] == "ops-approvals", wait=60
+        )
+        await fake_teams.settle()
+        stop = fake_teams.mention(alice, "stop", thread_id=str(ask["id"]))
+        status, _ = await fake_teams.post_activity(app_url, stop, session=session)
+        assert status == 202
+
+        root = teams_card.conversation_id.partition(";messageid=")[2]
+        (withdrawn,) = await fake_teams.wait_for(
+            "update", where=lambda c: c.activity_id == root and "Withdrawn" in c.text, wait=30
+        )
+        assert "alice" in withdrawn.text
+        await fake_slack.wait_for(
+            "chat.update", where=lambda p: "Withdrawn" in _texts(p.get("blocks") or []), wait=30
+        )
+        await fake_slack.settle()
+        (card_key,) = [k for k in fake_slack.messages if k[0] == SLACK_APPROVALS]
+        slack_card = fake_slack.messages[card_key]
+        assert "Withdrawn" in _texts(slack_card["blocks"])
+        assert all(b["type"] != "actions" for b in slack_card["blocks"])
+    assert [
+        c for c in await reference_servers.tickets.all_changes() if c.ticket_key == "PAY-102"
+    ] == []
