@@ -159,6 +159,13 @@ async def test_bad_sso_tokens_get_412_and_link_nobody(
         assert failure["id"] == f"bad-{n}"
         assert "sign in with the link" in failure["failureDetail"], why
         assert "eyJ" not in body  # the token is never echoed
+    # A good token the IdP refuses to exchange (her access was revoked meanwhile): 412 too.
+    dev_idp.provider.revoke_user("alice")
+    refused = fake_teams.token_exchange(ALICE, card, sso_token(dev_idp), exchange_id="revoked")
+    status, body = await fake_teams.post_activity(app_url, refused)
+    assert status == 412, body
+    assert dev_idp.provider.stats.refused["invalid_grant"] == 1
+    dev_idp.provider.restore_user("alice")
     await fake_teams.settle()
     assert await account_links_in(sqlite_url) == []
     assert dev_idp.provider.stats.sign_ins_by_exchange == 0
