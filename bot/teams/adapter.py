@@ -46,7 +46,7 @@ from bot.teams.render import (
     sign_in_activity,
     typing_activity,
 )
-from bot.teams.sso import TeamsSso
+from bot.teams.sso import SsoLinked, TeamsSso
 from bot.teams.store import Conversation, SqlProcessedActivities
 from infra.storage.faults import is_connection_error
 
@@ -67,6 +67,7 @@ TOO_LONG_TEXT = (
 SIGN_IN_SENT_TEXT = (
     "I've sent you a sign-in link in a private chat with me. Ask again once you're connected."
 )
+LINKED_TEXT = "✅ Connected as {who}. Ask me again whenever you like."
 NOTHING_TO_STOP_TEXT = (
     "Nothing is running or waiting for approval here, so there is nothing to stop."
 )
@@ -100,7 +101,7 @@ class TeamsAdapter:
                 config.sso_audience,
                 assistant,
                 processed,
-                self._answer_later,
+                self._sso_linked,
             )
             if config.sso_connection_name
             else None
@@ -126,9 +127,22 @@ class TeamsAdapter:
         self._start(self.stop(message))
         return True
 
-    async def _answer_later(self, message: TeamsMessage) -> None:
-        """Answer a question after its asker was linked (Teams SSO), off the invoke."""
-        self._start(self.converse(message))
+    async def _sso_linked(self, linked: SsoLinked) -> None:
+        """Linked through Teams SSO: answer the question that brought the card, else tell the
+        person privately that they can ask. Started here, off the invoke."""
+        if linked.question is not None:
+            self._start(self.converse(linked.question))
+            return
+        note = note_activity(LINKED_TEXT.format(who=linked.who))
+        self._start(self._tell_linked(linked, note))
+
+    async def _tell_linked(self, linked: SsoLinked, note: dict[str, Any]) -> None:
+        try:
+            await self.outbound.personal_chat(
+                linked.service_url, linked.chat_user.team_id, linked.user_mri, [note]
+            )
+        except Exception as exc:  # the link stands; only the notice is lost
+            log.warning("SSO link notice not sent: %s", type(exc).__name__)
 
     def _start(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)

@@ -46,6 +46,19 @@ PENDING_SECONDS = 600.0
 
 
 @dataclass(frozen=True, slots=True)
+class SsoLinked:
+    """A Teams user just linked through SSO: who, where to reach them privately, and the
+    question that brought the card (``None``: unknown here, e.g. the card came from another
+    instance, or it was someone else's)."""
+
+    chat_user: ChatUser
+    who: str
+    service_url: str
+    user_mri: str
+    question: TeamsMessage | None
+
+
+@dataclass(frozen=True, slots=True)
 class _Pending:
     message: TeamsMessage
     until: float
@@ -58,7 +71,7 @@ class TeamsSso:
         resource: str,
         assistant: AssistantPort,
         processed: SqlProcessedActivities,
-        answer: Callable[[TeamsMessage], Awaitable[None]],
+        linked: Callable[[SsoLinked], Awaitable[None]],
         *,
         now: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -66,7 +79,7 @@ class TeamsSso:
         self.resource = resource
         self.assistant = assistant
         self.processed = processed
-        self._answer = answer
+        self._linked = linked
         self._now = now
         # The question that brought each card, by the card's exchange id (this instance's
         # memory: an exchange reaching another instance links, then says "ask again").
@@ -125,8 +138,18 @@ class TeamsSso:
             return 412, self._body(activity, outcome.reason)
         log.info("Teams user linked through SSO as %s", outcome.who)
         pending = self._pending.pop(exchange_id, None)
-        if pending is not None and pending.message.chat_user == chat_user:
-            await self._answer(pending.message)  # started, not awaited: answer the invoke now
+        question = pending.message if pending and pending.message.chat_user == chat_user else None
+        sender = activity.get("from") or {}
+        # Started, not awaited: the invoke is answered now.
+        await self._linked(
+            SsoLinked(
+                chat_user,
+                outcome.who,
+                str(activity.get("serviceUrl") or ""),
+                str(sender.get("id") or ""),
+                question,
+            )
+        )
         return 200, {"id": exchange_id, "connectionName": self.connection_name}
 
     def _body(self, activity: dict[str, Any], detail: str) -> dict[str, Any]:

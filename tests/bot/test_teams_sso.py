@@ -179,6 +179,24 @@ async def test_bad_sso_tokens_get_412_and_link_nobody(
     assert await account_links_in(sqlite_url) == [("teams", "alice")]
 
 
+async def test_an_exchange_for_a_card_not_known_here_links_and_says_so_privately(
+    app_url: str, fake_teams: FakeTeams, dev_idp: RunningIdp, sqlite_url: str
+) -> None:
+    """The card came from another instance (or this one restarted): she is linked and told
+    privately to ask again; the question is not answered here."""
+    card, conversation = await oauth_card_for(app_url, fake_teams, "show ticket PAY-101")
+    exchange = fake_teams.token_exchange(ALICE, card, sso_token(dev_idp), exchange_id="elsewhere")
+    status, _ = await fake_teams.post_activity(app_url, exchange)
+    assert status == 200
+    personal = fake_teams.personal_conversation_id(ALICE)
+    await fake_teams.wait_for(
+        "posted", where=lambda c: c.conversation_id == personal and "Connected as" in c.text
+    )
+    await fake_teams.settle()
+    assert answers_in(fake_teams, conversation) == []
+    assert await account_links_in(sqlite_url) == [("teams", "alice")]
+
+
 async def test_an_exchange_without_a_token_is_a_clear_400(
     app_url: str, fake_teams: FakeTeams, dev_idp: RunningIdp, sqlite_url: str
 ) -> None:
