@@ -12,10 +12,8 @@ changes nothing.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -24,22 +22,14 @@ import pytest
 
 from infra.settings import (
     ApprovalSettings,
-    BrokerSettings,
-    IdpSettings,
-    McpServerSettings,
     RunSettings,
-    Settings,
-    TeamsSettings,
 )
 from mcp_servers import ReferenceServers
-from opsbot.commands.slack import serve_slack
-from testing.identity import RunningIdp, sign_in_at_login_page
+from testing.identity import sign_in_at_login_page
 from testing.slack import (
     APPROVALS_CHANNEL_ID as SLACK_APPROVALS,
 )
 from testing.slack import (
-    BOT_TOKEN,
-    SIGNING_SECRET,
     FakeSlack,
     SlackSender,
     block_action,
@@ -48,15 +38,18 @@ from testing.slack import (
 )
 from testing.teams import (
     APP_ID,
-    APP_PASSWORD,
     APPROVALS_CHANNEL_ID,
-    TENANT_ID,
     FakeTeams,
     TeamsUser,
     new_user,
 )
 from tests.bot.test_slack_events import _texts
 from tests.bot.test_slack_full_stack import _link_from_slack
+from tests.bot.test_teams_full_stack import (
+    ServeBoth,
+    mcp_trusted_issuer,  # noqa: F401  (fixture)
+    serve_both,  # noqa: F401  (fixture)
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -64,72 +57,22 @@ BOB = new_user("Bob")
 
 
 @pytest.fixture
-def mcp_trusted_issuer(dev_idp: RunningIdp) -> tuple[str, str | None]:
-    return dev_idp.issuer, dev_idp.jwks_url
-
-
-@pytest.fixture
 async def app_url(
-    fake_slack: FakeSlack,
+    serve_both: ServeBoth,  # noqa: F811  (the fixture imported above)
     fake_teams: FakeTeams,
-    dev_idp: RunningIdp,
-    reference_servers: ReferenceServers,
-    sqlite_url: str,
-    tmp_path: Path,
 ) -> AsyncIterator[str]:
-    for server in reference_servers:
-        dev_idp.provider.set_audience(server.name, server.audience)
     fake_teams.members[APPROVALS_CHANNEL_ID] = [BOB]
-    settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        slack_bot_token=BOT_TOKEN,
-        slack_signing_secret=SIGNING_SECRET,
-        slack_api_url=fake_slack.url,
-        teams=TeamsSettings(
-            app_id=APP_ID,
-            app_password=APP_PASSWORD,  # type: ignore[arg-type]
-            tenant_id=TENANT_ID,
-            openid_metadata_url=fake_teams.openid_metadata_url,
-            token_url=fake_teams.token_url,
-            approvals_conversation_id=APPROVALS_CHANNEL_ID,
-            approvals_service_url=fake_teams.service_url,
-        ),
+    async with serve_both(
+        teams={
+            "approvals_conversation_id": APPROVALS_CHANNEL_ID,
+            "approvals_service_url": fake_teams.service_url,
+        },
         approvals=ApprovalSettings(card_platforms=["slack", "teams"], notice_poll_seconds=0.2),
         # In-process runs: in one process the Slack and Teams job runners share run_jobs and
         # claim each other's jobs (a `teams` branch issue, reported to the lead).
         runs=RunSettings(durable=False),
-        database_url=sqlite_url,
-        data_dir=tmp_path,
-        model="demo",
-        idp=IdpSettings(
-            issuer=dev_idp.issuer,
-            client_id=dev_idp.client_id,
-            client_secret=dev_idp.client_secret,  # type: ignore[arg-type]
-        ),
-        mcp_servers=[
-            McpServerSettings(name=s.name, url=s.url, audience=s.audience)
-            for s in reference_servers
-        ],
-        broker=BrokerSettings(link_callback_url="http://127.0.0.1:9/oauth/callback"),
-    )
-    ready: asyncio.Queue[str] = asyncio.Queue()
-    stop = asyncio.Event()
-    server = asyncio.create_task(
-        serve_slack(
-            settings,
-            socket_mode=False,
-            host="127.0.0.1",
-            port=0,
-            stop=stop,
-            on_ready=ready.put_nowait,
-            with_teams=True,
-        )
-    )
-    try:
-        yield await asyncio.wait_for(ready.get(), 30)
-    finally:
-        stop.set()
-        await asyncio.wait_for(server, 30)
+    ) as url:
+        yield url
 
 
 async def link_from_teams(

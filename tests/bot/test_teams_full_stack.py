@@ -52,10 +52,13 @@ async def serving_both(
     reference_servers: ReferenceServers,
     sqlite_url: str,
     tmp_path: Path,
-    **teams: Any,
+    *,
+    teams: dict[str, Any] | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[str]:
     """``opsbot serve`` (Slack and Teams) built from Settings; ``teams``: further Teams
-    settings (``sso_connection_name``...). Yields the app's URL."""
+    settings (``sso_connection_name``...), ``overrides``: further Settings fields. Yields the
+    app's URL."""
     for server in reference_servers:
         dev_idp.provider.set_audience(server.name, server.audience)
     settings = Settings(
@@ -69,7 +72,7 @@ async def serving_both(
             tenant_id=TENANT_ID,
             openid_metadata_url=fake_teams.openid_metadata_url,
             token_url=fake_teams.token_url,
-            **teams,
+            **(teams or {}),
         ),
         database_url=sqlite_url,
         data_dir=tmp_path,
@@ -84,6 +87,7 @@ async def serving_both(
             for s in reference_servers
         ],
         broker=BrokerSettings(link_callback_url="http://127.0.0.1:9/oauth/callback"),
+        **overrides,
     )
     ready: asyncio.Queue[str] = asyncio.Queue()
     stop = asyncio.Event()
@@ -117,8 +121,8 @@ def serve_both(
     sqlite_url: str,
     tmp_path: Path,
 ) -> ServeBoth:
-    """``async with serve_both(**teams_settings) as url``: ``serving_both`` on this test's
-    fakes, IdP, servers and database."""
+    """``async with serve_both(teams={...}, **settings) as url``: ``serving_both`` on this
+    test's fakes, IdP, servers and database."""
     return functools.partial(
         serving_both, fake_slack, fake_teams, dev_idp, reference_servers, sqlite_url, tmp_path
     )

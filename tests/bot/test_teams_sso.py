@@ -45,7 +45,7 @@ async def app_url(
 ) -> AsyncIterator[str]:
     # Entra plays the company IdP: opsbot's client may exchange tokens minted for its API.
     dev_idp.provider.accept_subject_audience(dev_idp.client_id, RESOURCE)
-    async with serve_both(sso_connection_name=CONNECTION) as url:
+    async with serve_both(teams={"sso_connection_name": CONNECTION}) as url:
         yield url
 
 
