@@ -104,21 +104,7 @@ class TeamsSso:
         }
 
     def register(self, app: Any) -> None:
-        async def on_exchange(context: TurnContext, _state: Any) -> None:
-            activity = context.activity.model_dump(mode="json", by_alias=True, exclude_none=True)
-            try:
-                status, body = await self.handle_exchange(activity)
-            except Exception:
-                log.exception("a Teams SSO token exchange failed")
-                status, body = 412, self._body(activity, "opsbot could not complete it")
-            await context.send_activity(
-                Activity(
-                    type=ActivityTypes.invoke_response,
-                    value=InvokeResponse(status=status, body=body),
-                )
-            )
-
-        app.invoke(EXCHANGE_INVOKE)(on_exchange)
+        _route_exchange(app, self.handle_exchange, self.connection_name)
 
     async def handle_exchange(self, activity: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """The HTTP status and body answering one ``signin/tokenExchange``."""
@@ -153,13 +139,48 @@ class TeamsSso:
         return 200, {"id": exchange_id, "connectionName": self.connection_name}
 
     def _body(self, activity: dict[str, Any], detail: str) -> dict[str, Any]:
-        value = activity.get("value")
-        exchange_id = value.get("id") if isinstance(value, dict) else None
-        return {
-            "id": exchange_id if isinstance(exchange_id, str) else "",
-            "connectionName": self.connection_name,
-            "failureDetail": detail,
-        }
+        return _failure(activity, self.connection_name, detail)
+
+
+Exchange = Callable[[dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
+
+
+def register_sso_off(app: Any) -> None:
+    """With SSO off no OAuthCard is sent, so an exchange is stray or forged: 412 (Teams
+    would fall back to a sign-in button), never the SDK's 501, and nobody is linked."""
+
+    async def refuse(activity: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return 412, _failure(activity, "", "single sign-on is not enabled here")
+
+    _route_exchange(app, refuse, "")
+
+
+def _route_exchange(app: Any, handle: Exchange, connection_name: str) -> None:
+    async def on_exchange(context: TurnContext, _state: Any) -> None:
+        activity = context.activity.model_dump(mode="json", by_alias=True, exclude_none=True)
+        try:
+            status, body = await handle(activity)
+        except Exception:
+            log.exception("a Teams SSO token exchange failed")
+            status, body = 412, _failure(activity, connection_name, "opsbot could not complete it")
+        await context.send_activity(
+            Activity(
+                type=ActivityTypes.invoke_response,
+                value=InvokeResponse(status=status, body=body),
+            )
+        )
+
+    app.invoke(EXCHANGE_INVOKE)(on_exchange)
+
+
+def _failure(activity: dict[str, Any], connection_name: str, detail: str) -> dict[str, Any]:
+    value = activity.get("value")
+    exchange_id = value.get("id") if isinstance(value, dict) else None
+    return {
+        "id": exchange_id if isinstance(exchange_id, str) else "",
+        "connectionName": connection_name,
+        "failureDetail": detail,
+    }
 
 
 def _sender(activity: dict[str, Any]) -> ChatUser | None:

@@ -206,3 +206,28 @@ async def test_an_exchange_without_a_token_is_a_clear_400(
     assert status == 400
     assert "no token" in json.loads(body)["failureDetail"]
     assert await account_links_in(sqlite_url) == []
+
+
+async def test_without_sso_the_sign_in_card_is_the_plain_one_and_an_exchange_links_nobody(
+    serve_both: ServeBoth,  # noqa: F811  (the fixture imported above)
+    fake_teams: FakeTeams,
+    dev_idp: RunningIdp,
+    sqlite_url: str,
+) -> None:
+    dev_idp.provider.accept_subject_audience(dev_idp.client_id, RESOURCE)
+    async with serve_both() as url:
+        ask = fake_teams.mention(ALICE, "show ticket PAY-101")
+        assert (await fake_teams.post_activity(url, ask))[0] == 202
+        personal = fake_teams.personal_conversation_id(ALICE)
+        (card,) = await fake_teams.wait_for("posted", where=lambda c: c.conversation_id == personal)
+        assert card.oauth_cards == []
+        assert "Action.OpenUrl" in card.text
+        fake_card = {
+            "connectionName": CONNECTION,
+            "tokenExchangeResource": {"id": "x1", "uri": RESOURCE},
+        }
+        exchange = fake_teams.token_exchange(ALICE, fake_card, sso_token(dev_idp))
+        status, body = await fake_teams.post_activity(url, exchange)
+        assert status == 412, (status, body)
+        assert "not enabled" in json.loads(body)["failureDetail"]
+    assert await account_links_in(sqlite_url) == []
