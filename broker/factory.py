@@ -184,7 +184,12 @@ async def open_identity_service(
         )
         sso_audience = settings.teams.sso_audience
         sso = (
-            SsoLinker(linking, SsoPolicy(sso_audience, settings.teams.served_tenants))
+            SsoLinker(
+                linking,
+                SsoPolicy(
+                    sso_audience, settings.teams.served_tenants, app_id=settings.teams.app_id
+                ),
+            )
             if sso_audience is not None
             else None
         )

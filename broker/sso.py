@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import jwt
+
 from broker.errors import LinkingError, TokenVerificationError
 from broker.linking import LinkingService, LinkResult
 from broker.types import ChatUser
@@ -29,11 +31,25 @@ TEAMS = "teams"
 @dataclass(frozen=True, slots=True)
 class SsoPolicy:
     """What a Teams SSO token must say: its audience (the manifest's
-    ``webApplicationInfo.resource``), the tenants served, and the delegated scope."""
+    ``webApplicationInfo.resource``), the tenants served, and the delegated scope.
+    ``app_id``: Entra's v2 access tokens (``accessTokenAcceptedVersion: 2``) name the app's
+    client id as ``aud`` instead of its URI; either is accepted, exactly."""
 
     audience: str
     tenants: frozenset[str]
     scope: str = SSO_SCOPE
+    app_id: str | None = None
+
+    def audience_of(self, token: str) -> str:
+        """The accepted audience ``token`` names (``audience`` when it names none of them:
+        verification then refuses it)."""
+        try:
+            aud = jwt.decode(token, options={"verify_signature": False}).get("aud")
+        except jwt.InvalidTokenError:
+            return self.audience
+        return (
+            aud if isinstance(aud, str) and aud in (self.audience, self.app_id) else self.audience
+        )
 
 
 class SsoLinker:
@@ -49,7 +65,7 @@ class SsoLinker:
             raise TokenVerificationError("SSO tokens link Teams users only")
         provider = self.linking.client.provider
         claims = await provider.verify(
-            token, audience=self.policy.audience, required=("tid", "oid")
+            token, audience=self.policy.audience_of(token), required=("tid", "oid")
         )
         tenant, object_id = claims.get("tid"), claims.get("oid")
         if tenant not in self.policy.tenants:

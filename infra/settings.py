@@ -320,8 +320,9 @@ class TeamsSettings(Section):
     the company's IdP (OPSBOT_IDP__ISSUER) is the tenant's Entra ID: the Teams client's token
     then links the user (the broker's RFC 8693 subject_token). Unset = the sign-in card only."""
     sso_resource: str | None = None
-    """The Entra app ID URI that Teams SSO tokens are minted for (their exact `aud`); unset =
-    api://botid-{app_id}, as in the app manifest's webApplicationInfo."""
+    """The Entra app ID URI that Teams SSO tokens are minted for (the OAuthCard's
+    tokenExchangeResource); unset = api://botid-{app_id}, as in the app manifest's
+    webApplicationInfo. A token's `aud` must be exactly this URI or (Entra v2 tokens) app_id."""
     app_domain: str | None = None
     """opsbot's public host name, for the app manifest's validDomains (opsbot teams package)."""
 

@@ -120,7 +120,9 @@ async def test_teams_sso_links_through_the_token_locally_and_over_the_service(
     resource, tenant = "api://botid-app", "tenant-1"
     provider = identity_broker.idp.provider
     provider.accept_subject_audience(identity_broker.idp.client_id, resource)
-    sso = SsoLinker(identity_broker.linking, SsoPolicy(resource, frozenset({tenant})))
+    provider.accept_subject_audience(identity_broker.idp.client_id, "app")
+    policy = SsoPolicy(resource, frozenset({tenant}), app_id="app")
+    sso = SsoLinker(identity_broker.linking, policy)
     teams_alice = ChatUser("teams", tenant, "oid-alice")
     local = LocalIdentityService(identity_broker.broker, identity_broker.linking, sso=sso)
     async with serve_broker_service(identity_broker, sso=sso) as remote:
@@ -142,3 +144,7 @@ async def test_teams_sso_links_through_the_token_locally_and_over_the_service(
         assert found is not None
         assert found.subject == "alice"
         assert (await service.get_token(found, "docs")).scopes == {"docs:read"}
+        # Entra's v2 form names the app's client id as the audience: accepted as well.
+        bob_chat = ChatUser("teams", tenant, "oid-bob")
+        v2 = provider.mint_sso_token("bob", "app", tenant_id=tenant, object_id="oid-bob")
+        assert (await service.complete_sso(bob_chat, v2)).subject == "bob"
