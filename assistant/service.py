@@ -82,7 +82,14 @@ from broker.errors import (
     LinkBrokenError,
     LinkingError,
 )
-from broker.types import ChatUser, Identity, IdentityService, LinkCompleter, ServerConnector
+from broker.types import (
+    ChatUser,
+    Identity,
+    IdentityService,
+    LinkCompleter,
+    ServerConnector,
+    SsoCompleter,
+)
 from infra.clock import Clock, utc_now
 from infra.observability.metrics import FEEDBACK, STOPS
 from memory.chat import MemoryCommands, describe
@@ -180,7 +187,10 @@ class Assistant:
         exchange_servers: Sequence[str] = (),
         oauth_servers: Sequence[str] = (),
         runs: RunRegistry | None = None,
+        sso: SsoCompleter | None = None,
     ) -> None:
+        # Links Teams users from their client's SSO token (the IdP is Entra); None: off.
+        self._sso = sso
         # Cross-platform approvals: cards mirrored on other platforms, decisions shown on
         # every platform's copy. None: each approval lives on its requester's platform only.
         self._fanout = fanout
@@ -581,6 +591,16 @@ class Assistant:
         if identity.chat_user is None:  # a link always names its chat account
             raise LinkingError("the completed link names no chat account")
         return Linked(identity.chat_user, identity.email or identity.subject)
+
+    async def link_sso(self, chat_user: ChatUser, token: str) -> Linked | Refused:
+        if self._sso is None:
+            return Refused("Single sign-on is not enabled here; sign in with the link instead.")
+        try:
+            identity = await self._sso.complete_sso(chat_user, token)
+        except BrokerError as exc:  # a refused token or exchange: one line, never the token
+            log.warning("SSO link refused for a %s user: %s", chat_user.platform, exc)
+            return Refused("Single sign-on did not work; sign in with the link instead.")
+        return Linked(chat_user, identity.email or identity.subject)
 
     async def complete_server_connect(
         self, state: str, code: str, *, iss: str | None = None

@@ -465,6 +465,11 @@ class AssistantPort(Protocol):
         redirect (``/oauth/mcp/callback``): who connected which server, or why not."""
         ...
 
+    async def link_sso(self, chat_user: ChatUser, token: str) -> Linked | Refused:
+        """Teams SSO: link ``chat_user`` through the token their client obtained silently
+        (the company's IdP is Entra). ``Refused``: not linked (show the sign-in card)."""
+        ...
+
     async def sweep_forever(
         self,
         interval: float,

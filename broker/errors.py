@@ -76,6 +76,7 @@ class ConnectRequired(BrokerError):
 _WIRE: tuple[tuple[type[BrokerError], str, int], ...] = (
     (ConnectRequired, "connect_required", 409),
     (InvalidStateError, "invalid_state", 400),
+    (TokenVerificationError, "token_invalid", 401),
     (LinkingError, "linking_failed", 502),
     (NotLinkedError, "not_linked", 404),
     # Before its parent AccessRevokedError: the first match wins.

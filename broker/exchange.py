@@ -21,6 +21,7 @@ from broker.oidc import OidcProvider
 
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105
+REFRESH_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:refresh_token"  # noqa: S105
 
 ClientAuthMethod = Literal["client_secret_basic", "client_secret_post"]
 TargetParam = Literal["audience", "resource"]
@@ -88,14 +89,20 @@ class TokenEndpointClient:
         )
 
     async def exchange(
-        self, subject_token: str, audience: str, scopes: Iterable[str] = ()
+        self,
+        subject_token: str,
+        audience: str,
+        scopes: Iterable[str] = (),
+        *,
+        requested_token_type: str = ACCESS_TOKEN_TYPE,
     ) -> TokenResponse:
-        """RFC 8693: a token for ``audience`` on behalf of the subject token's user."""
+        """RFC 8693: a token for ``audience`` on behalf of the subject token's user (its
+        ``access_token`` holds the issued token, whatever ``requested_token_type`` was)."""
         form = {
             "grant_type": TOKEN_EXCHANGE_GRANT,
             "subject_token": subject_token,
             "subject_token_type": ACCESS_TOKEN_TYPE,
-            "requested_token_type": ACCESS_TOKEN_TYPE,
+            "requested_token_type": requested_token_type,
             self.target_param: audience,
         }
         scope = " ".join(sorted(scopes))

@@ -24,6 +24,7 @@ from broker.mcp_tokens import SqlMcpTokenStore
 from broker.metrics import BrokerMetrics
 from broker.oidc import OidcProvider
 from broker.remote import RemoteBroker
+from broker.sso import SsoLinker, SsoPolicy
 from broker.types import IdentityService
 from infra.clock import Clock, utc_now
 
@@ -181,8 +182,19 @@ async def open_identity_service(
             claims=claims,
             userinfo_fallback=idp.userinfo_fallback,
         )
+        sso_audience = settings.teams.sso_audience
+        sso = (
+            SsoLinker(
+                linking,
+                SsoPolicy(
+                    sso_audience, settings.teams.served_tenants, app_id=settings.teams.app_id
+                ),
+            )
+            if sso_audience is not None
+            else None
+        )
         yield LocalIdentityService(
-            broker, linking, _mcp_oauth(settings, engine, links, cipher, mcp_http, clock)
+            broker, linking, _mcp_oauth(settings, engine, links, cipher, mcp_http, clock), sso
         )
 
 

@@ -24,7 +24,7 @@ import contextlib
 import hashlib
 import json
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from urllib.parse import urlencode
 
@@ -32,7 +32,12 @@ from cryptography.fernet import Fernet, InvalidToken
 
 from broker.claims import ClaimNames, read_profile
 from broker.errors import BrokerError, InvalidStateError, LinkingError, TokenVerificationError
-from broker.exchange import TokenEndpointClient, TokenEndpointError
+from broker.exchange import (
+    REFRESH_TOKEN_TYPE,
+    TokenEndpointClient,
+    TokenEndpointError,
+    TokenResponse,
+)
 from broker.links import AccountLink, LinkStore, PendingLogin, TokenCipher
 from broker.types import ChatUser
 from infra.clock import Clock, utc_now
@@ -80,6 +85,10 @@ class LinkingService:
         self._prompt = prompt
         self._claims = claims
         self._userinfo_fallback = userinfo_fallback
+
+    @property
+    def client(self) -> TokenEndpointClient:
+        return self._client
 
     async def start(self, chat_user: ChatUser) -> str:
         """The URL that signs the chat user in at the IdP and comes back to our callback."""
@@ -160,15 +169,43 @@ class LinkingService:
             )
         except TokenEndpointError as exc:
             raise LinkingError(f"the identity provider refused the login: {exc.error}") from None
+        return await self._store(chat_user, tokens, nonce)
+
+    async def link_by_exchange(self, chat_user: ChatUser, subject_token: str) -> LinkResult:
+        """Link ``chat_user`` without a login page: the IdP signs opsbot's client in for the
+        user behind ``subject_token`` (RFC 8693, a refresh token requested), so the link is
+        the same as a login's (same subject, same refresh, same groups). The caller checks
+        the subject token first (``broker.sso``)."""
+        try:
+            issued = await self._client.exchange(
+                subject_token,
+                self._client.client_id,
+                self._scope.split(),
+                requested_token_type=REFRESH_TOKEN_TYPE,
+            )
+            # RFC 8693 puts the issued token in ``access_token``; some IdPs also name it.
+            tokens = await self._client.refresh(issued.refresh_token or issued.access_token)
+        except TokenEndpointError as exc:
+            raise LinkingError(f"the identity provider refused the sign-in: {exc.error}") from None
+        if tokens.refresh_token is None:
+            tokens = replace(tokens, refresh_token=issued.refresh_token or issued.access_token)
+        return await self._store(chat_user, tokens, None)
+
+    async def _store(
+        self, chat_user: ChatUser, tokens: TokenResponse, nonce: str | None
+    ) -> LinkResult:
+        """Check the sign-in's ID token (its ``nonce`` for a login) and save the link."""
         if tokens.id_token is None or tokens.refresh_token is None:
             raise LinkingError("the identity provider returned no ID token or refresh token")
         try:
             claims = await self._client.provider.verify(
-                tokens.id_token, audience=self._client.client_id, required=("nonce",)
+                tokens.id_token,
+                audience=self._client.client_id,
+                required=("nonce",) if nonce is not None else (),
             )
         except TokenVerificationError as exc:
             raise LinkingError(f"the ID token is invalid: {exc}") from None
-        if claims.get("nonce") != nonce:
+        if nonce is not None and claims.get("nonce") != nonce:
             raise LinkingError("the ID token does not belong to this login")
         subject = str(claims["sub"])
         profile = read_profile(claims, self._claims)

@@ -6,6 +6,7 @@ from broker.errors import LinkingError
 from broker.inprocess import InProcessBroker
 from broker.linking import LinkingService
 from broker.mcp_oauth_flow import McpOAuthService
+from broker.sso import SsoLinker
 from broker.types import AccessToken, ChatUser, Identity, ServerConnection
 
 
@@ -17,9 +18,11 @@ class LocalIdentityService:
         broker: InProcessBroker,
         linking: LinkingService,
         mcp_oauth: McpOAuthService | None = None,
+        sso: SsoLinker | None = None,
     ) -> None:
         self.broker = broker
         self.linking = linking
+        self.sso = sso  # Teams SSO (the IdP is Entra); None: links only through a login
         self.mcp_oauth = mcp_oauth  # servers in `oauth` mode: their tokens go on unlink
 
     async def oauth_token(self, identity: Identity, server: str) -> str:
@@ -54,6 +57,15 @@ class LocalIdentityService:
     async def complete_link(self, state: str, code: str, *, iss: str | None = None) -> Identity:
         """Finish a link from the IdP's redirect; the newly linked identity."""
         result = await self.linking.complete(state, code, iss=iss)
+        link = result.link
+        await self.broker.invalidate_user(link.subject)  # a new sign-in: drop stale tokens
+        return Identity(link.subject, link.chat_user, link.email, result.groups)
+
+    async def complete_sso(self, chat_user: ChatUser, token: str) -> Identity:
+        """Link a Teams user from their client's SSO token (``broker.sso``)."""
+        if self.sso is None:
+            raise LinkingError("Teams SSO is not enabled")
+        result = await self.sso.link(chat_user, token)
         link = result.link
         await self.broker.invalidate_user(link.subject)  # a new sign-in: drop stale tokens
         return Identity(link.subject, link.chat_user, link.email, result.groups)

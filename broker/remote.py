@@ -121,6 +121,12 @@ class RemoteBroker:
         data = await self._call("/v1/complete_link", body)
         return _identity(data["identity"])
 
+    async def complete_sso(self, chat_user: ChatUser, token: str) -> Identity:
+        """Link a Teams user from their client's SSO token (the service's ``broker.sso``)."""
+        body = {"chat_user": _chat_user_json(chat_user), "token": token}
+        data = await self._call("/v1/complete_sso", body)
+        return _identity(data["identity"])
+
     async def oauth_token(self, identity: Identity, server: str) -> str:
         """The user's token for ``server`` (``oauth`` mode); ``ConnectRequired`` if none."""
         data = await self._call("/v1/oauth_token", _for(identity, server))

@@ -33,14 +33,21 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from broker.errors import BrokerError, to_wire
-from broker.types import ChatUser, Identity, IdentityService, LinkCompleter, ServerConnector
+from broker.types import (
+    ChatUser,
+    Identity,
+    IdentityService,
+    LinkCompleter,
+    ServerConnector,
+    SsoCompleter,
+)
 
 
 class ChatUserModel(BaseModel):
@@ -71,6 +78,10 @@ class SubjectRequest(BaseModel):
     subject: str
 
 
+class SsoRequest(ChatUserRequest):
+    token: str = Field(min_length=1, max_length=16384)  # an Entra access token (Teams SSO)
+
+
 class CompleteLinkRequest(BaseModel):
     state: str
     code: str
@@ -92,7 +103,7 @@ def identity_json(identity: Identity) -> dict[str, Any]:
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
-class _Service(IdentityService, LinkCompleter, ServerConnector, Protocol):
+class _Service(IdentityService, LinkCompleter, ServerConnector, SsoCompleter, Protocol):
     pass
 
 
@@ -158,6 +169,11 @@ def build_service_app(
         linked = await service.complete_link(req.state, req.code, iss=req.iss)
         return {"identity": identity_json(linked)}
 
+    async def complete_sso(body: dict[str, Any]) -> dict[str, Any]:
+        req = SsoRequest.model_validate(body)
+        linked = await service.complete_sso(req.chat_user.to_chat_user(), req.token)
+        return {"identity": identity_json(linked)}
+
     async def oauth_token(body: dict[str, Any]) -> dict[str, Any]:
         req = TokenRequest.model_validate(body)
         cu = req.chat_user.to_chat_user() if req.chat_user else None
@@ -188,6 +204,7 @@ def build_service_app(
         Route("/v1/link_url", endpoint(link_url), methods=["POST"]),
         Route("/v1/unlink", endpoint(unlink), methods=["POST"]),
         Route("/v1/complete_link", endpoint(complete_link), methods=["POST"]),
+        Route("/v1/complete_sso", endpoint(complete_sso), methods=["POST"]),
         Route("/v1/oauth_token", endpoint(oauth_token), methods=["POST"]),
         Route("/v1/complete_server_connect", endpoint(complete_server_connect), methods=["POST"]),
         Route("/healthz", healthz),

@@ -90,6 +90,14 @@ class LinkCompleter(Protocol):
     async def complete_link(self, state: str, code: str, *, iss: str | None = None) -> Identity: ...
 
 
+class SsoCompleter(Protocol):
+    """Links a chat user from a token their client obtained silently (Teams SSO), when the
+    company's IdP issued it. Raises ``TokenVerificationError`` (the token is refused) or
+    ``LinkingError`` (the IdP refused the exchange)."""
+
+    async def complete_sso(self, chat_user: ChatUser, token: str) -> Identity: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConnection:
     """A user just connected an MCP server in ``oauth`` mode: who (the IdP subject and the

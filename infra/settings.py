@@ -320,10 +320,28 @@ class TeamsSettings(Section):
     while tools run, then the text as it is written, then the final card. False, or a chat
     where Teams refuses streaming: typing indicators and one reply."""
     sso_connection_name: str | None = None
-    """Azure Bot OAuth connection for Teams SSO (manifest webApplicationInfo); unset = the
-    sign-in card only."""
+    """Azure Bot OAuth connection for Teams SSO (manifest webApplicationInfo). Set it only when
+    the company's IdP (OPSBOT_IDP__ISSUER) is the tenant's Entra ID: the Teams client's token
+    then links the user (the broker's RFC 8693 subject_token). Unset = the sign-in card only."""
+    sso_resource: str | None = None
+    """The Entra app ID URI that Teams SSO tokens are minted for (the OAuthCard's
+    tokenExchangeResource); unset = api://botid-{app_id}, as in the app manifest's
+    webApplicationInfo. A token's `aud` must be exactly this URI or (Entra v2 tokens) app_id."""
     app_domain: str | None = None
     """opsbot's public host name, for the app manifest's validDomains (opsbot teams package)."""
+
+    @property
+    def sso_audience(self) -> str | None:
+        """The audience of Teams SSO tokens when SSO is on; ``None`` when it is off."""
+        if not self.sso_connection_name or not self.app_id:
+            return None
+        return self.sso_resource or f"api://botid-{self.app_id}"
+
+    @property
+    def served_tenants(self) -> frozenset[str]:
+        """The bot's own tenant and the allowed ones."""
+        own = {self.tenant_id} if self.tenant_id else set()
+        return frozenset(self.allowed_tenant_ids) | own
 
 
 class RunSettings(Section):

@@ -20,7 +20,7 @@ from assistant.service import Assistant, Recovery
 from audit.reconcile import McpChangeLog, Reconciler
 from broker.links import linked_chat_users
 from broker.remote import RemoteBroker
-from broker.types import IdentityService, ServerConnector
+from broker.types import IdentityService, ServerConnector, SsoCompleter
 from infra.clock import Clock, utc_now
 from infra.settings import Settings
 
@@ -113,6 +113,9 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                     exchange_servers=list(settings.exchange_audiences),
                     oauth_servers=[s.name for s in settings.mcp_servers if s.auth == "oauth"],
                     runs=runs,
+                    # Teams SSO (the IdP is Entra): the in-process broker's, else the broker
+                    # service's (configured with the same OPSBOT_TEAMS__SSO_* settings).
+                    sso=_sso(settings, identities),
                 )
     finally:
         await engine.dispose()
@@ -126,3 +129,14 @@ def _change_log(settings: Settings, identities: IdentityService) -> McpChangeLog
         return (await identities.get_token(identity, server)).value
 
     return McpChangeLog({s.name: s.url for s in settings.mcp_servers}, token_for)
+
+
+def _sso(settings: Settings, identities: object) -> SsoCompleter | None:
+    """Who links Teams users from their SSO token; ``None`` when Teams SSO is off."""
+    from broker.local import LocalIdentityService
+
+    if isinstance(identities, LocalIdentityService):
+        return identities if identities.sso is not None else None
+    if isinstance(identities, RemoteBroker) and settings.teams.sso_audience is not None:
+        return identities
+    return None

@@ -303,6 +303,9 @@ class FakeAssistant:
     ) -> ServerConnected | ConnectRefused:
         return ConnectRefused("the fake core issues no connect links", stale=True)
 
+    async def link_sso(self, chat_user: ChatUser, token: str) -> Linked | Refused:
+        return Refused("the fake core has no single sign-on")
+
     async def sweep_forever(
         self,
         interval: float,

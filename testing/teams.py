@@ -108,10 +108,18 @@ class ConnectorCall:
 
     @property
     def cards(self) -> list[dict[str, Any]]:
+        return self._attached("application/vnd.microsoft.card.adaptive")
+
+    @property
+    def oauth_cards(self) -> list[dict[str, Any]]:
+        """OAuthCards (Teams SSO): ``tokenExchangeResource`` {id, uri}, ``connectionName``."""
+        return self._attached("application/vnd.microsoft.card.oauth")
+
+    def _attached(self, content_type: str) -> list[dict[str, Any]]:
         return [
             a.get("content") or {}
             for a in self.message.get("attachments") or []
-            if a.get("contentType") == "application/vnd.microsoft.card.adaptive"
+            if a.get("contentType") == content_type
         ]
 
 
@@ -265,6 +273,28 @@ class FakeTeams:
             {},
         )
         activity.update({"type": "message", "text": text, "textFormat": "plain"})
+        return activity
+
+    def token_exchange(
+        self, user: TeamsUser, oauth_card: dict[str, Any], token: str, *, exchange_id: str = ""
+    ) -> dict[str, Any]:
+        """The ``signin/tokenExchange`` invoke a Teams client sends for ``oauth_card`` once it
+        got ``token`` silently (an Entra token for the card's ``tokenExchangeResource.uri``),
+        from the user's personal chat. ``exchange_id`` overrides the card's id."""
+        resource = oauth_card["tokenExchangeResource"]
+        activity = self.personal(user, "")
+        del activity["text"], activity["textFormat"]
+        activity.update(
+            {
+                "type": "invoke",
+                "name": "signin/tokenExchange",
+                "value": {
+                    "id": exchange_id or resource["id"],
+                    "connectionName": oauth_card["connectionName"],
+                    "token": token,
+                },
+            }
+        )
         return activity
 
     @staticmethod

@@ -49,6 +49,7 @@ from bot.teams.render import (
     text_activity,
     typing_activity,
 )
+from bot.teams.sso import SsoLinked, TeamsSso
 from bot.teams.store import Conversation, SqlProcessedActivities
 from bot.teams.streaming import TeamsStream
 from infra.storage.faults import is_connection_error
@@ -73,6 +74,17 @@ TOO_LONG_TEXT = (
 SIGN_IN_SENT_TEXT = (
     "I've sent you a sign-in link in a private chat with me. Ask again once you're connected."
 )
+LINKED_TEXT = "✅ Connected as {who}. Ask me again whenever you like."
+NOTHING_TO_STOP_TEXT = (
+    "Nothing is running or waiting for approval here, so there is nothing to stop."
+)
+# Teams has no Stop control of its own: the requester writes "stop" in the same thread (or
+# personal chat); these are the words taken for it (after the @mention is stripped).
+STOP_WORDS = frozenset({"stop", "/stop", "stop!", "stop."})
+
+
+def is_stop(text: str) -> bool:
+    return text.strip().lower() in STOP_WORDS
 
 
 class TeamsAdapter:
@@ -90,16 +102,54 @@ class TeamsAdapter:
         self.processed = processed
         self.approvals = approvals
         self._tasks: set[asyncio.Task[None]] = set()
+        self.sso = (
+            TeamsSso(
+                config.sso_connection_name,
+                config.sso_audience,
+                assistant,
+                processed,
+                self._sso_linked,
+            )
+            if config.sso_connection_name
+            else None
+        )
 
     # -- before the acknowledgement ---------------------------------------------------
 
     async def accept(self, message: TeamsMessage) -> bool:
         """Claim the delivery and start answering it; ``False`` for a redelivery (on any
         instance). In-process runs live in this process: a crash loses a run in flight."""
+        if is_stop(message.text):
+            return await self.accept_stop(message)
         if not await self.processed.claim(message.delivery_id):
             return False
         self._start(self.converse(message))
         return True
+
+    async def accept_stop(self, message: TeamsMessage) -> bool:
+        """A "stop" is handled here and now, never queued behind the run it stops (a durable
+        run may hold the person's only run slot)."""
+        if not await self.processed.claim(message.delivery_id):
+            return False
+        self._start(self.stop(message))
+        return True
+
+    async def _sso_linked(self, linked: SsoLinked) -> None:
+        """Linked through Teams SSO: answer the question that brought the card, else tell the
+        person privately that they can ask. Started here, off the invoke."""
+        if linked.question is not None:
+            self._start(self.converse(linked.question))
+            return
+        note = note_activity(LINKED_TEXT.format(who=linked.who))
+        self._start(self._tell_linked(linked, note))
+
+    async def _tell_linked(self, linked: SsoLinked, note: dict[str, Any]) -> None:
+        try:
+            await self.outbound.personal_chat(
+                linked.service_url, linked.chat_user.team_id, linked.user_mri, [note]
+            )
+        except Exception as exc:  # the link stands; only the notice is lost
+            log.warning("SSO link notice not sent: %s", type(exc).__name__)
 
     def _start(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -246,8 +296,9 @@ class TeamsAdapter:
             await self._privately(message, server_connect_activity(reply.server, reply.connect_url))
             return
         if isinstance(reply, Stopped):
-            # Teams has no Stop of its own; a run stopped elsewhere still says what ran.
-            await self._post(conversation, [note_activity(reply.text)])
+            # The core words it for Slack (an emoji code): Teams shows the character.
+            text = reply.text.replace(":black_square_for_stop:", "⏹️")
+            await self._post(conversation, [note_activity(text)])
             return
         await self._waiting(reply, message, conversation)
 
@@ -269,8 +320,15 @@ class TeamsAdapter:
 
     async def sign_in(self, message: TeamsMessage, login_url: str) -> None:
         """The sign-in card goes to the person alone: in their personal chat with opsbot. In a
-        channel the thread only hears that a link was sent privately."""
-        await self._privately(message, sign_in_activity(login_url))
+        channel the thread only hears that a link was sent privately. With Teams SSO it is an
+        OAuthCard the client answers silently (``bot.teams.sso``); its button is the same
+        IdP login."""
+        card = (
+            self.sso.sign_in_card(message, login_url)
+            if self.sso is not None
+            else sign_in_activity(login_url)
+        )
+        await self._privately(message, card)
 
     async def _privately(self, message: TeamsMessage, card: dict[str, Any]) -> None:
         """A card bound to the asker goes to their personal chat; a channel thread only hears
@@ -285,6 +343,32 @@ class TeamsAdapter:
 
     async def _post(self, conversation: Conversation, activities: list[dict[str, Any]]) -> None:
         await self.outbound.send(conversation, activities)
+
+    async def stop(self, message: TeamsMessage) -> None:
+        """The same Stop as Slack's: the core stops the thread's run on whichever instance
+        runs it (that run's own reply says what ran and what never started) and withdraws its
+        pending approvals (their cards and the requester's thread say so). Only the thread's
+        owner may; anyone else is told so and nothing changes."""
+        conversation = conversation_of(message)
+        try:
+            result = await self.assistant.stop(message.chat_user, message.ref)
+        except Exception as exc:
+            log.warning("stopping a Teams run failed: %s", type(exc).__name__, exc_info=exc)
+            lost = is_connection_error(exc)
+            await self._post(
+                conversation, [note_activity(DATABASE_DOWN_TEXT if lost else FAILURE_TEXT)]
+            )
+            return
+        if result.refused is not None:
+            await self._post(conversation, [refusal_activity(result.refused)])
+            return
+        for decided in result.withdrawn:
+            try:
+                await self.approvals.announce(decided)
+            except Exception:
+                log.exception("withdrawn approval %s not shown in Teams", decided.approval_id)
+        if not result.run_stopped and not result.withdrawn:
+            await self._post(conversation, [note_activity(NOTHING_TO_STOP_TEXT)])
 
     # -- notices not caused by a Teams request ----------------------------------------
 

@@ -39,6 +39,7 @@ from bot.teams.core import AssistantPort, ChatUser
 from bot.teams.credentials import BotConnections, ClientCredentials
 from bot.teams.incoming import PLATFORM, TeamsMessage, thread_ref
 from bot.teams.outbound import TeamsOutbound
+from bot.teams.sso import register_sso_off
 from bot.teams.store import SqlConversations, SqlProcessedActivities
 from infra.clock import Clock, utc_now
 from infra.storage.faults import is_connection_error
@@ -151,6 +152,10 @@ def build_agent_application(
 
     application.error(on_error)
     adapter.approvals.register(application)
+    if adapter.sso is not None:
+        adapter.sso.register(application)
+    else:
+        register_sso_off(application)
     return application
 
 

@@ -35,6 +35,15 @@ class TeamsBotConfig:
     # request per ``stream_every_seconds`` (the Agents SDK's pace on Teams).
     streaming: bool = True
     stream_every_seconds: float = 1.0
+    # Teams SSO (the company's IdP is Entra): the Azure Bot OAuth connection's name; None =
+    # the plain sign-in card. ``sso_resource``: the SSO tokens' audience (default
+    # api://botid-<app id>, the manifest's webApplicationInfo.resource).
+    sso_connection_name: str | None = None
+    sso_resource: str | None = None
+
+    @property
+    def sso_audience(self) -> str:
+        return self.sso_resource or f"api://botid-{self.app_id}"
 
     @property
     def served_tenants(self) -> frozenset[str]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.teams.adapter import TeamsAdapter
+from bot.teams.adapter import TeamsAdapter, is_stop
 from bot.teams.app import TeamsBot, open_teams_bot
 from bot.teams.config import TeamsBotConfig
 from bot.teams.core import AssistantPort
@@ -44,7 +44,10 @@ class DurableTeamsAdapter(TeamsAdapter):
     async def accept(self, message: TeamsMessage) -> bool:
         """Store the message as a job before the 202 (if this raises, Teams gets a 503 and
         nothing is marked seen). The job id is the delivery's, so a redelivery reaching any
-        instance is recognised here; the delivery is then recorded beside Slack's."""
+        instance is recognised here; the delivery is then recorded beside Slack's. A "stop"
+        is no job: it must not wait for the run it stops."""
+        if is_stop(message.text):
+            return await self.accept_stop(message)
         job_id = f"teams-{message.delivery_id}"
         first = await self.queue.enqueue(
             job_id, JOB_KIND, message.user_key, {"message": message.to_payload()}

@@ -27,6 +27,7 @@ from infra.clock import Clock, utc_now
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105
 JWT_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:jwt"  # noqa: S105
+REFRESH_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:refresh_token"  # noqa: S105
 LOGIN_SCOPES = "openid profile email offline_access"
 
 
@@ -47,6 +48,9 @@ class DevClient:
     client_id: str
     client_secret: str = field(repr=False)
     redirect_uris: tuple[str, ...] = ()
+    # Further audiences of subject tokens this client may exchange: the client's own API, as
+    # Entra's ``api://botid-<app id>`` of a Teams SSO token (Entra plays this IdP's part).
+    subject_audiences: tuple[str, ...] = ()
 
     def allows_redirect(self, uri: str) -> bool:
         if self.redirect_uris:
@@ -86,6 +90,7 @@ class DevIdpStats:
     refreshes: int = 0
     exchanges: int = 0
     exchanges_by: Counter[tuple[str, str]] = field(default_factory=Counter)  # (sub, aud)
+    sign_ins_by_exchange: int = 0  # subject token → refresh token (Teams SSO links)
     refused: Counter[str] = field(default_factory=Counter)  # by OAuth error code
 
 
@@ -167,6 +172,44 @@ class DevIdentityProvider:
         users = {**self.directory.users, subject: dataclasses.replace(user, groups=groups)}
         self.directory = dataclasses.replace(self.directory, users=users)
         return frozenset(groups)
+
+    def accept_subject_audience(self, client_id: str, audience: str) -> None:
+        """Let ``client_id`` exchange subject tokens minted for ``audience`` (its own API)."""
+        client = self.clients[client_id]
+        audiences = (*client.subject_audiences, audience)
+        self.clients[client_id] = dataclasses.replace(client, subject_audiences=audiences)
+
+    def mint_sso_token(
+        self,
+        subject: str,
+        audience: str,
+        *,
+        tenant_id: str,
+        object_id: str,
+        scope: str = "access_as_user",
+        ttl: timedelta = timedelta(hours=1),
+        issued_at: datetime | None = None,
+    ) -> str:
+        """The access token a Teams client gets silently for ``audience`` (Entra's v2 claims:
+        ``tid``, ``oid``, ``scp``), signed with this IdP's key, for the fake Teams channel's
+        ``signin/tokenExchange``."""
+        self._user(subject)
+        now = issued_at or self.clock()
+        return self._sign(
+            {
+                "iss": self.issuer,
+                "sub": subject,
+                "aud": audience,
+                "tid": tenant_id,
+                "oid": object_id,
+                "scp": scope,
+                "ver": "2.0",
+                "azp": "5e3ce6c0-2b1f-4285-8d4b-75ee78787346",  # Teams web client
+                "iat": int(now.timestamp()),
+                "nbf": int(now.timestamp()),
+                "exp": int((now + ttl).timestamp()),
+            }
+        )
 
     def is_revoked(self, subject: str) -> bool:
         return subject in self._revoked
@@ -352,7 +395,7 @@ class DevIdentityProvider:
 
     # -- token exchange (RFC 8693) -------------------------------------------------------
 
-    def verify_own_token(self, token: str, audience: str) -> dict[str, Any]:
+    def verify_own_token(self, token: str, audience: str | list[str]) -> dict[str, Any]:
         """Claims of a token this IdP signed for ``audience``, checked against the clock."""
         try:
             claims: dict[str, Any] = jwt.decode(
@@ -380,17 +423,22 @@ class DevIdentityProvider:
     def grant_token_exchange(self, client: DevClient, form: Mapping[str, str]) -> dict[str, Any]:
         if form.get("subject_token_type") not in (ACCESS_TOKEN_TYPE, JWT_TOKEN_TYPE):
             raise OAuthError("invalid_request", "subject_token_type must be an access token or jwt")
-        if form.get("requested_token_type") not in (None, "", ACCESS_TOKEN_TYPE, JWT_TOKEN_TYPE):
-            raise OAuthError("invalid_request", "only access tokens can be requested")
-        # The subject token must have been issued to the client asking: no exchanging of
-        # tokens minted for a resource server, nor of another client's tokens.
-        claims = self.verify_own_token(form.get("subject_token", ""), client.client_id)
+        token_type = form.get("requested_token_type")
+        if token_type not in (None, "", ACCESS_TOKEN_TYPE, JWT_TOKEN_TYPE, REFRESH_TOKEN_TYPE):
+            raise OAuthError("invalid_request", "unsupported requested_token_type")
+        # The subject token must have been issued to the client asking (or to its own API):
+        # no exchanging of tokens minted for a resource server, nor of another client's.
+        claims = self.verify_own_token(
+            form.get("subject_token", ""), [client.client_id, *client.subject_audiences]
+        )
         subject = str(claims["sub"])
         user = self.directory.users.get(subject)
         if user is None:
             raise OAuthError("invalid_grant", "unknown subject")
         if self.is_revoked(subject):
             raise OAuthError("invalid_grant", "this user's access has been revoked")
+        if token_type == REFRESH_TOKEN_TYPE:
+            return self._sign_in_by_exchange(client, subject, form)
         resource_name, audience = self._target(form)
         granted = self.directory.resources[resource_name].granted(user.groups)
         requested = set((form.get("scope") or "").split())
@@ -426,6 +474,28 @@ class DevIdentityProvider:
             "token_type": "Bearer",
             "expires_in": max(0, exp - int(now.timestamp())),
             "scope": " ".join(sorted(scopes)),
+        }
+
+    def _sign_in_by_exchange(
+        self, client: DevClient, subject: str, form: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """A sign-in for the client itself (a refresh token, as a login would give): how a
+        Teams SSO token becomes an account link. RFC 8693 puts the issued token in
+        ``access_token`` whatever its type."""
+        target = form.get("audience") or form.get("resource")
+        if target not in (None, "", client.client_id):
+            raise OAuthError("invalid_target", "a refresh token is issued for the client only")
+        refresh = secrets.token_urlsafe(48)
+        scope = form.get("scope") or LOGIN_SCOPES
+        self._refresh[refresh] = _Refresh(
+            client.client_id, subject, scope, self.clock() + self.refresh_token_ttl
+        )
+        self.stats.sign_ins_by_exchange += 1
+        return {
+            "access_token": refresh,
+            "issued_token_type": REFRESH_TOKEN_TYPE,
+            "token_type": "N_A",
+            "scope": scope,
         }
 
     def _target(self, form: Mapping[str, str]) -> tuple[str, str]:

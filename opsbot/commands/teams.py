@@ -98,6 +98,8 @@ def teams_config(settings: Settings) -> TeamsBotConfig:
         max_body_bytes=teams.max_body_bytes,
         max_message_chars=teams.max_message_chars,
         streaming=teams.streaming,
+        sso_connection_name=teams.sso_connection_name,
+        sso_resource=teams.sso_resource,
     )
 
 

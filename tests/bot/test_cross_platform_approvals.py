@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -26,7 +25,7 @@ from infra.settings import (
     RunSettings,
 )
 from mcp_servers import ReferenceServers
-from testing.identity import RunningIdp, sign_in_at_login_page
+from testing.identity import sign_in_at_login_page
 from testing.slack import (
     APPROVALS_CHANNEL_ID as SLACK_APPROVALS,
 )
@@ -46,11 +45,10 @@ from testing.teams import (
 )
 from tests.bot.test_slack_events import _texts
 from tests.bot.test_slack_full_stack import _link_from_slack
-from tests.fixtures.full_stack import (
-    full_stack_settings,
-    reference_mcp,
-    serving_slack,
-    teams_settings,
+from tests.bot.test_teams_full_stack import (
+    ServeBoth,
+    mcp_trusted_issuer,  # noqa: F401  (fixture)
+    serve_both,  # noqa: F401  (fixture)
 )
 
 pytestmark = pytest.mark.timeout(180)
@@ -59,37 +57,21 @@ BOB = new_user("Bob")
 
 
 @pytest.fixture
-def mcp_trusted_issuer(dev_idp: RunningIdp) -> tuple[str, str | None]:
-    return dev_idp.issuer, dev_idp.jwks_url
-
-
-@pytest.fixture
 async def app_url(
-    fake_slack: FakeSlack,
+    serve_both: ServeBoth,  # noqa: F811  (the fixture imported above)
     fake_teams: FakeTeams,
-    dev_idp: RunningIdp,
-    reference_servers: ReferenceServers,
-    sqlite_url: str,
-    tmp_path: Path,
 ) -> AsyncIterator[str]:
     fake_teams.members[APPROVALS_CHANNEL_ID] = [BOB]
-    settings = full_stack_settings(
-        fake_slack,
-        dev_idp,
-        reference_mcp(dev_idp, reference_servers),
-        sqlite_url,
-        tmp_path,
-        teams=teams_settings(
-            fake_teams,
-            approvals_conversation_id=APPROVALS_CHANNEL_ID,
-            approvals_service_url=fake_teams.service_url,
-        ),
+    async with serve_both(
+        teams={
+            "approvals_conversation_id": APPROVALS_CHANNEL_ID,
+            "approvals_service_url": fake_teams.service_url,
+        },
         approvals=ApprovalSettings(card_platforms=["slack", "teams"], notice_poll_seconds=0.2),
         # In-process runs: in one process the Slack and Teams job runners share run_jobs and
         # claim each other's jobs (a `teams` branch issue, reported to the lead).
         runs=RunSettings(durable=False),
-    )
-    async with serving_slack(settings, with_teams=True) as url:
+    ) as url:
         yield url
 
 
@@ -207,3 +189,46 @@ async def test_approved_in_teams_shows_on_the_slack_card_and_a_slack_click_chang
         assert "Approved" in _texts(fake_slack.messages[card_key]["blocks"])
     closes = [c for c in await reference_servers.tickets.all_changes() if c.ticket_key == "PAY-102"]
     assert [(c.tool, c.subject) for c in closes] == [("close_ticket", "alice")]
+
+
+async def test_stopped_in_teams_withdraws_the_card_on_slack_too(
+    app_url: str,
+    fake_slack: FakeSlack,
+    fake_teams: FakeTeams,
+    reference_servers: ReferenceServers,
+) -> None:
+    """Alice asks in Teams; the card is on both platforms. She writes "stop" in her Teams
+    thread: the approval is withdrawn once, both cards say so, nothing is written."""
+    alice = new_user("Alice")
+    async with aiohttp.ClientSession() as session:
+        await link_from_teams(fake_teams, app_url, alice, "alice", session)
+        ask = fake_teams.mention(alice, "close ticket PAY-102 because merchants re-exported")
+        status, _ = await fake_teams.post_activity(app_url, ask, session=session)
+        assert status == 202
+        (teams_card,) = await fake_teams.wait_for(
+            "create", where=lambda c: c.conversation_id.startswith(APPROVALS_CHANNEL_ID), wait=60
+        )
+        await fake_slack.wait_for(
+            "chat.postMessage", where=lambda p: p["channel"] == "ops-approvals", wait=60
+        )
+        await fake_teams.settle()
+        stop = fake_teams.mention(alice, "stop", thread_id=str(ask["id"]))
+        status, _ = await fake_teams.post_activity(app_url, stop, session=session)
+        assert status == 202
+
+        root = teams_card.conversation_id.partition(";messageid=")[2]
+        (withdrawn,) = await fake_teams.wait_for(
+            "update", where=lambda c: c.activity_id == root and "Withdrawn" in c.text, wait=30
+        )
+        assert "alice" in withdrawn.text
+        await fake_slack.wait_for(
+            "chat.update", where=lambda p: "Withdrawn" in _texts(p.get("blocks") or []), wait=30
+        )
+        await fake_slack.settle()
+        (card_key,) = [k for k in fake_slack.messages if k[0] == SLACK_APPROVALS]
+        slack_card = fake_slack.messages[card_key]
+        assert "Withdrawn" in _texts(slack_card["blocks"])
+        assert all(b["type"] != "actions" for b in slack_card["blocks"])
+    assert [
+        c for c in await reference_servers.tickets.all_changes() if c.ticket_key == "PAY-102"
+    ] == []

@@ -8,8 +8,11 @@ is then one identity: the same subject, the same rights, answers read as them.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import httpx
@@ -38,21 +41,69 @@ def mcp_trusted_issuer(dev_idp: RunningIdp) -> tuple[str, str | None]:
     return dev_idp.issuer, dev_idp.jwks_url
 
 
-@pytest.fixture
-async def app_url(
+@contextlib.asynccontextmanager
+async def serving_both(
     fake_slack: FakeSlack,
     fake_teams: FakeTeams,
     dev_idp: RunningIdp,
     reference_servers: ReferenceServers,
     sqlite_url: str,
     tmp_path: Path,
+    *,
+    teams: dict[str, Any] | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[str]:
+    """``opsbot serve`` (Slack and Teams) built from Settings; ``teams``: further Teams
+    settings (``sso_connection_name``...), ``overrides``: further Settings fields. Yields the
+    app's URL."""
     mcp = reference_mcp(dev_idp, reference_servers)
     settings = full_stack_settings(
-        fake_slack, dev_idp, mcp, sqlite_url, tmp_path, teams=teams_settings(fake_teams)
+        fake_slack,
+        dev_idp,
+        mcp,
+        sqlite_url,
+        tmp_path,
+        teams=teams_settings(fake_teams, **(teams or {})),
+        **overrides,
     )
     async with serving_slack(settings, with_teams=True) as url:
         yield url
+
+
+ServeBoth = Callable[..., contextlib.AbstractAsyncContextManager[str]]
+
+
+@pytest.fixture
+def serve_both(
+    fake_slack: FakeSlack,
+    fake_teams: FakeTeams,
+    dev_idp: RunningIdp,
+    reference_servers: ReferenceServers,
+    sqlite_url: str,
+    tmp_path: Path,
+) -> ServeBoth:
+    """``async with serve_both(teams={...}, **settings) as url``: ``serving_both`` on this
+    test's fakes, IdP, servers and database."""
+    return functools.partial(
+        serving_both, fake_slack, fake_teams, dev_idp, reference_servers, sqlite_url, tmp_path
+    )
+
+
+@pytest.fixture
+async def app_url(serve_both: ServeBoth) -> AsyncIterator[str]:
+    async with serve_both() as url:
+        yield url
+
+
+async def account_links_in(url: str) -> list[tuple[str, str]]:
+    """Every account link as (platform, subject)."""
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            links = (await conn.execute(select(account_links))).mappings().all()
+    finally:
+        await engine.dispose()
+    return [(link["platform"], link["subject"]) for link in links]
 
 
 async def test_one_person_links_on_both_platforms_and_asks_in_teams(
@@ -93,13 +144,5 @@ async def test_one_person_links_on_both_platforms_and_asks_in_teams(
         assert status == 200
         await fake_slack.wait_for("chat.update", wait=60)
 
-    engine = create_engine(sqlite_url)
-    try:
-        async with engine.connect() as conn:
-            links = (await conn.execute(select(account_links))).mappings().all()
-    finally:
-        await engine.dispose()
-    assert {(link["platform"], link["subject"]) for link in links} == {
-        ("slack", links[0]["subject"]),
-        ("teams", links[0]["subject"]),
-    }
+    links = await account_links_in(sqlite_url)
+    assert set(links) == {("slack", links[0][1]), ("teams", links[0][1])}

@@ -20,7 +20,9 @@ from broker import (
     LocalIdentityService,
     NotLinkedError,
     RemoteBroker,
+    TokenVerificationError,
 )
+from broker.sso import SsoLinker, SsoPolicy
 from testing.identity import BrokerHarness, serve_broker_service, sign_in_at_login_page
 
 
@@ -107,3 +109,42 @@ async def test_identity_service_resolve_link_and_unlink(
             await service.get_token(carol, "database")
         with pytest.raises(NotLinkedError):
             await service.resolve_subject("carol")
+
+
+@pytest.mark.parametrize("kind", ["local", "remote"])
+async def test_teams_sso_links_through_the_token_locally_and_over_the_service(
+    identity_broker: BrokerHarness, kind: str
+) -> None:
+    """The Entra token a Teams client sends links the Teams user (the IdP's subject); a token
+    for another audience is refused as ``TokenVerificationError`` on both sides of the wire."""
+    resource, tenant = "api://botid-app", "tenant-1"
+    provider = identity_broker.idp.provider
+    provider.accept_subject_audience(identity_broker.idp.client_id, resource)
+    provider.accept_subject_audience(identity_broker.idp.client_id, "app")
+    policy = SsoPolicy(resource, frozenset({tenant}), app_id="app")
+    sso = SsoLinker(identity_broker.linking, policy)
+    teams_alice = ChatUser("teams", tenant, "oid-alice")
+    local = LocalIdentityService(identity_broker.broker, identity_broker.linking, sso=sso)
+    async with serve_broker_service(identity_broker, sso=sso) as remote:
+        service = remote if kind == "remote" else local
+        wrong = provider.mint_sso_token(
+            "alice", "api://other", tenant_id=tenant, object_id="oid-alice"
+        )
+        with pytest.raises(TokenVerificationError):
+            await service.complete_sso(teams_alice, wrong)
+        assert await service.resolve(teams_alice) is None
+        token = provider.mint_sso_token("alice", resource, tenant_id=tenant, object_id="oid-alice")
+        linked = await service.complete_sso(teams_alice, token)
+        assert (linked.subject, linked.chat_user, linked.email) == (
+            "alice",
+            teams_alice,
+            "alice@example.com",
+        )
+        found = await service.resolve(teams_alice)
+        assert found is not None
+        assert found.subject == "alice"
+        assert (await service.get_token(found, "docs")).scopes == {"docs:read"}
+        # Entra's v2 form names the app's client id as the audience: accepted as well.
+        bob_chat = ChatUser("teams", tenant, "oid-bob")
+        v2 = provider.mint_sso_token("bob", "app", tenant_id=tenant, object_id="oid-bob")
+        assert (await service.complete_sso(bob_chat, v2)).subject == "bob"

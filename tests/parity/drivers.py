@@ -48,6 +48,11 @@ class Driver(Protocol):
         """The platform delivers the same request again (a retry)."""
         ...
 
+    async def stop(self, who: str, sent: Sent) -> int:
+        """``who`` presses Stop on ``sent``'s thread (Slack: the agent session's Stop button;
+        Teams, which has none: "stop" in the thread)."""
+        ...
+
     async def forged(self, who: str, text: str, kind: str) -> int | None:
         """A mention with a bad credential of ``kind``; ``None`` if the platform has no such
         thing (Slack has no serviceUrl)."""
@@ -110,6 +115,19 @@ class SlackDriver:
         envelope = self.sender.envelope(event)
         status, _ = await self.sender.post_raw(json.dumps(envelope))
         return Sent(status, who, (channel, ts), envelope)
+
+    async def stop(self, who: str, sent: Sent) -> int:
+        channel, thread_ts = sent.where
+        event = {
+            "type": "agent_session_stopped",
+            "user": SLACK_USERS[who],
+            "channel": channel,
+            "thread_ts": thread_ts,
+            "event_ts": self._next_ts(),
+            "team": self.sender.team_id,
+        }
+        status, _ = await self.sender.post_raw(json.dumps(self.sender.envelope(event)))
+        return status
 
     async def redeliver(self, sent: Sent) -> int:
         status, _ = await self.sender.post_raw(
@@ -206,6 +224,9 @@ class TeamsDriver:
 
     async def redeliver(self, sent: Sent) -> int:
         return await self._post(sent.request)
+
+    async def stop(self, who: str, sent: Sent) -> int:
+        return (await self.mention(who, "stop", in_thread_of=sent)).status
 
     async def forged(self, who: str, text: str, kind: str) -> int | None:
         fake = self.fake

@@ -4,6 +4,8 @@ the driver knows how their platform shows it."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from testing.fake_assistant import FakeAssistant
@@ -90,3 +92,31 @@ async def test_one_person_one_identity_across_platforms(
     thread = await assistant.threads.get_or_create(ref, "someone-else")
     assert thread.owner_subject == "alice"
     assert user.platform == driver.platform
+
+
+async def _stops(assistant: FakeAssistant, count: int) -> None:
+    for _ in range(200):
+        if len(assistant.stops) >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"expected {count} stop(s), got {assistant.stops}")
+
+
+async def test_stop_reaches_the_core_for_that_thread_and_is_never_a_question(
+    driver: Driver, assistant: FakeAssistant
+) -> None:
+    """Stop takes the one core path (``AssistantPort.stop``) with the thread's own ref and the
+    presser's identity; the core decides (owner only). It is never asked as a question."""
+    sent = await driver.mention("alice", "show PAY-1")
+    await driver.answers(sent)
+    assert await driver.stop("alice", sent) in (200, 202)
+    await _stops(assistant, 1)
+    assert await driver.stop("bob", sent) in (200, 202)
+    await _stops(assistant, 2)
+    await driver.settle()
+    (asked,) = assistant.messages
+    thread = asked[1]
+    assert assistant.stops == [
+        (driver.chat_user("alice"), thread),
+        (driver.chat_user("bob"), thread),
+    ]
