@@ -23,7 +23,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from infra.storage import create_engine, migrate
 from mcp_servers import ReferenceServers
 from testing.identity import RunningIdp
 from testing.slack import (
@@ -98,16 +97,14 @@ async def _until(what: str, condition: Any) -> None:
 
 
 @pytest.fixture
-async def env(
-    fake_slack: FakeSlack, dev_idp: RunningIdp, reference_servers: ReferenceServers, tmp_path: Path
+def env(
+    sqlite_url: str,
+    fake_slack: FakeSlack,
+    dev_idp: RunningIdp,
+    reference_servers: ReferenceServers,
+    tmp_path: Path,
 ) -> dict[str, str]:
-    url = f"sqlite:///{tmp_path / 'opsbot.sqlite'}"
-    engine = create_engine(url)
-    try:
-        await migrate(engine)
-    finally:
-        await engine.dispose()
-    return app_env(url, tmp_path, fake_slack, dev_idp, reference_servers, **FAST_RECOVERY)
+    return app_env(sqlite_url, tmp_path, fake_slack, dev_idp, reference_servers, **FAST_RECOVERY)
 
 
 def _read_answers(fake: FakeSlack) -> list[dict[str, Any]]:
