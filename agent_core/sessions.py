@@ -49,6 +49,7 @@ from agent_core.tools import DiscoveryCache, ServerTools, ToolDefinition
 from agent_core.transport import ConnectionPools, request_only_transport
 from agent_core.validation import ValidatingSession
 from broker import Broker, Identity
+from infra.faults import crash_point
 from infra.logging import quiet_mcp_streams
 
 __all__ = ["RunSessions", "ServerConfig", "SessionStats", "classify_failure"]
@@ -270,6 +271,8 @@ class RunSessions:
                 failure = classify_failure(server, exc, held.http_errors)
                 await self._health.record(server, failure)
                 raise failure from None
+            # Test only: the server answered, the run never sees it (a crash mid-call).
+            crash_point("tool_call")
             await self._health.record(server, None)
             return result
 

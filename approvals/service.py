@@ -51,6 +51,7 @@ from audit.log import AuditLog, AuditQuery, EventKind, error_outcome
 from broker.errors import BrokerError
 from broker.types import Broker, Identity
 from infra.clock import Clock, IdFactory, random_id, utc_now
+from infra.faults import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -401,6 +402,7 @@ class ApprovalService:
                     results[action.tool_call_id] = await self._resumer.execute(
                         requester, approval.thread_id, call, approval_id=approval.batch
                     )
+                    crash_point("after_write")  # test only: the write ran, nothing saved yet
                 except NoPendingApprovalError:
                     run_failure = (
                         "the thread is no longer waiting for this call, and no write is recorded"

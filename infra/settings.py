@@ -570,6 +570,9 @@ class Settings(BaseSettings):
     test_chromium: Path = Path("/usr/bin/chromium")
     """The Chromium the browser tests drive (Debian's `apt-get install chromium`); when it is
     missing they skip, or fail under CI=true."""
+    test_crash_at: Literal["job_start", "tool_call", "before_card", "after_write"] | None = None
+    """Test only, never in production: `opsbot slack` SIGKILLs itself when a turn reaches this
+    point (infra/faults.py), for the kill-at-each-point durability test. Unset: off."""
     log_level: str = "INFO"
     log_format: Literal["console", "json"] = "console"
     """`console` (development) or `json` (production: one line with request_id, route,

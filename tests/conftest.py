@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.settings import Settings
 from infra.storage import create_engine, metadata, migrate
+from tests.scheduling import auto_workers, slowest_files_first
 
 T = TypeVar("T")
 
@@ -143,9 +144,16 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     await engine.dispose()
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: more workers than cores, since the suite mostly waits (tests/scheduling.py)."""
+    return auto_workers()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The chaos and crash tests (``tests/reliability``) and the browser tests are ``slow``:
-    CI runs them all; ``-m "not slow"`` leaves them out of a quick local loop."""
+    CI runs them all; ``-m "not slow"`` leaves them out of a quick local loop. The slowest
+    files run first (tests/scheduling.py)."""
+    slowest_files_first(items, str(Path(__file__).parent))
     for item in items:
         if item.path.parent.name == "reliability" or item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.slow)

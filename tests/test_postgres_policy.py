@@ -26,7 +26,7 @@ def _pytest_against_dead_server(ci: str) -> subprocess.CompletedProcess[str]:
         "CI": ci,
     }
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", TARGET],
+        [sys.executable, "-m", "pytest", "-n", "0", "-q", "-rs", "-p", "no:cacheprovider", TARGET],
         cwd=ROOT,
         env=env,
         capture_output=True,

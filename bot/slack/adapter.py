@@ -41,6 +41,7 @@ from bot.slack.render import (
     text_message,
 )
 from bot.slack.streaming import LiveAnswer, closing_blocks, markdown_text
+from infra.faults import crash_point
 from infra.storage.faults import is_connection_error
 
 log = logging.getLogger(__name__)
@@ -246,6 +247,8 @@ class SlackAdapter(DecisionViews):
             if indicator.status_set:
                 await self._clear_status(indicator)
             return
+        if isinstance(reply, ApprovalRequested):
+            crash_point("before_card")
         streamed = live is not None and await self.deliver_stream(
             live, reply, message.chat_user, message.team_id
         )

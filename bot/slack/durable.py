@@ -34,6 +34,7 @@ from bot.slack.core import AssistantPort
 from bot.slack.incoming import Progress, UserMessage
 from bot.slack.store import SqlApprovalMessages
 from infra.clock import Clock, utc_now
+from infra.faults import crash_point
 from infra.jobs import Delivery, Job, JobRunner, RunLimits, SqlJobQueue, through_outage
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class DurableSlackAdapter(SlackAdapter):
 
     async def run_job(self, job: Job) -> None:
         """Run one accepted message (on whichever instance claimed it) and answer it."""
+        crash_point("job_start")
         message = UserMessage.from_payload(job.payload["message"])
         progress = Progress.from_payload(job.payload.get("progress"))
 

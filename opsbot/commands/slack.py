@@ -71,8 +71,10 @@ def slack_config(settings: Settings) -> SlackBotConfig:
 
 
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
+    from infra.faults import arm
     from infra.serving import shutdown_event
 
+    arm(settings.test_crash_at)  # test only: unset in any deployment
     stop = shutdown_event()
     port = settings.port if args.port is None else args.port
     await serve_slack(settings, socket_mode=args.socket_mode, host=args.host, port=port, stop=stop)

@@ -55,18 +55,26 @@ async def test_each_server_runs_as_its_own_process(
         "docs": ("get_doc", {"doc_id": "payments-refund-stuck"}),
         "database": ("get_order_status", {"order_id": "ORD-10041"}),
     }
-    for name, (tool, args) in calls.items():
-        process, url = await _start(name, mcp_test_issuer, tmp_path)
-        try:
+    # Started at once: each start imports the app on its own.
+    started = await asyncio.gather(
+        *(_start(name, mcp_test_issuer, tmp_path) for name in calls), return_exceptions=True
+    )
+    try:
+        for (name, (tool, args)), outcome in zip(calls.items(), started, strict=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
+            _process, url = outcome
             groups, scopes = directory_grants("alice", name)
             token = mcp_test_issuer.mint(sub="alice", aud=url, scope=scopes, groups=groups)
             async with mcp_session(url, token) as session:
                 assert data(await session.call_tool(tool, args))
             wrong = mcp_test_issuer.mint(sub="alice", aud="http://127.0.0.1:1/mcp", scope=scopes)
             assert (await http_refusal(url, wrong)).status_code == 401
-        finally:
-            process.terminate()
-            await process.wait()
+    finally:
+        for outcome in started:
+            if not isinstance(outcome, BaseException):
+                outcome[0].terminate()
+                await outcome[0].wait()
     # File-backed stores are seeded once: a restart keeps (and does not duplicate) the data.
     process, url = await _start("ticketing", mcp_test_issuer, tmp_path)
     try:

@@ -118,6 +118,23 @@ async def opsbot_slack(env: Mapping[str, str], *, bound: float) -> AsyncIterator
         await reader
 
 
+@contextlib.asynccontextmanager
+async def opsbot_slacks(
+    env: Mapping[str, str], count: int, *, bound: float
+) -> AsyncIterator[list[AppProcess]]:
+    """``count`` ``opsbot slack`` processes started at once (not one after the other: each
+    start imports the whole app); all stopped on exit, also when one fails to start."""
+    async with contextlib.AsyncExitStack() as stack:
+        started = await asyncio.gather(
+            *(stack.enter_async_context(opsbot_slack(env, bound=bound)) for _ in range(count)),
+            return_exceptions=True,
+        )
+        for outcome in started:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        yield [app for app in started if isinstance(app, AppProcess)]
+
+
 async def _listening(proc: asyncio.subprocess.Process, lines: list[str]) -> str:
     # The log is another process's output: polled, there is nothing to await on.
     while True:

@@ -21,7 +21,7 @@ from infra.storage import create_engine, head_revision, migrate
 from mcp_servers import ReferenceServers
 from testing.identity import RunningIdp
 from testing.slack import FakeSlack
-from tests.reliability.opsbot_process import app_env, opsbot_migrate, opsbot_slack
+from tests.reliability.opsbot_process import app_env, opsbot_migrate, opsbot_slacks
 
 BOUND = 120.0  # a loaded CI machine imports the app slowly: three at once
 # The module, not the ``migrate`` function that ``infra.storage`` exports under its name.
@@ -69,12 +69,7 @@ async def test_three_instances_started_at_once_on_a_fresh_database(
     url = _url(fresh_postgres_database, postgres_server_url)
     env = app_env(url, tmp_path, fake_slack, dev_idp, reference_servers)
     expected = SCHEMA_LINE.format(head=head_revision())
-    async with (
-        opsbot_slack(env, bound=BOUND) as a,
-        opsbot_slack(env, bound=BOUND) as b,
-        opsbot_slack(env, bound=BOUND) as c,
-    ):
-        apps = [a, b, c]
+    async with opsbot_slacks(env, 3, bound=BOUND) as apps:
         for app in apps:
             status, body = await app.readyz()
             assert status == 503, body
