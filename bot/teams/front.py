@@ -7,7 +7,7 @@ On that loop: the size cap, the Bot Connector JWT and the activity's binding to 
 person's message, the job and its delivery id (activity id + conversation id) in one
 transaction, the 202 and a wake-up for this instance's worker on the main loop. Everything
 else (``adaptiveCard/action`` invokes that need their card in the answer, sign-in, card
-submits, conversation updates) is handed to the Agents SDK on the main loop, where the
+submits, conversation updates, a "stop") is handed to the Agents SDK on the main loop, where the
 adapter's clients live; the ack loop awaits that answer without blocking other requests.
 
 Why: a 202 that waited for the main loop waited for every agent step queued on it (Teams
@@ -33,6 +33,7 @@ import aiohttp
 from aiohttp import web
 from microsoft_agents.activity import Activity
 
+from bot.teams.adapter import is_stop
 from bot.teams.app import TeamsBot, message_from
 from bot.teams.auth import ConnectorAuth
 from bot.teams.durable import JOB_KIND, DurableTeamsAdapter
@@ -124,6 +125,10 @@ class TeamsAckFront:
             parsed.text = parsed.remove_recipient_mention()  # as the SDK's app does
         message = message_from(parsed)
         if message is None or self._inbox is None:
+            return None
+        if is_stop(message.text):
+            # Not a job: a stop queued behind the run it stops would wait for that run (the
+            # adapter handles it at once on the main loop, as Slack's agent_session_stopped).
             return None
         delivery = Delivery(
             f"teams-{message.delivery_id}",
