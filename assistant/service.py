@@ -532,6 +532,9 @@ class Assistant:
                 shown.append(ServerConnection(server, True))
         return shown
 
+    def on_approval_change(self, listener: Callable[[str], Awaitable[None]]) -> Callable[[], None]:
+        return self._approvals.changes.listen(listener)
+
     async def home_audience(self, approval_id: str) -> list[ChatUser]:
         """The requester and every linked person who may decide ``approval_id`` now (or, once
         decided, could have): whose App Home lists it."""
