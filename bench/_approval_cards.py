@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import cProfile
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,7 +32,12 @@ ALICE_ID, BOB_ID = "U0ALICE", "U0BOB"
 
 
 async def cards_bench(
-    url: str, env: Any, servers: Any, elsewhere: OtherLoop, n: int = 20
+    url: str,
+    env: Any,
+    servers: Any,
+    elsewhere: OtherLoop,
+    n: int = 20,
+    profile: str | None = None,
 ) -> dict[str, Any]:
     from langchain_core.messages import BaseMessage
 
@@ -144,6 +150,8 @@ async def cards_bench(
                     stages.wrap(
                         bot.adapter, "show_deciding", "click received", lambda a, *_, **__: a
                     )
+                    if profiler is not None:  # the app loop's thread, from the first click
+                        stages.on_first("click received", profiler.enable)
                     async with serve_http(
                         bot.app,
                         bind_socket("127.0.0.1", 0),
@@ -153,6 +161,8 @@ async def cards_bench(
         finally:
             await engine.dispose()
 
+    # CPU time of the app loop's thread, not wall time (the machine is shared)
+    profiler = cProfile.Profile(time.thread_time) if profile else None
     slack_side = OtherLoop()  # Slack and the clicks: not on the servers' loop either
     fake = FakeSlack()
     runner = await slack_side.call(start_fake_slack(fake))
@@ -198,6 +208,9 @@ async def cards_bench(
     try:
         async with app() as (app_url, log):
             clicked_at = await slack_side.call(ask_and_click(app_url))
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(str(profile))
             audited = await log.query(AuditQuery(kinds=(EventKind.WRITE_OUTCOME,), limit=10 * n))
     finally:
         await slack_side.call(runner.cleanup())
@@ -244,4 +257,5 @@ async def cards_bench(
         "cards_audit_rows": len(audit_rows),
         "audit_rows_equal_executions": len(audit_rows) == len(changes) == n,
         "stages": stages.report({k.split(" ")[0]: v for k, v in clicked_at.items()}),
+        "app_loop_cpu_ms_per_click": stages.cpu_per_click(n),
     }

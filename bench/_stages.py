@@ -37,13 +37,25 @@ ORDER = (
 class Stages:
     def __init__(self) -> None:
         self.at: dict[str, dict[str, float]] = defaultdict(dict)
+        # The app loop's own CPU time (its thread's) at each stage reached on it: what the
+        # clicks cost the app whatever else the machine runs.
+        self.cpu: dict[str, list[float]] = defaultdict(list)
+        self._hooks: dict[str, Callable[[], None]] = {}
         self._running: contextvars.ContextVar[str | None] = contextvars.ContextVar(
             "bench_approval", default=None
         )
 
+    def on_first(self, stage: str, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when the first approval reaches ``stage`` (on the marking thread)."""
+        self._hooks[stage] = hook
+
     def mark(self, key: str | None, stage: str, at: float | None = None) -> None:
-        if key:
-            self.at[key].setdefault(stage, time.perf_counter() if at is None else at)
+        if key and (hook := self._hooks.pop(stage, None)) is not None:
+            hook()
+        if key and stage not in self.at[key]:
+            self.at[key][stage] = time.perf_counter() if at is None else at
+            if at is None:
+                self.cpu[stage].append(time.thread_time())
 
     def wrap(
         self,
@@ -73,6 +85,16 @@ class Stages:
             return result
 
         setattr(obj, name, timed)
+
+    def cpu_per_click(self, n: int) -> dict[str, float]:
+        """The app loop's CPU ms per click, from the first click received to the last
+        approval reaching each stage (its thread's time: load elsewhere does not count)."""
+        start = min(self.cpu.get("click received", [0.0]))
+        return {
+            stage: round((max(self.cpu[stage]) - start) * 1000 / max(1, n), 1)
+            for stage in ("server applied", "approval finished", "run resumed")
+            if self.cpu.get(stage)
+        }
 
     def report(self, clicked_at: dict[str, float]) -> dict[str, dict[str, float]]:
         """Per stage: p50 / p99 ms since the click was sent, and how many approvals got there."""

@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cards", type=int, default=20, help="cards clicked at once over HTTP (0: skip)"
     )
+    parser.add_argument(
+        "--profile", default=None, help="cProfile the app loop during the clicks into this file"
+    )
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -196,7 +199,8 @@ async def _measure(
             elapsed = (written_at[approval.approval_id] - started) * 1000
             (latencies if n > 1 else single).append(elapsed)
     cards = int(getattr(args, "cards", 20) if args is not None else 20)
-    slack = await cards_bench(url, env, servers, elsewhere, cards) if cards > 0 else {}
+    profile = getattr(args, "profile", None)
+    slack = await cards_bench(url, env, servers, elsewhere, cards, profile) if cards > 0 else {}
     return {
         "bench": "approval",
         "database": make_url(url).get_backend_name(),
