@@ -23,9 +23,6 @@ from bot.slack.render import (
 log = logging.getLogger(__name__)
 
 CONNECT_PROMPT_TTL_SECONDS = 30 * 60
-# How long an approval's Home audience (its requester and eligible approvers) is reused: the
-# state changes of one decision come within seconds; group changes show within this.
-AUDIENCE_TTL_SECONDS = 30.0
 
 
 class HomeViews(SlackOutput):
@@ -127,20 +124,13 @@ class HomeViews(SlackOutput):
     async def refresh_homes(self, approval_id: str) -> None:
         """Republish App Home for the requester and every eligible approver of
         ``approval_id`` (created or decided), so no Home shows a stale list."""
-        now = time.monotonic()
-        cached = self._home_audiences.get(approval_id)
-        if cached is not None and now - cached[0] < AUDIENCE_TTL_SECONDS:
-            audience = cached[1]
-        else:
-            try:
-                audience = await self.assistant.home_audience(approval_id)
-            except Exception as exc:  # Home is a convenience: never fail the decision for it
-                log.warning("home audience of %s unknown: %s", approval_id, type(exc).__name__)
-                return
-            self._home_audiences = {
-                k: v for k, v in self._home_audiences.items() if now - v[0] < AUDIENCE_TTL_SECONDS
-            }
-            self._home_audiences[approval_id] = (now, audience)
+        # Asked each time, not kept: someone who linked since the approval was created (and
+        # may decide it now) must have their Home republished too.
+        try:
+            audience = await self.assistant.home_audience(approval_id)
+        except Exception as exc:  # Home is a convenience: never fail the decision for it
+            log.warning("home audience of %s unknown: %s", approval_id, type(exc).__name__)
+            return
         for chat_user in audience:
             if chat_user.platform == "slack":
                 await self._republish_home(chat_user)

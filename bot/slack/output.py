@@ -61,8 +61,6 @@ class SlackOutput:
         # Homes being republished, and those changed again meanwhile (one more publish).
         self._home_running: set[ChatUser] = set()
         self._home_dirty: set[ChatUser] = set()
-        # An approval's Home audience, kept briefly: its state changes come in bursts.
-        self._home_audiences: dict[str, tuple[float, list[ChatUser]]] = {}
         # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
         self.home_team: str | None = None
         self._home_team_asked_at: float | None = None
