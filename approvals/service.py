@@ -31,6 +31,7 @@ from agent_core.binding import idempotency_key
 from agent_core.errors import NoPendingApprovalError
 from agent_core.policy import ToolPolicy
 from agent_core.runs import ALREADY_STOPPED, RunRegistry, RunStop, StopSignal
+from approvals.changes import ApprovalChanges, WritesFirst
 from approvals.errors import (
     ApprovalError,
     ApprovalNotFoundError,
@@ -147,9 +148,14 @@ class ApprovalService:
         clock: Clock = utc_now,
         new_id: IdFactory = random_id,
         runs: RunRegistry | None = None,
+        writes: WritesFirst | None = None,
     ) -> None:
         # Resumed runs are registered here too, so the requester's Stop reaches them.
         self._runs = runs
+        # Approved writes go before follow-up work (resumes, listeners) on this loop.
+        self.writes = writes or WritesFirst()
+        # Told of every state change of an approval here (App Home is republished from it).
+        self.changes = ApprovalChanges(self.writes)
         self.store = store
         self.audit = audit
         self.tools = tools
@@ -197,6 +203,7 @@ class ApprovalService:
                 batch_size=size,
             )
             await self.store.create(approval)
+            self.changes.changed(approval_id)
             await self.audit.record(
                 EventKind.APPROVAL_REQUESTED,
                 requester=requester.subject,
@@ -223,14 +230,15 @@ class ApprovalService:
         Raises ``ApprovalNotFoundError``, ``AlreadyDecidedError``, ``ApprovalExpiredError``,
         ``NotAuthorisedError`` or ``InvalidEditError``; nothing is claimed when it does.
         """
-        approval = await self.store.get(approval_id)
-        if approval is None:
-            raise ApprovalNotFoundError(f"no approval {approval_id!r}")
-        now = self._clock()
-        check_decider(approval, approver, now)
-        decisions = self._decisions(approval, decision, edited_tool)
-        claimed = await self.store.claim(approval_id, approver.subject, decisions, now)
-        await self._record_decisions(claimed)
+        async with self.writes.writing():
+            approval = await self.store.get(approval_id)
+            if approval is None:
+                raise ApprovalNotFoundError(f"no approval {approval_id!r}")
+            now = self._clock()
+            check_decider(approval, approver, now)
+            decisions = self._decisions(approval, decision, edited_tool)
+            claimed = await self.store.claim(approval_id, approver.subject, decisions, now)
+            await self._record_decisions(claimed)
         return await self._settle(claimed)
 
     async def sweep(self, now: datetime | None = None, limit: int = 100) -> list[DecisionReport]:
@@ -332,6 +340,22 @@ class ApprovalService:
         approval = claimed
         registered: RunStop | None = None
         try:
+            async with self.writes.writing():
+                approval, registered = await self._carry_out(approval, rerun)
+        except ApprovalError:
+            # Moved on by another instance meanwhile (a recovering sweeper): it carries on.
+            return DecisionReport(await self._current(approval))
+        try:
+            await self.writes.after_writes()  # others' writes first, then this follow-up
+            return await self._resume_batch(approval, run=registered)
+        finally:
+            if registered is not None and self._runs is not None:
+                await self._runs.finish(registered.run_id)
+
+    async def _carry_out(self, approval: Approval, rerun: bool) -> tuple[Approval, RunStop | None]:
+        """The decision's part of ``_settle``: final for a rejection, else run the call."""
+        registered: RunStop | None = None
+        try:
             if approval.status is ApprovalStatus.DECIDING:
                 if all(d.type == "reject" for d in approval.decisions):
                     status = (
@@ -354,19 +378,15 @@ class ApprovalService:
                 approval = await self.store.advance(
                     approval.approval_id, ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING
                 )
+                self.changes.changed(approval.approval_id)
                 approval = await self._run_approved(approval, rerun=False)
             elif approval.status is ApprovalStatus.EXECUTING:
                 approval = await self._run_approved(approval, rerun=rerun)
         except ApprovalError:
-            # Moved on by another instance meanwhile (a recovering sweeper): it carries on.
             if registered is not None and self._runs is not None:
                 await self._runs.finish(registered.run_id)
-            return DecisionReport(await self._current(approval))
-        try:
-            return await self._resume_batch(approval, run=registered)
-        finally:
-            if registered is not None and self._runs is not None:
-                await self._runs.finish(registered.run_id)
+            raise
+        return approval, registered
 
     async def _run_approved(
         self, approval: Approval, *, rerun: bool, retried: bool = False
@@ -556,6 +576,7 @@ class ApprovalService:
                 edited_args=decision.args if decision.type == "edit" else None,
                 detail={"message": decision.message} if decision.message else None,
             )
+        self.changes.changed(approval.approval_id)
 
     async def _record_finished(self, done: Approval) -> None:
         await self.audit.record(
@@ -568,6 +589,7 @@ class ApprovalService:
             outcome=done.status.value,
             detail={"reason": done.outcome_reason} if done.outcome_reason else None,
         )
+        self.changes.changed(done.approval_id)
 
     async def _write_outcome(
         self,

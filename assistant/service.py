@@ -134,6 +134,8 @@ class Recovered:
 
 # App Home lists the latest requests of the ones this scan finds (oldest first, by the store).
 MY_REQUESTS_SCANNED = 500
+# Thread refs kept in memory (ids → their place on the platform; a ref never changes).
+THREAD_REFS_KEPT = 2000
 
 
 class AgentPort(Protocol):
@@ -209,6 +211,9 @@ class Assistant:
         self._recovery = recovery
         self._memory = memory  # user memory (``/ops memory``, App Home); None when disabled
         self._threads = threads
+        # Where each thread lives (its ref never changes): every card update and App Home
+        # item shows it, and a burst of decisions asked the database for it hundreds of times.
+        self._thread_refs: dict[str, PlatformRef] = {}
         self._agent = agent
         self._approvals = approvals
         self._clock = clock
@@ -550,6 +555,9 @@ class Assistant:
                 shown.append(ServerConnection(server, True))
         return shown
 
+    def on_approval_change(self, listener: Callable[[str], Awaitable[None]]) -> Callable[[], None]:
+        return self._approvals.changes.listen(listener)
+
     async def home_audience(self, approval_id: str) -> list[ChatUser]:
         """The requester and every linked person who may decide ``approval_id`` now (or, once
         decided, could have): whose App Home lists it."""
@@ -698,7 +706,7 @@ class Assistant:
     async def _decided(self, report: DecisionReport) -> Decided:
         siblings = tuple([await self._decided(DecisionReport(a)) for a in report.siblings])
         approval = report.approval
-        thread = await self._threads.get(approval.thread_id)
+        thread_ref = await self._thread_ref(approval.thread_id)
         if report.result is not None and approval.state is not ApprovalStatus.WITHDRAWN:
             requester_result: Reply | None = await self._reply(
                 report.result, await self._requester(approval)
@@ -723,7 +731,7 @@ class Assistant:
             decision=decision,
             decided_by=_who(approval.decided_by),
             outcome=f"{approval.status.value}: {reason}" if reason else approval.status.value,
-            requester_ref=None if thread is None else thread.ref,
+            requester_ref=thread_ref,
             requester_result=requester_result,
             state=state,
             outcome_reason=reason,
@@ -736,9 +744,21 @@ class Assistant:
         except BrokerError:
             return Identity(approval.requester_subject, approval.requester_chat_user)
 
+    async def _thread_ref(self, thread_id: str) -> PlatformRef | None:
+        """The thread's place on its platform; only found ones are kept (a bounded few)."""
+        ref = self._thread_refs.get(thread_id)
+        if ref is None:
+            thread = await self._threads.get(thread_id)
+            if thread is None:
+                return None
+            if len(self._thread_refs) >= THREAD_REFS_KEPT:
+                self._thread_refs.pop(next(iter(self._thread_refs)))  # the oldest
+            ref = self._thread_refs[thread_id] = thread.ref
+        return ref
+
     async def _view(self, approval: Approval) -> ApprovalView:
         first = approval.actions[0]
-        thread = await self._threads.get(approval.thread_id)
+        thread_ref = await self._thread_ref(approval.thread_id)
         edit = next(
             (d for d in approval.decisions[:1] if d.type == "edit" and d.args is not None), None
         )
@@ -753,7 +773,7 @@ class Assistant:
             outcome_reason=reason_of(approval),
             requester=approval.requester_subject,
             requester_chat_user=approval.requester_chat_user,
-            requester_ref=None if thread is None else thread.ref,
+            requester_ref=thread_ref,
             reads=[f"{r.tool} {r.ref_id}" for r in approval.reads],
             expires_at=approval.expires_at,
             input_schema=self._agent.tool_schema(first.tool) or dict(first.input_schema),

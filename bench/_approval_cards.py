@@ -10,25 +10,35 @@ an approver clicks Approve on all N at once. Per card:
 - click → write done: to the write's success at the ticketing server (the audit observer);
 
 and ``audit_rows == executions``: write-outcome audit rows for these approvals against the
-changes in the ticketing server's own log.
+changes in the ticketing server's own log. ``stages``: per stage of a click (``bench._stages``),
+p50 / p99 ms since the click was sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import cProfile
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 
+from bench._stages import Stages
 from bench._support import OtherLoop, percentile
 
 ALICE_ID, BOB_ID = "U0ALICE", "U0BOB"
 
 
-async def cards_bench(url: str, env: Any, servers: Any, n: int = 20) -> dict[str, Any]:
+async def cards_bench(
+    url: str,
+    env: Any,
+    servers: Any,
+    elsewhere: OtherLoop,
+    n: int = 20,
+    profile: str | None = None,
+) -> dict[str, Any]:
     from langchain_core.messages import BaseMessage
 
     from agent_core import Agent, AgentConfig, ToolPolicy
@@ -39,7 +49,9 @@ async def cards_bench(url: str, env: Any, servers: Any, n: int = 20) -> dict[str
     from approvals.service import ApprovalService
     from assistant.service import Assistant
     from audit import AuditLog, AuditObserver, AuditQuery, EventKind, SqlAuditSink
-    from bot.slack import SlackBotConfig, open_bot, serve_http
+    from bot.slack import SlackBotConfig, serve_http
+    from bot.slack.durable import open_durable_bot
+    from bot.slack.front import AckFront
     from broker import ChatUser, LocalIdentityService
     from infra.serving import bind_socket
     from infra.storage import create_engine, migrate
@@ -58,14 +70,21 @@ async def cards_bench(url: str, env: Any, servers: Any, n: int = 20) -> dict[str
     )
 
     written_at: dict[str, float] = {}
+    stages = Stages()
 
     class TimedObserver(AuditObserver):
+        async def tool_call_started(self, event: ToolCallEvent) -> None:
+            await super().tool_call_started(event)
+            stages.mark(event.approval_id, "MCP call sent")
+
         async def tool_call_finished(
             self, event: ToolCallEvent, outcome: str, latency_ms: float
         ) -> None:
             if event.kind == "write" and event.approval_id and outcome == "success":
                 written_at.setdefault(event.approval_id, time.perf_counter())
+                stages.mark(event.approval_id, "server applied")
             await super().tool_call_finished(event, outcome, latency_ms)
+            stages.mark(event.approval_id, "audit written")
 
     def step(messages: list[BaseMessage]) -> Any:
         if tool_results(messages):
@@ -95,30 +114,56 @@ async def cards_bench(url: str, env: Any, servers: Any, n: int = 20) -> dict[str
                     policy=ToolPolicy.load(),
                     observer=TimedObserver(log),
                 )
+                store = SqlApprovalStore(engine)
                 service = ApprovalService(
-                    SqlApprovalStore(engine),
-                    log,
-                    agent,
-                    agent,
-                    identities.resolve_subject,
-                    identities,
+                    store, log, agent, agent, identities.resolve_subject, identities
                 )
-                assistant = Assistant(identities, threads, agent, service)
+                stages.wrap(store, "claim", "CAS decided", lambda a, *_, **__: a, after=True)
+                stages.wrap(store, "finish", "approval finished", lambda a, *_, **__: a, after=True)
+                stages.wrap(
+                    agent,
+                    "execute",
+                    "execute start",
+                    lambda *_, approval_id: approval_id,
+                    binds=True,
+                )
+                stages.wrap(
+                    agent,
+                    "resume",
+                    "run resumed",
+                    lambda *_, approval_id, **__: approval_id,
+                    after=True,
+                )
+                stages.wrap(identities, "get_token", "token", after=True)
+
+                async def people() -> list[ChatUser]:
+                    return [alice, bob]
+
+                assistant = Assistant(identities, threads, agent, service, people=people)
                 config = SlackBotConfig(
                     bot_token=BOT_TOKEN,
                     signing_secret=SIGNING_SECRET,
                     api_url=fake.url,
                     approvals_channel="ops-approvals",
                 )
-                async with (
-                    open_bot(config, assistant, engine) as bot,
-                    serve_http(bot.app, bind_socket("127.0.0.1", 0)) as app_url,
-                ):
-                    yield app_url, log
+                async with open_durable_bot(config, assistant, engine) as bot:
+                    stages.wrap(
+                        bot.adapter, "show_deciding", "click received", lambda a, *_, **__: a
+                    )
+                    if profiler is not None:  # the app loop's thread, from the first click
+                        stages.on_first("click received", profiler.enable)
+                    async with serve_http(
+                        bot.app,
+                        bind_socket("127.0.0.1", 0),
+                        front=AckFront(bot.adapter, url),  # type: ignore[arg-type]
+                    ) as app_url:
+                        yield app_url, log
         finally:
             await engine.dispose()
 
-    slack_side = OtherLoop()
+    # CPU time of the app loop's thread, not wall time (the machine is shared)
+    profiler = cProfile.Profile(time.thread_time) if profile else None
+    slack_side = OtherLoop()  # Slack and the clicks: not on the servers' loop either
     fake = FakeSlack()
     runner = await slack_side.call(start_fake_slack(fake))
     tag = f"cards {time.time_ns()}"
@@ -163,6 +208,9 @@ async def cards_bench(url: str, env: Any, servers: Any, n: int = 20) -> dict[str
     try:
         async with app() as (app_url, log):
             clicked_at = await slack_side.call(ask_and_click(app_url))
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(str(profile))
             audited = await log.query(AuditQuery(kinds=(EventKind.WRITE_OUTCOME,), limit=10 * n))
     finally:
         await slack_side.call(runner.cleanup())
@@ -183,9 +231,19 @@ async def cards_bench(url: str, env: Any, servers: Any, n: int = 20) -> dict[str
         ]
         card_ms.append((min(updates) - started) * 1000)
         write_ms.append((written_at[approval_id] - started) * 1000)
+        stages.mark(approval_id, "card deciding sent", min(updates))
+        settled = [
+            c.at
+            for c in fake.calls
+            if c.method == "chat.update"
+            and c.params.get("ts") == card_ts
+            and card_decided(c.params)
+        ]
+        if settled:
+            stages.mark(approval_id, "card final", min(settled))
     changes = [
         c
-        for c in await servers.tickets.all_changes()
+        for c in await elsewhere.call(servers.tickets.all_changes())
         if c.tool == "add_comment" and tag in str(c.change)
     ]
     audit_rows = [e for e in audited if e.approval_id in ids and e.outcome == "success"]
@@ -198,4 +256,6 @@ async def cards_bench(url: str, env: Any, servers: Any, n: int = 20) -> dict[str
         "cards_executions": len(changes),
         "cards_audit_rows": len(audit_rows),
         "audit_rows_equal_executions": len(audit_rows) == len(changes) == n,
+        "stages": stages.report({k.split(" ")[0]: v for k, v in clicked_at.items()}),
+        "app_loop_cpu_ms_per_click": stages.cpu_per_click(n),
     }

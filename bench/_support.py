@@ -63,9 +63,18 @@ class OtherLoop:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
+        self.stack = contextlib.AsyncExitStack()
 
     async def call(self, coro: Coroutine[Any, Any, T]) -> T:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    async def enter(self, cm: contextlib.AbstractAsyncContextManager[T]) -> T:
+        """Open ``cm`` (a server) on this loop; ``aclose`` closes it there."""
+        return await self.call(self.stack.enter_async_context(cm))
+
+    async def aclose(self) -> None:
+        await self.call(self.stack.aclose())
+        self.close()
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)

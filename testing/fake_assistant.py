@@ -271,6 +271,11 @@ class FakeAssistant:
             for name in self.servers
         ]
 
+    def on_approval_change(self, listener: Callable[[str], Awaitable[None]]) -> Callable[[], None]:
+        # Its decisions are instant (no executing state): the adapter's own republish after
+        # each decision is what the Slack tests on this fake see.
+        return lambda: None
+
     async def home_audience(self, approval_id: str) -> list[ChatUser]:
         view = self.approvals.get(approval_id)
         if view is None:

@@ -173,6 +173,9 @@ async def open_bot(
             else SlackAdapter(config, assistant, client, messages)
         )
         await adapter.learn_home_team()
+        # Homes follow each approval's state as the core changes it (created, decided,
+        # executing, finished), not only once a decision's run has resumed.
+        stop_listening = assistant.on_approval_change(adapter.approval_changed)
         app = build_app(
             config,
             assistant,
@@ -182,7 +185,10 @@ async def open_bot(
             socket_mode=socket_mode,
             adapter=adapter,
         )
-        yield SlackBot(app, adapter)
+        try:
+            yield SlackBot(app, adapter)
+        finally:
+            stop_listening()
 
 
 @contextlib.asynccontextmanager

@@ -99,32 +99,57 @@ class HomeViews(SlackOutput):
         standard = self.config.user_connections
         view = home_view(status, [], [], standard_connect=standard)
         if status.linked:
+            if fresh:
+                self._home_servers[chat_user] = tuple(await self.assistant.connections(chat_user))
             view = home_view(
                 status,
                 await self.assistant.my_requests(chat_user),
                 await self.assistant.awaiting_approver(chat_user),
                 await self.assistant.remembered(chat_user),
-                # fresh: only when the person asked (opened the tab, clicked Refresh); the
-                # republishing after every approval does not mint tokens for each reader
-                await self.assistant.connections(chat_user) if fresh else (),
+                # asked only when the person asked (opened the tab, clicked Refresh): the
+                # republishing after every approval shows the last answer and does not
+                # mint tokens for each reader
+                self._home_servers.get(chat_user, ()),
                 standard_connect=standard,
             )
         if self._home_publishes.get(chat_user) != started:
             return  # a newer publish for this user is under way; it shows newer data
         await self.client.views_publish(user_id=chat_user.user_id, view=view)
 
+    async def approval_changed(self, approval_id: str) -> None:
+        """The core's word that ``approval_id`` changed state (created, decided, executing,
+        finished): its Homes show it now, not once the run has resumed."""
+        await self.refresh_homes(approval_id)
+
     async def refresh_homes(self, approval_id: str) -> None:
         """Republish App Home for the requester and every eligible approver of
         ``approval_id`` (created or decided), so no Home shows a stale list."""
+        # Asked each time, not kept: someone who linked since the approval was created (and
+        # may decide it now) must have their Home republished too.
         try:
             audience = await self.assistant.home_audience(approval_id)
         except Exception as exc:  # Home is a convenience: never fail the decision for it
             log.warning("home audience of %s unknown: %s", approval_id, type(exc).__name__)
             return
         for chat_user in audience:
-            if chat_user.platform != "slack":
-                continue
-            try:
-                await self.publish_home(chat_user)
-            except Exception as exc:  # one user's Home does not stop the others
-                log.warning("home not published: %s", type(exc).__name__)
+            if chat_user.platform == "slack":
+                await self._republish_home(chat_user)
+
+    async def _republish_home(self, chat_user: ChatUser) -> None:
+        """``publish_home``, once at a time per user: a change while one is under way makes
+        it publish once more afterwards (a burst of changes is one or two publishes)."""
+        if chat_user in self._home_running:
+            self._home_dirty.add(chat_user)
+            return
+        self._home_running.add(chat_user)
+        try:
+            while True:
+                self._home_dirty.discard(chat_user)
+                try:
+                    await self.publish_home(chat_user)
+                except Exception as exc:  # one user's Home does not stop the others
+                    log.warning("home not published: %s", type(exc).__name__)
+                if chat_user not in self._home_dirty:
+                    return
+        finally:
+            self._home_running.discard(chat_user)

@@ -395,14 +395,26 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
             return
         approval_id = str(action["value"])
         blocks = (body.get("message") or {}).get("blocks")
-        await adapter.show_deciding(
-            approval_id,
-            channel,
-            ts,
-            clicker,
-            clicked_blocks=blocks if isinstance(blocks, list) else None,
+        # "Approving… (bob)" is sent first; the decision does not wait for Slack's answer
+        # to it (a round trip per click), only the outcome's update of the card does.
+        deciding = asyncio.ensure_future(
+            adapter.show_deciding(
+                approval_id,
+                channel,
+                ts,
+                clicker,
+                clicked_blocks=blocks if isinstance(blocks, list) else None,
+            )
         )
-        outcome = await _decide(adapter, clicker, approval_id, Approve())
+        await asyncio.sleep(0)  # let it send before the decision's first await
+        try:
+            outcome = await _decide(adapter, clicker, approval_id, Approve())
+        finally:
+            # The outcome's card comes after "Approving…", never before it (a failed
+            # "Approving…" update is only logged: the decision stands).
+            [shown] = await asyncio.gather(deciding, return_exceptions=True)
+            if isinstance(shown, Exception):
+                log.warning("card not marked as deciding: %s", type(shown).__name__)
         await adapter.apply_outcome(outcome, approval_id, clicker, channel, ts)
 
     def modal_opener(kind: str) -> Callable[..., Awaitable[None]]:

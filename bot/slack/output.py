@@ -11,6 +11,7 @@ from bot.slack.config import SlackBotConfig
 from bot.slack.core import (
     AssistantPort,
     ChatUser,
+    ServerConnection,
 )
 from bot.slack.render import (
     Message,
@@ -54,6 +55,12 @@ class SlackOutput:
         self._server_prompts: dict[tuple[ChatUser, str], list[tuple[float, str]]] = {}
         # App Home publishes started per user: only the latest may publish (see publish_home).
         self._home_publishes: dict[ChatUser, int] = {}
+        # Each user's servers as last asked (opening the tab, Refresh): a republished Home
+        # shows them again without minting a token for every reader.
+        self._home_servers: dict[ChatUser, tuple[ServerConnection, ...]] = {}
+        # Homes being republished, and those changed again meanwhile (one more publish).
+        self._home_running: set[ChatUser] = set()
+        self._home_dirty: set[ChatUser] = set()
         # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
         self.home_team: str | None = None
         self._home_team_asked_at: float | None = None

@@ -95,6 +95,19 @@ async def test_approve_from_home_takes_the_cards_path(
     assert "Waiting for your decision" not in _texts(bob_last["view"]["blocks"])
 
 
+async def test_a_republished_home_keeps_the_servers_it_last_showed(env: SlackEnv) -> None:
+    await env.sender.post_event(_home_opened(ALICE.user_id))
+    opened = _texts((await _published(env, ALICE.user_id, 0))["blocks"])
+    assert ":white_check_mark: `ticketing` — connected" in opened
+    base = _home_count(env, ALICE.user_id)
+    await _request_write(env)  # her Home is republished with the new request
+    republished = _texts((await _published(env, ALICE.user_id, base))["blocks"])
+    assert "waiting for an approver" in republished
+    # not asked again (no tokens minted for a republish), but not dropped either
+    assert "*Your servers*" in republished
+    assert ":white_check_mark: `ticketing` — connected" in republished
+
+
 async def test_home_of_someone_not_linked_asks_to_connect_and_lists_nothing(
     env: SlackEnv,
 ) -> None:

@@ -1,0 +1,83 @@
+"""Who hears that an approval changed state, and writes before follow-up work in this process.
+
+``ApprovalChanges``: listeners (a chat adapter republishing App Home) are told an approval's id
+whenever its state changes here (created, decided, executing, finished). Each call runs in a
+task of its own, so a slow or failing listener never delays or fails a decision.
+
+``WritesFirst``: twenty approvals clicked at once share one event loop; when each click's
+write competed with the others' follow-up work (resuming the run with a model step, telling
+the requester, republishing Homes), every write waited for all of it. Follow-up work now
+waits (at most ``max_wait`` seconds) while an approved write is on its way to its server
+in this process, so the writes go first and the rest follows.
+
+Example::
+
+    changes = ApprovalChanges()
+    stop_listening = changes.listen(adapter.approval_changed)
+    changes.changed(approval.approval_id)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[str], Awaitable[None]]
+
+
+class WritesFirst:
+    def __init__(self, max_wait: float = 1.0) -> None:
+        self._max_wait = max_wait
+        self._writing = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def writing(self) -> AsyncIterator[None]:
+        """Around a decision's way to its write (the claim, the checks, the call)."""
+        self._writing += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._writing -= 1
+            if self._writing == 0:
+                self._idle.set()
+
+    async def after_writes(self) -> None:
+        """Wait until no write is on its way here (bounded: a steady stream of writes never
+        holds follow-up work back for more than ``max_wait``)."""
+        if self._writing == 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), self._max_wait)
+
+
+class ApprovalChanges:
+    def __init__(self, writes: WritesFirst | None = None) -> None:
+        self._listeners: list[Listener] = []
+        self._writes = writes
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def listen(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(approval_id)`` on every change from now on; returns the undo."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def changed(self, approval_id: str) -> None:
+        for listener in list(self._listeners):
+            task = asyncio.get_running_loop().create_task(self._tell(listener, approval_id))
+            self._tasks.add(task)  # held until done: a bare task may be collected mid-way
+            task.add_done_callback(self._tasks.discard)
+
+    async def _tell(self, listener: Listener, approval_id: str) -> None:
+        if self._writes is not None:
+            await self._writes.after_writes()
+        try:
+            await listener(approval_id)
+        except Exception as exc:  # a listener's failure is its own; the decision stands
+            log.warning("approval change listener failed: %s", type(exc).__name__)
