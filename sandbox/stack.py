@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import importlib.util
 import logging
 import re
 import secrets
@@ -33,12 +34,15 @@ import httpx
 from pydantic import SecretStr
 
 from infra.serving import PortInUseError, bind_socket, serve_asgi, socket_url
-from infra.settings import McpServerSettings, SandboxSettings, Settings
+from infra.settings import McpServerSettings, SandboxSettings, Settings, TeamsSettings
 from sandbox.delivery import AppDelivery
 from sandbox.emulator import SlackEmulator
+from sandbox.one_identity import one_identity
+from sandbox.teams_chat import TeamsChat
 from sandbox.web import build_app
 from sandbox.webapi import WebApi
 from sandbox.workspace import User, Workspace
+from testing import teams as fake_teams
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +74,7 @@ class Sandbox:
     emulator: SlackEmulator
     api: WebApi
     data_dir: Path
+    teams: TeamsChat | None  # None: the `teams` extra is not installed
     # The dev IdP, the MCP servers and the bot start behind the web UI, since loading them
     # is most of the start-up time: done when they serve, or with the error that stopped them.
     ready: asyncio.Future[None]
@@ -113,8 +118,16 @@ def demo_users(directory_path: Path | None) -> list[User]:
     ]
 
 
+def teams_available() -> bool:
+    """The Teams app needs the ``opsbot[teams]`` extra (the Agents SDK)."""
+    return importlib.util.find_spec("microsoft_agents") is not None
+
+
 def sandbox_settings(
-    settings: Settings, socks: dict[str, socket.socket], data_dir: Path
+    settings: Settings,
+    socks: dict[str, socket.socket],
+    data_dir: Path,
+    teams: fake_teams.FakeTeams | None = None,
 ) -> Settings:
     """The caller's settings with every address pointed at the sandbox's own components.
 
@@ -159,6 +172,24 @@ def sandbox_settings(
             "slack_api_url": f"{urls['port']}/api/",
         }
     )
+    if teams is not None:  # the Teams app beside Slack's, talking to the fake channel
+        derived = derived.model_copy(
+            update={
+                "teams": TeamsSettings(
+                    app_id=teams.app_id,
+                    app_password=SecretStr(teams.app_password),
+                    tenant_id=teams.tenant_id,
+                    openid_metadata_url=teams.openid_metadata_url,
+                    token_url=teams.token_url,
+                    approvals_conversation_id=fake_teams.APPROVALS_CHANNEL_ID,
+                    approvals_service_url=teams.service_url,
+                ),
+                # One approval, one card on each platform; the first decision wins on both.
+                "approvals": settings.approvals.model_copy(
+                    update={"card_platforms": ["slack", "teams"]}
+                ),
+            }
+        )
     # Checked as at start-up (names unique, tool prefixes cannot collide): a clear error.
     Settings.__pydantic_validator__.validate_assignment(derived, "mcp_servers", servers)
     return derived
@@ -187,6 +218,8 @@ BACKEND_MODULES = (
     "assistant.service",
     "bot.slack",
     "bot.slack.durable",
+    "bot.teams",
+    "bot.teams.durable",
     "opsbot.observability",
     "infra.storage",
     "mcp_servers",
@@ -214,16 +247,15 @@ async def open_sandbox(settings: Settings, *, background: bool = False) -> Async
     the backlog instead of failing. Otherwise the block is entered when everything serves.
     """
     socks = bind_ports(settings.sandbox)
-    try:
-        data_dir = reset_data_dir(settings.data_dir)
-        derived = sandbox_settings(settings, socks, data_dir)
-    except BaseException:
-        for sock in socks.values():
-            sock.close()
-        raise
     async with contextlib.AsyncExitStack() as stack:
         for sock in socks.values():
             stack.callback(sock.close)
+        data_dir = reset_data_dir(settings.data_dir)
+        channel: fake_teams.FakeTeams | None = None
+        if teams_available():
+            channel = fake_teams.FakeTeams()
+            stack.push_async_callback((await fake_teams.start_fake_teams(channel)).cleanup)
+        derived = sandbox_settings(settings, socks, data_dir, channel)
         ui_url = socket_url(socks["port"])
         app_url = socket_url(socks["app_port"])
         loop = asyncio.get_running_loop()
@@ -244,11 +276,17 @@ async def open_sandbox(settings: Settings, *, background: bool = False) -> Async
         )
         emulator = SlackEmulator(workspace, delivery, ui_url)
         stack.push_async_callback(emulator.aclose)
-        await stack.enter_async_context(
-            serve_asgi(build_app(emulator, api, sources), socks["port"])  # type: ignore[arg-type]
-        )
+        people = list(workspace.humans())
+        teams = None
+        if channel is not None:
+            teams = TeamsChat(channel, {u.name: u for u in people}, app_url)
+            stack.push_async_callback(teams.aclose)
+        web = build_app(emulator, api, sources, teams)
+        await stack.enter_async_context(serve_asgi(web, socks["port"]))  # type: ignore[arg-type]
         stop = asyncio.Event()
-        backend = asyncio.create_task(_run_backend(derived, socks, data_dir, ui_url, lookup, stop))
+        backend = asyncio.create_task(
+            _run_backend(derived, socks, data_dir, ui_url, lookup, stop, people, teams is not None)
+        )
         stack.push_async_callback(_stop_backend, backend, lookup, stop)
         urls = SandboxUrls(
             ui_url,
@@ -260,7 +298,7 @@ async def open_sandbox(settings: Settings, *, background: bool = False) -> Async
         stack.callback(ready.cancel)
         if not background:
             await ready
-        yield Sandbox(urls, derived, emulator, api, data_dir, ready)
+        yield Sandbox(urls, derived, emulator, api, data_dir, teams, ready)
 
 
 async def _when_started(lookup: asyncio.Future[SourceLookup]) -> None:
@@ -284,6 +322,8 @@ async def _run_backend(
     ui_url: str,
     started: asyncio.Future[SourceLookup],
     stop: asyncio.Event,
+    people: list[User],
+    with_teams: bool,
 ) -> None:
     """The IdP, the MCP servers and the bot, until ``stop``; ``started`` gets the source
     lookup once they all serve (or the exception that stopped them)."""
@@ -295,7 +335,9 @@ async def _run_backend(
             lookup = await stack.enter_async_context(
                 _serve_mcp(settings, socks, issuer, data_dir, ui_url)
             )
-            await stack.enter_async_context(_serve_bot(settings, socks["app_port"]))
+            await stack.enter_async_context(
+                _serve_bot(settings, socks["app_port"], people, with_teams)
+            )
             started.set_result(lookup)
             await stop.wait()
     except BaseException as exc:
@@ -429,9 +471,12 @@ async def _source_page(
 
 
 @contextlib.asynccontextmanager
-async def _serve_bot(settings: Settings, sock: socket.socket) -> AsyncIterator[None]:
-    """The production Slack app over HTTP: ``opsbot slack``'s own ``serve_slack``, on the
-    socket bound for it; stopped when the block exits."""
+async def _serve_bot(
+    settings: Settings, sock: socket.socket, people: list[User], with_teams: bool
+) -> AsyncIterator[None]:
+    """The production app over HTTP: ``opsbot serve``'s own ``serve_slack`` (Slack, and Teams
+    on ``/api/messages`` when the extra is installed), on the socket bound for it, with one
+    identity per seeded person across the platforms; stopped when the block exits."""
     from infra.storage import create_engine, migrate
     from opsbot.commands.slack import serve_slack
 
@@ -451,6 +496,8 @@ async def _serve_bot(settings: Settings, sock: socket.socket) -> AsyncIterator[N
             stop=stop,
             on_ready=ready.set_result,
             sock=sock,
+            assistant_factory=one_identity(people),
+            with_teams=with_teams,
         )
     )
     try:

@@ -39,7 +39,13 @@ class _DropClosedSessionNoise(logging.Filter):
 
 def _quiet_logs() -> None:
     # One line per HTTP request between the sandbox's own components drowns everything else.
-    for name in ("httpx", "mcp.server.streamable_http_manager", "mcp.client.streamable_http"):
+    # The Agents SDK (the Teams app) logs every Connector call at INFO.
+    for name in (
+        "httpx",
+        "mcp.server.streamable_http_manager",
+        "mcp.client.streamable_http",
+        "microsoft_agents",
+    ):
         logging.getLogger(name).setLevel(logging.WARNING)
     logging.getLogger("mcp.server.streamable_http").addFilter(_DropClosedSessionNoise())
 
