@@ -37,6 +37,7 @@ from infra.serving import PortInUseError, bind_socket, serve_asgi, socket_url
 from infra.settings import McpServerSettings, SandboxSettings, Settings, TeamsSettings
 from sandbox.delivery import AppDelivery
 from sandbox.emulator import SlackEmulator
+from sandbox.keep import CHATS_FILE, load_chats, save_chats
 from sandbox.one_identity import one_identity
 from sandbox.teams_chat import TeamsChat
 from sandbox.web import build_app
@@ -202,13 +203,14 @@ def _default_servers() -> list[McpServerSettings]:
     return default
 
 
-def reset_data_dir(root: Path) -> Path:
-    """``<data dir>/sandbox``, emptied: the dev IdP forgets its users' sessions on restart,
-    so the sandbox starts from the seed data every time."""
+def reset_data_dir(root: Path, *, keep: bool = False) -> Path:
+    """``<data dir>/sandbox``, emptied: the sandbox starts from the seed data every time.
+    With ``keep`` (``opsbot dev --keep``) what is there stays: the databases (links,
+    approvals, tickets), the dev IdP's keys and refresh tokens, the conversations."""
     path = root / "sandbox"
-    if path.exists():
+    if path.exists() and not keep:
         shutil.rmtree(path)
-    path.mkdir(parents=True, mode=0o700)  # demo keys and databases: the owner's only
+    path.mkdir(parents=True, mode=0o700, exist_ok=True)  # demo keys and data: the owner's only
     return path
 
 
@@ -238,8 +240,13 @@ def _import_backend() -> None:
 
 
 @contextlib.asynccontextmanager
-async def open_sandbox(settings: Settings, *, background: bool = False) -> AsyncIterator[Sandbox]:
+async def open_sandbox(
+    settings: Settings, *, background: bool = False, keep: bool = False
+) -> AsyncIterator[Sandbox]:
     """Start everything; stop everything (in reverse order) when the block exits.
+
+    ``keep``: start from what the last run left in the data directory instead of the seed
+    data, and leave this run's state there when stopping (see ``reset_data_dir``).
 
     The web UI starts first. With ``background=True`` the block is entered as soon as it
     serves, while the IdP, MCP servers and bot are still loading (``Sandbox.ready`` says
@@ -250,7 +257,7 @@ async def open_sandbox(settings: Settings, *, background: bool = False) -> Async
     async with contextlib.AsyncExitStack() as stack:
         for sock in socks.values():
             stack.callback(sock.close)
-        data_dir = reset_data_dir(settings.data_dir)
+        data_dir = reset_data_dir(settings.data_dir, keep=keep)
         channel: fake_teams.FakeTeams | None = None
         if teams_available():
             channel = fake_teams.FakeTeams()
@@ -281,11 +288,17 @@ async def open_sandbox(settings: Settings, *, background: bool = False) -> Async
         if channel is not None:
             teams = TeamsChat(channel, {u.name: u for u in people}, app_url)
             stack.push_async_callback(teams.aclose)
+        if keep:
+            load_chats(data_dir / CHATS_FILE, workspace, teams)
+            # Saved after the bot has stopped (callbacks run in reverse): its last words too.
+            stack.callback(save_chats, data_dir / CHATS_FILE, workspace, teams)
         web = build_app(emulator, api, sources, teams)
         await stack.enter_async_context(serve_asgi(web, socks["port"]))  # type: ignore[arg-type]
         stop = asyncio.Event()
         backend = asyncio.create_task(
-            _run_backend(derived, socks, data_dir, ui_url, lookup, stop, people, teams is not None)
+            _run_backend(
+                derived, socks, data_dir, ui_url, lookup, stop, people, teams is not None, keep
+            )
         )
         stack.push_async_callback(_stop_backend, backend, lookup, stop)
         urls = SandboxUrls(
@@ -324,6 +337,7 @@ async def _run_backend(
     stop: asyncio.Event,
     people: list[User],
     with_teams: bool,
+    keep: bool,
 ) -> None:
     """The IdP, the MCP servers and the bot, until ``stop``; ``started`` gets the source
     lookup once they all serve (or the exception that stopped them)."""
@@ -331,7 +345,10 @@ async def _run_backend(
         # Most of the start-up is importing these: off the loop, so the web UI stays live.
         await asyncio.to_thread(_import_backend)
         async with contextlib.AsyncExitStack() as stack:
-            issuer = await stack.enter_async_context(_serve_idp(settings, socks["idp_port"]))
+            idp_state = data_dir / "dev-idp.json" if keep else None
+            issuer = await stack.enter_async_context(
+                _serve_idp(settings, socks["idp_port"], idp_state)
+            )
             lookup = await stack.enter_async_context(
                 _serve_mcp(settings, socks, issuer, data_dir, ui_url)
             )
@@ -349,7 +366,9 @@ async def _run_backend(
 
 
 @contextlib.asynccontextmanager
-async def _serve_idp(settings: Settings, sock: socket.socket) -> AsyncIterator[str]:
+async def _serve_idp(
+    settings: Settings, sock: socket.socket, state_file: Path | None
+) -> AsyncIterator[str]:
     from broker.dev_idp import DevClient, DevIdentityProvider, build_app, load_directory
 
     admin = settings.idp.dev_admin_token
@@ -360,6 +379,7 @@ async def _serve_idp(settings: Settings, sock: socket.socket) -> AsyncIterator[s
         audiences=settings.exchange_audiences,
         admin_token=admin.get_secret_value() if admin else None,
         exchange_ttl=timedelta(seconds=settings.broker.token_ttl_seconds),
+        state_file=state_file,
     )
     app: Any = build_app(provider)
     async with serve_asgi(app, sock) as url:

@@ -36,7 +36,7 @@ def teams_user(user: User) -> TeamsUser:
 
 
 @dataclass
-class _Said:
+class Said:
     """A message a person posted (the fake channel records only the bot's)."""
 
     conversation: str
@@ -50,7 +50,7 @@ class TeamsChat:
     fake: FakeTeams
     people: dict[str, User]  # username → the seeded person
     app_url: str
-    said: list[_Said] = field(default_factory=list)
+    said: list[Said] = field(default_factory=list)
     # (username, message key) → (digest of the card as posted, that person's view of it)
     _views: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -93,7 +93,7 @@ class TeamsChat:
             if not mentioned:  # a post for people only: the bot never sees it
                 activity["text"] = text
                 activity["entities"] = []
-        self.said.append(_Said(activity["conversation"]["id"], activity["id"], username, text))
+        self.said.append(Said(activity["conversation"]["id"], activity["id"], username, text))
         if place == "chat" or activity["entities"]:
             self._spawn(self._deliver(activity))
 

@@ -21,6 +21,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--port", type=int, default=None, help="web UI port (default OPSBOT_SANDBOX__PORT, 8000)"
     )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep links, approvals and conversations across restarts (default: start from "
+        "the seed data every time)",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -60,11 +66,12 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
     _quiet_logs()
     stop = shutdown_event()
     try:
-        async with open_sandbox(settings, background=True) as running:
+        async with open_sandbox(settings, background=True, keep=args.keep) as running:
             model = settings.model if settings.model != "demo" else "demo (offline)"
+            kept = "kept across restarts" if args.keep else "reset on every start"
             print(
                 f"opsbot dev: the sandbox is running (model {model}; data in "
-                f"{running.data_dir}, reset on every start).\n"
+                f"{running.data_dir}, {kept}).\n"
                 f"  Open {running.urls.ui} in your browser.\n"
                 f"  Slack app {running.urls.app}/slack/events · dev IdP {running.urls.idp} · "
                 + " · ".join(f"{name} {url}" for name, url in running.urls.mcp.items())
