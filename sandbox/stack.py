@@ -34,12 +34,12 @@ import httpx
 from pydantic import SecretStr
 
 from infra.serving import PortInUseError, bind_socket, serve_asgi, socket_url
-from infra.settings import McpServerSettings, SandboxSettings, Settings, TeamsSettings
+from infra.settings import McpServerSettings, SandboxSettings, Settings
 from sandbox.delivery import AppDelivery
 from sandbox.emulator import SlackEmulator
 from sandbox.keep import CHATS_FILE, load_chats, save_chats
 from sandbox.one_identity import one_identity
-from sandbox.teams_chat import TeamsChat
+from sandbox.teams_chat import TeamsChat, with_fake_teams
 from sandbox.web import build_app
 from sandbox.webapi import WebApi
 from sandbox.workspace import User, Workspace
@@ -174,23 +174,7 @@ def sandbox_settings(
         }
     )
     if teams is not None:  # the Teams app beside Slack's, talking to the fake channel
-        derived = derived.model_copy(
-            update={
-                "teams": TeamsSettings(
-                    app_id=teams.app_id,
-                    app_password=SecretStr(teams.app_password),
-                    tenant_id=teams.tenant_id,
-                    openid_metadata_url=teams.openid_metadata_url,
-                    token_url=teams.token_url,
-                    approvals_conversation_id=fake_teams.APPROVALS_CHANNEL_ID,
-                    approvals_service_url=teams.service_url,
-                ),
-                # One approval, one card on each platform; the first decision wins on both.
-                "approvals": settings.approvals.model_copy(
-                    update={"card_platforms": ["slack", "teams"]}
-                ),
-            }
-        )
+        derived = with_fake_teams(derived, teams)
     # Checked as at start-up (names unique, tool prefixes cannot collide): a clear error.
     Settings.__pydantic_validator__.validate_assignment(derived, "mcp_servers", servers)
     return derived

@@ -15,15 +15,20 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import SecretStr
+
+from infra.settings import Settings, TeamsSettings
 from sandbox.emulator import InputError
 from sandbox.workspace import User
 from testing.teams import APPROVALS_CHANNEL_ID, CHANNEL_ID, TENANT_ID, FakeTeams, TeamsUser
 
+log = logging.getLogger(__name__)
 CARD = "application/vnd.microsoft.card.adaptive"
 TYPING_SECONDS = 4.0  # how long Teams shows "typing" after one typing activity
 PLACES = {"chat": "Chat with opsbot", "general": "General", "approvals": "ops-approvals"}
@@ -33,6 +38,27 @@ _NAMESPACE = uuid.UUID("6f0a3d4e-5b1c-4e8a-9d2f-0c7b1a2e3f40")
 def teams_user(user: User) -> TeamsUser:
     """The seeded person as Teams shows them: a stable Entra object id per username."""
     return TeamsUser(str(uuid.uuid5(_NAMESPACE, user.name)), user.real_name, TENANT_ID)
+
+
+def with_fake_teams(settings: Settings, fake: FakeTeams) -> Settings:
+    """``settings`` with the Teams app pointed at ``fake`` (its token issuer, Connector API and
+    approvals channel), and approval cards on both platforms (the first decision wins)."""
+    return settings.model_copy(
+        update={
+            "teams": TeamsSettings(
+                app_id=fake.app_id,
+                app_password=SecretStr(fake.app_password),
+                tenant_id=fake.tenant_id,
+                openid_metadata_url=fake.openid_metadata_url,
+                token_url=fake.token_url,
+                approvals_conversation_id=APPROVALS_CHANNEL_ID,
+                approvals_service_url=fake.service_url,
+            ),
+            "approvals": settings.approvals.model_copy(
+                update={"card_platforms": ["slack", "teams"]}
+            ),
+        }
+    )
 
 
 @dataclass
@@ -111,9 +137,14 @@ class TeamsChat:
         return answer
 
     async def _deliver(self, activity: dict[str, Any]) -> None:
-        status, body = await self.fake.post_activity(self.app_url, activity)
+        # In the background, like Teams: a refusal is for the terminal, the page goes on.
+        try:
+            status, body = await self.fake.post_activity(self.app_url, activity)
+        except OSError as exc:
+            log.warning("the Teams app is not answering: %s", exc)
+            return
         if status >= 400:
-            raise RuntimeError(f"the Teams app answered {status}: {body[:200]}")
+            log.warning("the Teams app answered %s: %s", status, body[:200])
 
     async def _invoke(self, activity: dict[str, Any]) -> dict[str, Any] | str:
         status, body = await self.fake.post_activity(self.app_url, activity)
@@ -132,6 +163,11 @@ class TeamsChat:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def idle(self) -> None:
+        """Until every activity sent so far has been answered by the app (tests)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def aclose(self) -> None:
         for task in list(self._tasks):

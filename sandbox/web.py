@@ -40,6 +40,10 @@ class _Body:
             raise InputError(f"{key} is required")
         return value
 
+    def optional_text(self, key: str) -> str | None:
+        value = self.data.get(key)
+        return value if isinstance(value, str) and value else None
+
     def integer(self, key: str) -> int:
         value = self.data.get(key)
         if not isinstance(value, int) or isinstance(value, bool):
@@ -111,12 +115,11 @@ def build_app(
         return HTMLResponse(_page(title, lines))
 
     def say(body: _Body) -> None:
-        thread = body.data.get("thread_ts")
         emulator.say(
             body.text("user"),
             body.text("channel"),
             body.text("text"),
-            thread if isinstance(thread, str) and thread else None,
+            body.optional_text("thread_ts"),
         )
 
     def click(body: _Body) -> None:
@@ -191,13 +194,8 @@ def teams_routes(teams: TeamsChat) -> list[Route]:
     async def say(request: Request) -> Response:
         try:
             body = await _body(request)
-            thread = body.data.get("thread")
-            teams.say(
-                body.text("user"),
-                body.text("place"),
-                body.text("text"),
-                thread if isinstance(thread, str) and thread else None,
-            )
+            place, text = body.text("place"), body.text("text")
+            teams.say(body.text("user"), place, text, body.optional_text("thread"))
         except InputError as exc:
             return JSONResponse({"ok": False, "error": str(exc)}, status_code=400)
         return JSONResponse({"ok": True})

@@ -19,7 +19,6 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from mcp_servers.ticketing import TicketStore
 from testing.identity import sign_in_at_login_page
 from tests.sandbox.sandbox_process import DevProcess, spawn_opsbot_dev
 
@@ -118,12 +117,7 @@ async def test_keep_carries_links_and_a_pending_approval_over_a_restart(tmp_path
             assert reply.status_code == 200, reply.text
             assert "Approved" in json.dumps(reply.json())
 
-    store = await TicketStore.open(f"sqlite+aiosqlite:///{dev.ticket_db}", base_url="http://x")
-    try:
-        closes = [c for c in await store.all_changes() if c.ticket_key == "PAY-102"]
-    finally:
-        await store.close()
-    assert [(c.tool, c.subject) for c in closes] == [("close_ticket", "alice")]
+    assert await dev.ticket_history("PAY-102") == ([("close_ticket", "alice")], "closed")
 
 
 async def test_without_keep_the_same_data_directory_starts_from_the_seed_data(

@@ -14,28 +14,22 @@ approval shows it too. Screenshots go to ``test-artifacts/sandbox/``.
 
 from __future__ import annotations
 
-import signal
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 from playwright.async_api import Browser, Page, expect
 
-from mcp_servers.ticketing import TicketStore
-from tests.sandbox.sandbox_process import DevProcess, run_opsbot_dev
-from tests.sandbox.test_sandbox_browser import connect, open_channel, say, shot, switch_user
+from tests.sandbox.sandbox_process import DevProcess
+from tests.sandbox.test_sandbox_browser import (
+    connect,
+    log_in_from,
+    open_channel,
+    say,
+    shot,
+    switch_user,
+)
 
 pytestmark = pytest.mark.browser
 
 WAIT_MS = 30_000
-
-
-@pytest.fixture
-async def dev(tmp_path: Path) -> AsyncIterator[DevProcess]:
-    async with run_opsbot_dev(tmp_path / "data", signal.SIGTERM, bot_ready=True) as running:
-        yield running
-    assert running.returncode == 0, running.stderr()
-    assert "Traceback" not in running.stderr_after_stop(), running.stderr()
 
 
 async def open_place(page: Page, name: str) -> None:
@@ -46,17 +40,6 @@ async def open_place(page: Page, name: str) -> None:
 async def teams_say(page: Page, text: str) -> None:
     await page.locator("#composer-text").fill(text)
     await page.locator("#composer-text").press("Enter")
-
-
-async def sign_in_from_card(page: Page, display_name: str, email: str) -> None:
-    link = page.locator(".ac-card").get_by_role("link", name="Sign in")
-    await expect(link.last).to_be_visible(timeout=WAIT_MS)
-    async with page.context.expect_page() as popup_info:
-        await link.last.click()
-    login = await popup_info.value
-    await login.get_by_role("button", name=display_name).click()
-    await expect(login.get_by_text(f"Connected as {email}")).to_be_visible(timeout=WAIT_MS)
-    await login.close()
 
 
 async def test_teams_golden_path_in_the_browser(browser: Browser, dev: DevProcess) -> None:
@@ -75,7 +58,8 @@ async def test_teams_golden_path_in_the_browser(browser: Browser, dev: DevProces
     await page.select_option("#user-switcher", value="alice")
     await open_place(page, "Chat with opsbot")
     await teams_say(page, "show ticket PAY-102")
-    await sign_in_from_card(page, "Alice Anders", "alice@example.com")
+    sign_in = page.locator(".ac-card").get_by_role("link", name="Sign in")
+    await log_in_from(page, sign_in, "Alice Anders", "alice@example.com")
     await shot(page, "teams-1-signed-in")
 
     # an answer card with a working source link
@@ -134,14 +118,7 @@ async def test_teams_golden_path_in_the_browser(browser: Browser, dev: DevProces
     await shot(page, "teams-5-approved")
 
     # the ticketing server closed it, for alice (the requester), once
-    store = await TicketStore.open(f"sqlite+aiosqlite:///{dev.ticket_db}", base_url="http://x")
-    try:
-        closes = [c for c in await store.all_changes() if c.ticket_key == "PAY-102"]
-        ticket = next(t for t in await store.all_tickets() if t.key == "PAY-102")
-    finally:
-        await store.close()
-    assert [(c.tool, c.subject) for c in closes] == [("close_ticket", "alice")]
-    assert ticket.status == "closed"
+    assert await dev.ticket_history("PAY-102") == ([("close_ticket", "alice")], "closed")
 
     # everyone sees the decision: carol, and alice, who is told in her chat
     await page.select_option("#user-switcher", value="carol")
