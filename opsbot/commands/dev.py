@@ -69,10 +69,11 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
         async with open_sandbox(settings, background=True, keep=args.keep) as running:
             model = settings.model if settings.model != "demo" else "demo (offline)"
             kept = "kept across restarts" if args.keep else "reset on every start"
+            teams_view = f" (Teams: {running.urls.ui}/teams)" if running.teams else ""
             print(
                 f"opsbot dev: the sandbox is running (model {model}; data in "
                 f"{running.data_dir}, {kept}).\n"
-                f"  Open {running.urls.ui} in your browser.\n"
+                f"  Open {running.urls.ui} in your browser{teams_view}.\n"
                 f"  Slack app {running.urls.app}/slack/events · dev IdP {running.urls.idp} · "
                 + " · ".join(f"{name} {url}" for name, url in running.urls.mcp.items())
                 + "\nPress Ctrl-C to stop.",
