@@ -1,5 +1,7 @@
 """The local sandbox (``opsbot dev``): the whole system on one machine, and a Slack emulator
-with a web UI that speaks Slack's real protocol to the production Bolt app. DEVELOPMENT ONLY.
+with a web UI that speaks Slack's real protocol to the production Bolt app, beside a Teams
+view (``/teams``) whose people talk to the production Teams app through
+``testing.teams.FakeTeams`` (``sandbox.teams_chat``). DEVELOPMENT ONLY.
 
 Public API::
 

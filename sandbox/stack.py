@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import importlib.util
 import logging
 import re
 import secrets
@@ -36,9 +37,13 @@ from infra.serving import PortInUseError, bind_socket, serve_asgi, socket_url
 from infra.settings import McpServerSettings, SandboxSettings, Settings
 from sandbox.delivery import AppDelivery
 from sandbox.emulator import SlackEmulator
+from sandbox.keep import CHATS_FILE, load_chats, save_chats
+from sandbox.one_identity import one_identity
+from sandbox.teams_chat import TeamsChat, with_fake_teams
 from sandbox.web import build_app
 from sandbox.webapi import WebApi
 from sandbox.workspace import User, Workspace
+from testing import teams as fake_teams
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +75,7 @@ class Sandbox:
     emulator: SlackEmulator
     api: WebApi
     data_dir: Path
+    teams: TeamsChat | None  # None: the `teams` extra is not installed
     # The dev IdP, the MCP servers and the bot start behind the web UI, since loading them
     # is most of the start-up time: done when they serve, or with the error that stopped them.
     ready: asyncio.Future[None]
@@ -113,8 +119,16 @@ def demo_users(directory_path: Path | None) -> list[User]:
     ]
 
 
+def teams_available() -> bool:
+    """The Teams app needs the ``opsbot[teams]`` extra (the Agents SDK)."""
+    return importlib.util.find_spec("microsoft_agents") is not None
+
+
 def sandbox_settings(
-    settings: Settings, socks: dict[str, socket.socket], data_dir: Path
+    settings: Settings,
+    socks: dict[str, socket.socket],
+    data_dir: Path,
+    teams: fake_teams.FakeTeams | None = None,
 ) -> Settings:
     """The caller's settings with every address pointed at the sandbox's own components.
 
@@ -159,6 +173,8 @@ def sandbox_settings(
             "slack_api_url": f"{urls['port']}/api/",
         }
     )
+    if teams is not None:  # the Teams app beside Slack's, talking to the fake channel
+        derived = with_fake_teams(derived, teams)
     # Checked as at start-up (names unique, tool prefixes cannot collide): a clear error.
     Settings.__pydantic_validator__.validate_assignment(derived, "mcp_servers", servers)
     return derived
@@ -171,13 +187,14 @@ def _default_servers() -> list[McpServerSettings]:
     return default
 
 
-def reset_data_dir(root: Path) -> Path:
-    """``<data dir>/sandbox``, emptied: the dev IdP forgets its users' sessions on restart,
-    so the sandbox starts from the seed data every time."""
+def reset_data_dir(root: Path, *, keep: bool = False) -> Path:
+    """``<data dir>/sandbox``, emptied: the sandbox starts from the seed data every time.
+    With ``keep`` (``opsbot dev --keep``) what is there stays: the databases (links,
+    approvals, tickets), the dev IdP's keys and refresh tokens, the conversations."""
     path = root / "sandbox"
-    if path.exists():
+    if path.exists() and not keep:
         shutil.rmtree(path)
-    path.mkdir(parents=True, mode=0o700)  # demo keys and databases: the owner's only
+    path.mkdir(parents=True, mode=0o700, exist_ok=True)  # demo keys and data: the owner's only
     return path
 
 
@@ -187,6 +204,8 @@ BACKEND_MODULES = (
     "assistant.service",
     "bot.slack",
     "bot.slack.durable",
+    "bot.teams",
+    "bot.teams.durable",
     "opsbot.observability",
     "infra.storage",
     "mcp_servers",
@@ -205,8 +224,13 @@ def _import_backend() -> None:
 
 
 @contextlib.asynccontextmanager
-async def open_sandbox(settings: Settings, *, background: bool = False) -> AsyncIterator[Sandbox]:
+async def open_sandbox(
+    settings: Settings, *, background: bool = False, keep: bool = False
+) -> AsyncIterator[Sandbox]:
     """Start everything; stop everything (in reverse order) when the block exits.
+
+    ``keep``: start from what the last run left in the data directory instead of the seed
+    data, and leave this run's state there when stopping (see ``reset_data_dir``).
 
     The web UI starts first. With ``background=True`` the block is entered as soon as it
     serves, while the IdP, MCP servers and bot are still loading (``Sandbox.ready`` says
@@ -214,16 +238,15 @@ async def open_sandbox(settings: Settings, *, background: bool = False) -> Async
     the backlog instead of failing. Otherwise the block is entered when everything serves.
     """
     socks = bind_ports(settings.sandbox)
-    try:
-        data_dir = reset_data_dir(settings.data_dir)
-        derived = sandbox_settings(settings, socks, data_dir)
-    except BaseException:
-        for sock in socks.values():
-            sock.close()
-        raise
     async with contextlib.AsyncExitStack() as stack:
         for sock in socks.values():
             stack.callback(sock.close)
+        data_dir = reset_data_dir(settings.data_dir, keep=keep)
+        channel: fake_teams.FakeTeams | None = None
+        if teams_available():
+            channel = fake_teams.FakeTeams()
+            stack.push_async_callback((await fake_teams.start_fake_teams(channel)).cleanup)
+        derived = sandbox_settings(settings, socks, data_dir, channel)
         ui_url = socket_url(socks["port"])
         app_url = socket_url(socks["app_port"])
         loop = asyncio.get_running_loop()
@@ -244,11 +267,23 @@ async def open_sandbox(settings: Settings, *, background: bool = False) -> Async
         )
         emulator = SlackEmulator(workspace, delivery, ui_url)
         stack.push_async_callback(emulator.aclose)
-        await stack.enter_async_context(
-            serve_asgi(build_app(emulator, api, sources), socks["port"])  # type: ignore[arg-type]
-        )
+        people = list(workspace.humans())
+        teams = None
+        if channel is not None:
+            teams = TeamsChat(channel, {u.name: u for u in people}, app_url)
+            stack.push_async_callback(teams.aclose)
+        if keep:
+            load_chats(data_dir / CHATS_FILE, workspace, teams)
+            # Saved after the bot has stopped (callbacks run in reverse): its last words too.
+            stack.callback(save_chats, data_dir / CHATS_FILE, workspace, teams)
+        web = build_app(emulator, api, sources, teams)
+        await stack.enter_async_context(serve_asgi(web, socks["port"]))  # type: ignore[arg-type]
         stop = asyncio.Event()
-        backend = asyncio.create_task(_run_backend(derived, socks, data_dir, ui_url, lookup, stop))
+        backend = asyncio.create_task(
+            _run_backend(
+                derived, socks, data_dir, ui_url, lookup, stop, people, teams is not None, keep
+            )
+        )
         stack.push_async_callback(_stop_backend, backend, lookup, stop)
         urls = SandboxUrls(
             ui_url,
@@ -260,7 +295,7 @@ async def open_sandbox(settings: Settings, *, background: bool = False) -> Async
         stack.callback(ready.cancel)
         if not background:
             await ready
-        yield Sandbox(urls, derived, emulator, api, data_dir, ready)
+        yield Sandbox(urls, derived, emulator, api, data_dir, teams, ready)
 
 
 async def _when_started(lookup: asyncio.Future[SourceLookup]) -> None:
@@ -284,6 +319,9 @@ async def _run_backend(
     ui_url: str,
     started: asyncio.Future[SourceLookup],
     stop: asyncio.Event,
+    people: list[User],
+    with_teams: bool,
+    keep: bool,
 ) -> None:
     """The IdP, the MCP servers and the bot, until ``stop``; ``started`` gets the source
     lookup once they all serve (or the exception that stopped them)."""
@@ -291,11 +329,16 @@ async def _run_backend(
         # Most of the start-up is importing these: off the loop, so the web UI stays live.
         await asyncio.to_thread(_import_backend)
         async with contextlib.AsyncExitStack() as stack:
-            issuer = await stack.enter_async_context(_serve_idp(settings, socks["idp_port"]))
+            idp_state = data_dir / "dev-idp.json" if keep else None
+            issuer = await stack.enter_async_context(
+                _serve_idp(settings, socks["idp_port"], idp_state)
+            )
             lookup = await stack.enter_async_context(
                 _serve_mcp(settings, socks, issuer, data_dir, ui_url)
             )
-            await stack.enter_async_context(_serve_bot(settings, socks["app_port"]))
+            await stack.enter_async_context(
+                _serve_bot(settings, socks["app_port"], people, with_teams)
+            )
             started.set_result(lookup)
             await stop.wait()
     except BaseException as exc:
@@ -307,7 +350,9 @@ async def _run_backend(
 
 
 @contextlib.asynccontextmanager
-async def _serve_idp(settings: Settings, sock: socket.socket) -> AsyncIterator[str]:
+async def _serve_idp(
+    settings: Settings, sock: socket.socket, state_file: Path | None
+) -> AsyncIterator[str]:
     from broker.dev_idp import DevClient, DevIdentityProvider, build_app, load_directory
 
     admin = settings.idp.dev_admin_token
@@ -318,6 +363,7 @@ async def _serve_idp(settings: Settings, sock: socket.socket) -> AsyncIterator[s
         audiences=settings.exchange_audiences,
         admin_token=admin.get_secret_value() if admin else None,
         exchange_ttl=timedelta(seconds=settings.broker.token_ttl_seconds),
+        state_file=state_file,
     )
     app: Any = build_app(provider)
     async with serve_asgi(app, sock) as url:
@@ -429,9 +475,12 @@ async def _source_page(
 
 
 @contextlib.asynccontextmanager
-async def _serve_bot(settings: Settings, sock: socket.socket) -> AsyncIterator[None]:
-    """The production Slack app over HTTP: ``opsbot slack``'s own ``serve_slack``, on the
-    socket bound for it; stopped when the block exits."""
+async def _serve_bot(
+    settings: Settings, sock: socket.socket, people: list[User], with_teams: bool
+) -> AsyncIterator[None]:
+    """The production app over HTTP: ``opsbot serve``'s own ``serve_slack`` (Slack, and Teams
+    on ``/api/messages`` when the extra is installed), on the socket bound for it, with one
+    identity per seeded person across the platforms; stopped when the block exits."""
     from infra.storage import create_engine, migrate
     from opsbot.commands.slack import serve_slack
 
@@ -451,6 +500,8 @@ async def _serve_bot(settings: Settings, sock: socket.socket) -> AsyncIterator[N
             stop=stop,
             on_ready=ready.set_result,
             sock=sock,
+            assistant_factory=one_identity(people),
+            with_teams=with_teams,
         )
     )
     try:

@@ -21,6 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from sandbox.emulator import InputError, SlackEmulator
+from sandbox.teams_chat import TeamsChat
 from sandbox.webapi import WebApi
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -38,6 +39,10 @@ class _Body:
         if not isinstance(value, str) or not value:
             raise InputError(f"{key} is required")
         return value
+
+    def optional_text(self, key: str) -> str | None:
+        value = self.data.get(key)
+        return value if isinstance(value, str) and value else None
 
     def integer(self, key: str) -> int:
         value = self.data.get(key)
@@ -57,7 +62,10 @@ async def _body(request: Request) -> _Body:
 
 
 def build_app(
-    emulator: SlackEmulator, api: WebApi, sources: SourceLookup | None = None
+    emulator: SlackEmulator,
+    api: WebApi,
+    sources: SourceLookup | None = None,
+    teams: TeamsChat | None = None,
 ) -> Starlette:
     def ui_action(
         handler: Callable[[_Body], None],
@@ -107,12 +115,11 @@ def build_app(
         return HTMLResponse(_page(title, lines))
 
     def say(body: _Body) -> None:
-        thread = body.data.get("thread_ts")
         emulator.say(
             body.text("user"),
             body.text("channel"),
             body.text("text"),
-            thread if isinstance(thread, str) and thread else None,
+            body.optional_text("thread_ts"),
         )
 
     def click(body: _Body) -> None:
@@ -163,12 +170,55 @@ def build_app(
             ui_action(lambda b: emulator.open_home(b.text("user"), b.text("tab"))),
             methods=["POST"],
         ),
+        *([] if teams is None else teams_routes(teams)),
         Route("/hooks/{token}", hook, methods=["POST"]),
         Route("/sources/{system}/{kind}/{key}", source),
         Route("/healthz", lambda _r: JSONResponse({"ok": True})),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
     return Starlette(routes=routes)
+
+
+def teams_routes(teams: TeamsChat) -> list[Route]:
+    """The Teams view (``/teams``) and its JSON endpoints, beside the Slack view's."""
+
+    async def page(_request: Request) -> Response:
+        return FileResponse(STATIC_DIR / "teams.html", headers={"Cache-Control": "no-store"})
+
+    async def state(request: Request) -> Response:
+        try:
+            return JSONResponse(await teams.state(request.query_params.get("user", "")))
+        except InputError as exc:
+            return JSONResponse({"ok": False, "error": str(exc)}, status_code=400)
+
+    async def say(request: Request) -> Response:
+        try:
+            body = await _body(request)
+            place, text = body.text("place"), body.text("text")
+            teams.say(body.text("user"), place, text, body.optional_text("thread"))
+        except InputError as exc:
+            return JSONResponse({"ok": False, "error": str(exc)}, status_code=400)
+        return JSONResponse({"ok": True})
+
+    async def click(request: Request) -> Response:
+        try:
+            body = await _body(request)
+            data = body.data.get("data", {})
+            if not isinstance(data, dict):
+                raise InputError("data must be an object")
+            answer = await teams.click(body.text("user"), body.text("key"), body.text("verb"), data)
+        except InputError as exc:
+            return JSONResponse({"ok": False, "error": str(exc)}, status_code=400)
+        if isinstance(answer, str):
+            return JSONResponse({"ok": True, "message": answer})
+        return JSONResponse({"ok": True, "card": answer})
+
+    return [
+        Route("/teams", page),
+        Route("/teams/state", state),
+        Route("/teams/say", say, methods=["POST"]),
+        Route("/teams/click", click, methods=["POST"]),
+    ]
 
 
 def _page(title: str, lines: list[tuple[str, str]]) -> str:

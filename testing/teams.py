@@ -137,6 +137,9 @@ class FakeTeams:
     # Streamed replies (personal chats): stream id → every activity sent into it, in order.
     streams: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     stream_states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The full conversation id each message in ``messages`` was posted to (with
+    # ";messageid=<root>" for a reply in a channel thread): where a client shows it.
+    posted_to: dict[tuple[str, str], str] = field(default_factory=dict)
     url: str = ""
     kid: str = field(default_factory=lambda: f"test-{secrets.token_hex(4)}")
     connector_token: str = field(default_factory=lambda: f"connector-{secrets.token_hex(8)}")
@@ -297,6 +300,46 @@ class FakeTeams:
         )
         return activity
 
+    def card_action(
+        self,
+        user: TeamsUser,
+        conversation_id: str,
+        activity_id: str,
+        verb: str,
+        data: dict[str, Any],
+        *,
+        trigger: str = "manual",
+    ) -> dict[str, Any]:
+        """An ``Action.Execute`` on the card posted as ``activity_id`` in ``conversation_id``
+        (a click, or with ``trigger`` "automatic" a refresh): the ``adaptiveCard/action``
+        invoke Teams sends; ``data`` is the action's data plus the card's inputs."""
+        channel = conversation_id.split(";")[0]
+        channel_data: dict[str, Any] = {}
+        if conversation_id.startswith("19:"):
+            channel_data = {"team": {"id": TEAM_ID}, "channel": {"id": channel}}
+        activity = self._envelope(
+            user,
+            {
+                "id": conversation_id,
+                "conversationType": "channel" if channel_data else "personal",
+                "isGroup": bool(channel_data),
+                "tenantId": user.tenant_id,
+            },
+            channel_data,
+        )
+        activity.update(
+            {
+                "type": "invoke",
+                "name": "adaptiveCard/action",
+                "replyToId": activity_id,
+                "value": {
+                    "action": {"type": "Action.Execute", "verb": verb, "data": data},
+                    "trigger": trigger,
+                },
+            }
+        )
+        return activity
+
     @staticmethod
     def personal_conversation_id(user: TeamsUser) -> str:
         # Real ones are long opaque strings ("a:1..."), longer than 64 characters.
@@ -436,6 +479,7 @@ class FakeTeams:
         new_id = str(int(time.time() * 1000) * 1000 + next(self._ids))
         if body.get("type", "message") == "message":
             self.messages[(conversation.split(";")[0], new_id)] = {**body, "id": new_id}
+            self.posted_to[(conversation.split(";")[0], new_id)] = conversation
         return web.json_response({"id": new_id}, status=201)
 
     def _stream_activity(
@@ -503,6 +547,7 @@ class FakeTeams:
             recorded.conversation_id = conversation_id
             if activity:
                 self.messages[(channel, root)] = {**activity, "id": root}
+                self.posted_to[(channel, root)] = conversation_id
             return web.json_response({"id": conversation_id, "activityId": root}, status=201)
         members = body.get("members") or [{}]
         user = str(members[0].get("id", "")).removeprefix("29:")
@@ -512,6 +557,7 @@ class FakeTeams:
         if activity:
             activity_id = str(int(time.time() * 1000) * 1000 + next(self._ids))
             self.messages[(conversation_id, activity_id)] = {**activity, "id": activity_id}
+            self.posted_to[(conversation_id, activity_id)] = conversation_id
             response["activityId"] = activity_id
         return web.json_response(response, status=201)
 

@@ -1,7 +1,9 @@
 """The dev IdP's state and grants (DEVELOPMENT AND TESTS ONLY; no persistence, one process).
 
 Keys are RSA pairs generated at start; tokens are signed with pyjwt. Codes and refresh tokens
-live in memory. Refresh tokens are not rotated unless ``rotate_refresh_tokens=True``.
+live in memory, and with ``state_file`` the key and refresh tokens also on disk
+(``broker.dev_idp.state``: ``opsbot dev --keep``). Refresh tokens are not rotated unless
+``rotate_refresh_tokens=True``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,6 +25,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from broker.dev_idp.directory import Directory, DirectoryUser
+from broker.dev_idp.state import SavedRefresh, SavedState, load_state, save_state
 from infra.clock import Clock, utc_now
 
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105
@@ -121,6 +125,7 @@ class DevIdentityProvider:
         admin_token: str | None = None,
         rotate_refresh_tokens: bool = False,
         clamp_exchange_exp: bool = True,
+        state_file: Path | None = None,
     ) -> None:
         self.issuer = issuer.rstrip("/")
         self.directory = directory
@@ -143,6 +148,25 @@ class DevIdentityProvider:
         self._refresh: dict[str, _Refresh] = {}
         self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self._kid = secrets.token_hex(8)
+        self._state_file = state_file
+        saved = load_state(state_file) if state_file is not None else None
+        if saved is not None:
+            self._key, self._kid = saved.key, saved.kid
+            self._refresh = {
+                token: _Refresh(r.client_id, r.subject, r.scope, r.expires_at)
+                for token, r in saved.refresh.items()
+            }
+        self._save()
+
+    def _save(self) -> None:
+        """Write the key and refresh tokens to ``state_file`` (if any) after each change."""
+        if self._state_file is None:
+            return
+        refresh = {
+            token: SavedRefresh(r.client_id, r.subject, r.scope, r.expires_at)
+            for token, r in self._refresh.items()
+        }
+        save_state(self._state_file, SavedState(self._key, self._kid, refresh))
 
     # -- configuration -----------------------------------------------------------------
 
@@ -326,6 +350,7 @@ class DevIdentityProvider:
             self._refresh[refresh] = _Refresh(
                 client.client_id, code.subject, code.scope, self.clock() + self.refresh_token_ttl
             )
+            self._save()
             response["refresh_token"] = refresh
         return response
 
@@ -343,6 +368,7 @@ class DevIdentityProvider:
             del self._refresh[form["refresh_token"]]
             rotated = secrets.token_urlsafe(48)
             self._refresh[rotated] = stored
+            self._save()
             response["refresh_token"] = rotated
         return response
 
@@ -351,6 +377,7 @@ class DevIdentityProvider:
         stored = self._refresh.get(token)
         if stored is not None and stored.client_id == client.client_id:
             del self._refresh[token]
+            self._save()
 
     def _login_tokens(
         self, client: DevClient, subject: str, scope: str, nonce: str | None

@@ -21,6 +21,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--port", type=int, default=None, help="web UI port (default OPSBOT_SANDBOX__PORT, 8000)"
     )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep links, approvals and conversations across restarts (default: start from "
+        "the seed data every time)",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -39,7 +45,13 @@ class _DropClosedSessionNoise(logging.Filter):
 
 def _quiet_logs() -> None:
     # One line per HTTP request between the sandbox's own components drowns everything else.
-    for name in ("httpx", "mcp.server.streamable_http_manager", "mcp.client.streamable_http"):
+    # The Agents SDK (the Teams app) logs every Connector call at INFO.
+    for name in (
+        "httpx",
+        "mcp.server.streamable_http_manager",
+        "mcp.client.streamable_http",
+        "microsoft_agents",
+    ):
         logging.getLogger(name).setLevel(logging.WARNING)
     logging.getLogger("mcp.server.streamable_http").addFilter(_DropClosedSessionNoise())
 
@@ -54,12 +66,14 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
     _quiet_logs()
     stop = shutdown_event()
     try:
-        async with open_sandbox(settings, background=True) as running:
+        async with open_sandbox(settings, background=True, keep=args.keep) as running:
             model = settings.model if settings.model != "demo" else "demo (offline)"
+            kept = "kept across restarts" if args.keep else "reset on every start"
+            teams_view = f" (Teams: {running.urls.ui}/teams)" if running.teams else ""
             print(
                 f"opsbot dev: the sandbox is running (model {model}; data in "
-                f"{running.data_dir}, reset on every start).\n"
-                f"  Open {running.urls.ui} in your browser.\n"
+                f"{running.data_dir}, {kept}).\n"
+                f"  Open {running.urls.ui} in your browser{teams_view}.\n"
                 f"  Slack app {running.urls.app}/slack/events · dev IdP {running.urls.idp} · "
                 + " · ".join(f"{name} {url}" for name, url in running.urls.mcp.items())
                 + "\nPress Ctrl-C to stop.",

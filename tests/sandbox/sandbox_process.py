@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mcp_servers.ticketing import TicketStore
 from sandbox import PORTS
 
 OPSBOT = Path(sys.executable).parent / "opsbot"
@@ -51,6 +52,18 @@ class DevProcess:
     @property
     def returncode(self) -> int | None:
         return self.process.returncode
+
+    async def ticket_history(self, key: str) -> tuple[list[tuple[str, str]], str]:
+        """The ticketing server's ground truth for ticket ``key``: its changes as
+        (tool, acting subject), and its status."""
+        store = await TicketStore.open(f"sqlite+aiosqlite:///{self.ticket_db}", base_url="http://x")
+        try:
+            rows = await store.all_changes()
+            changes = [(c.tool, c.subject) for c in rows if c.ticket_key == key]
+            ticket = next(t for t in await store.all_tickets() if t.key == key)
+        finally:
+            await store.close()
+        return changes, ticket.status
 
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")

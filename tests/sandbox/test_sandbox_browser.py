@@ -8,29 +8,17 @@ ticketing server and alice's thread says so. Screenshots go to ``test-artifacts/
 from __future__ import annotations
 
 import shutil
-import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Browser, Locator, Page, expect
 
-from mcp_servers.ticketing import TicketStore
-from tests.sandbox.sandbox_process import DevProcess, run_opsbot_dev
+from tests.sandbox.sandbox_process import DevProcess
 
 pytestmark = pytest.mark.browser
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "sandbox"
 WAIT_MS = 30_000
-
-
-@pytest.fixture
-async def dev(tmp_path: Path) -> AsyncIterator[DevProcess]:
-    # stopped with SIGTERM (as a process manager would); Ctrl-C is in test_sandbox_cli.py
-    async with run_opsbot_dev(tmp_path / "data", signal.SIGTERM, bot_ready=True) as running:
-        yield running
-    assert running.returncode == 0, running.stderr()
-    assert "Traceback" not in running.stderr_after_stop(), running.stderr()
 
 
 async def shot(page: Page, name: str) -> None:
@@ -66,6 +54,12 @@ async def open_thread_of(page: Page, text: str, *, asked: int) -> None:
 async def connect(page: Page, display_name: str, email: str) -> None:
     """The ephemeral Connect button → the dev IdP's login page → the app's callback."""
     button = page.locator(".message.ephemeral").get_by_role("link", name="Connect your account")
+    await log_in_from(page, button, display_name, email)
+
+
+async def log_in_from(page: Page, button: Locator, display_name: str, email: str) -> None:
+    """Click the last of ``button`` (a link to the dev IdP's login page, opened in a new
+    page), sign in as ``display_name``, until the app's callback says who is connected."""
     await expect(button.last).to_be_visible(timeout=WAIT_MS)
     async with page.context.expect_page() as popup_info:
         await button.last.click()
@@ -143,14 +137,7 @@ async def test_golden_path_in_the_browser(browser: Browser, dev: DevProcess) -> 
     await shot(page, "4-approved")
 
     # the ticketing server closed it, for alice (the requester), once
-    store = await TicketStore.open(f"sqlite+aiosqlite:///{dev.ticket_db}", base_url="http://x")
-    try:
-        closes = [c for c in await store.all_changes() if c.ticket_key == "PAY-102"]
-        ticket = next(t for t in await store.all_tickets() if t.key == "PAY-102")
-    finally:
-        await store.close()
-    assert [(c.tool, c.subject) for c in closes] == [("close_ticket", "alice")]
-    assert ticket.status == "closed"
+    assert await dev.ticket_history("PAY-102") == ([("close_ticket", "alice")], "closed")
 
     # alice's thread says so
     await switch_user(page, "Alice Anders (alice)")

@@ -6,15 +6,11 @@ the request as done after Refresh. Screenshots go to ``test-artifacts/sandbox/``
 
 from __future__ import annotations
 
-import signal
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 from playwright.async_api import Browser, Page, expect
 
 from mcp_servers.ticketing import TicketStore
-from tests.sandbox.sandbox_process import DevProcess, run_opsbot_dev
+from tests.sandbox.sandbox_process import DevProcess
 from tests.sandbox.test_sandbox_browser import (
     WAIT_MS,
     connect,
@@ -25,14 +21,6 @@ from tests.sandbox.test_sandbox_browser import (
 )
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture
-async def dev(tmp_path: Path) -> AsyncIterator[DevProcess]:
-    async with run_opsbot_dev(tmp_path / "data", signal.SIGTERM, bot_ready=True) as running:
-        yield running
-    assert running.returncode == 0, running.stderr()
-    assert "Traceback" not in running.stderr_after_stop(), running.stderr()
 
 
 async def open_home(page: Page) -> None:

@@ -1,0 +1,120 @@
+"""The sandbox's Teams side (``sandbox.teams_chat``) over real HTTP, with a recording stand-in for
+the Teams app: what reaches the bot (a personal message; in a channel only an @opsbot post),
+where replies show (the post's thread), the typing indicator, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from infra.serving import bind_socket, socket_url
+from sandbox.emulator import InputError
+from sandbox.teams_chat import TeamsChat
+from sandbox.workspace import User
+from testing.teams import CHANNEL_ID, FakeTeams, running_fake_teams
+
+PEOPLE = {
+    "alice": User("UALICE", "alice", "Alice Anders", "alice@example.com", ("team-payments",)),
+    "bob": User("UBOB", "bob", "Bob Brandt", "bob@example.com", ("ticket-leads",)),
+}
+
+
+@pytest.fixture
+async def app() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """A stand-in for the Teams app: records each activity POSTed to /api/messages."""
+    received: list[dict[str, Any]] = []
+
+    async def messages(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        return web.Response(status=202)
+
+    application = web.Application()
+    application.router.add_post("/api/messages", messages)
+    runner = web.AppRunner(application)
+    await runner.setup()
+    sock = bind_socket()
+    await web.SockSite(runner, sock).start()
+    try:
+        yield socket_url(sock), received
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTeams]:
+    async with running_fake_teams() as running:
+        yield running
+
+
+async def bot_posts(fake: FakeTeams, conversation: str, activity: dict[str, Any]) -> str:
+    """What the bot would do: a Connector call with its outbound token."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{fake.url}/v3/conversations/{conversation}/activities",
+            data=json.dumps(activity),
+            headers={
+                "Authorization": f"Bearer {fake.connector_token}",
+                "Content-Type": "application/json",
+            },
+        ) as reply,
+    ):
+        assert reply.status == 201
+        posted: dict[str, Any] = await reply.json()
+        return str(posted["id"])
+
+
+async def test_only_an_at_mention_in_a_channel_reaches_the_bot(
+    fake: FakeTeams, app: tuple[str, list[dict[str, Any]]]
+) -> None:
+    url, received = app
+    chat = TeamsChat(fake, PEOPLE, url)
+    chat.say("alice", "general", "lunch anyone?", None)
+    chat.say("alice", "general", "@opsbot show PAY-1", None)
+    chat.say("bob", "chat", "hello", None)
+    await chat.idle()
+    kinds = [(a["conversation"]["conversationType"], a["text"]) for a in received]
+    assert sorted(kinds) == [("channel", "<at>opsbot</at> show PAY-1"), ("personal", "hello")]
+    general = (await chat.state("alice"))["messages"]["general"]
+    assert [m["text"] for m in general] == ["lunch anyone?", "@opsbot show PAY-1"]
+    # bob's personal chat is his own
+    assert (await chat.state("alice"))["messages"]["chat"] == []
+
+
+async def test_a_reply_shows_in_the_posts_thread_and_typing_until_it_comes(
+    fake: FakeTeams, app: tuple[str, list[dict[str, Any]]]
+) -> None:
+    url, received = app
+    chat = TeamsChat(fake, PEOPLE, url)
+    chat.say("alice", "general", "@opsbot show PAY-1", None)
+    await chat.idle()
+    (mention,) = received
+    thread = mention["conversation"]["id"]
+    await bot_posts(fake, thread, {"type": "typing"})
+    assert (await chat.state("bob"))["typing"] == ["general"]
+    reply_id = await bot_posts(fake, thread, {"type": "message", "text": "PAY-1 is open"})
+    state = await chat.state("bob")
+    assert state["typing"] == []
+    (post, reply) = state["messages"]["general"]
+    assert reply["id"] == reply_id
+    assert reply["root"] == post["id"] == mention["id"]
+    assert thread == f"{CHANNEL_ID};messageid={mention['id']}"
+
+
+async def test_bad_input_is_a_clear_error(
+    fake: FakeTeams, app: tuple[str, list[dict[str, Any]]]
+) -> None:
+    chat = TeamsChat(fake, PEOPLE, app[0])
+    with pytest.raises(InputError, match="unknown user"):
+        await chat.state("mallory")
+    with pytest.raises(InputError, match="unknown conversation"):
+        chat.say("alice", "random", "hi", None)
+    with pytest.raises(InputError, match="text is required"):
+        chat.say("alice", "chat", "   ", None)
+    with pytest.raises(InputError, match="no message"):
+        await chat.click("alice", f"{CHANNEL_ID}|42", "approve", {})
