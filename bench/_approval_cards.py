@@ -3,7 +3,8 @@
 The running Slack app (Bolt over HTTP, the real ``Assistant`` and agent with a zero-latency
 scripted model, approvals and audit in SQL) with the fake Slack on its own loop. The
 requester asks for N writes (each its own thread, card and approval); once every card is up,
-an approver clicks Approve on all N at once. Per card:
+an approver clicks Approve on all N at once (or, with ``paced_ms``, one every
+``paced_ms`` ms). Per card:
 
 - click → card updated: from sending the signed click to the first ``chat.update`` of that
   card reaching Slack ("Approving… (bob)", buttons gone);
@@ -38,6 +39,7 @@ async def cards_bench(
     elsewhere: OtherLoop,
     n: int = 20,
     profile: str | None = None,
+    paced_ms: float = 0.0,
 ) -> dict[str, Any]:
     from langchain_core.messages import BaseMessage
 
@@ -167,6 +169,8 @@ async def cards_bench(
     fake = FakeSlack()
     runner = await slack_side.call(start_fake_slack(fake))
     tag = f"cards {time.time_ns()}"
+    # Each run its own threads (a second run in the same database must not continue the first's)
+    first_ts = int(time.time())
 
     async def ask_and_click(app_url: str) -> dict[str, float]:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200)) as http:
@@ -174,7 +178,7 @@ async def cards_bench(
             await asyncio.gather(
                 *(
                     sender.post_event(
-                        mention(ALICE_ID, f"{tag} {i}", channel="C0BENCH", ts=f"1700002000.{i:06d}")
+                        mention(ALICE_ID, f"{tag} {i}", channel="C0BENCH", ts=f"{first_ts}.{i:06d}")
                     )
                     for i in range(n)
                 )
@@ -200,7 +204,14 @@ async def cards_bench(
                 )
                 assert status == 200
 
-            await asyncio.gather(*(click(c) for c in cards))
+            if paced_ms > 0:  # one after another: each click sent paced_ms after the last
+                clicking = []
+                for c in cards:
+                    clicking.append(asyncio.ensure_future(click(c)))
+                    await asyncio.sleep(paced_ms / 1000)
+                await asyncio.gather(*clicking)
+            else:
+                await asyncio.gather(*(click(c) for c in cards))
             await fake.wait_for("chat.update", n, where=card_decided, wait=120)
             await fake.settle(quiet=0.5, limit=120)
             return clicked_at

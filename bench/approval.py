@@ -10,7 +10,8 @@ server; ``executions`` is the largest number of changes the server's log shows f
 
 Then, over HTTP through the running Slack app, ``--cards`` (20) approvals clicked at once:
 click → card updated and click → write done (p50/p99), and audit rows == executions
-(``bench/_approval_cards.py``).
+(``bench/_approval_cards.py``); with ``--paced-ms``, the same cards again clicked one after
+another (under ``paced``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=20, help="approvals measured")
     parser.add_argument(
         "--cards", type=int, default=20, help="cards clicked at once over HTTP (0: skip)"
+    )
+    parser.add_argument(
+        "--paced-ms",
+        type=float,
+        default=0.0,
+        help="also click the cards one after another, this many ms apart (reported as 'paced')",
     )
     parser.add_argument(
         "--profile", default=None, help="cProfile the app loop during the clicks into this file"
@@ -201,6 +208,10 @@ async def _measure(
     cards = int(getattr(args, "cards", 20) if args is not None else 20)
     profile = getattr(args, "profile", None)
     slack = await cards_bench(url, env, servers, elsewhere, cards, profile) if cards > 0 else {}
+    paced_ms = float(getattr(args, "paced_ms", 0.0) or 0.0)
+    if cards > 0 and paced_ms > 0:
+        paced = await cards_bench(url, env, servers, elsewhere, cards, paced_ms=paced_ms)
+        slack["paced"] = {"paced_ms": paced_ms, **paced}
     return {
         "bench": "approval",
         "database": make_url(url).get_backend_name(),
