@@ -337,11 +337,9 @@ class SqlApprovalStore:
                 decisions=[_decision_to_json(d) for d in decisions],
             )
         )
-        async with self._engine.begin() as conn:
-            won = (await conn.execute(statement)).rowcount == 1
-        current = await self.get(approval_id)
-        if not won or current is None:
-            raise _claim_refusal(current, approval_id, now)
+        current = await self._update(approval_id, statement)
+        if current is None:
+            raise _claim_refusal(await self.get(approval_id), approval_id, now)
         return current
 
     async def reclaim(
@@ -355,9 +353,7 @@ class SqlApprovalStore:
             .where(c.decided_at < stale_before)
             .values(decided_at=now)
         )
-        async with self._engine.begin() as conn:
-            taken = (await conn.execute(statement)).rowcount == 1
-        return await self.get(approval_id) if taken else None
+        return await self._update(approval_id, statement)
 
     async def advance(
         self, approval_id: str, expected: ApprovalStatus, status: ApprovalStatus
@@ -392,12 +388,24 @@ class SqlApprovalStore:
     async def _moved(self, approval_id: str, statement: Update) -> Approval:
         """Run one conditional UPDATE of ``approval_id``: the approval as it is now, or why
         it did not move (``_refusal``)."""
+        current = await self._update(approval_id, statement)
+        if current is None:
+            raise _refusal(await self.get(approval_id), approval_id)
+        return current
+
+    async def _update(self, approval_id: str, statement: Update) -> Approval | None:
+        """Run one conditional UPDATE of ``approval_id``: the row as it was left, or ``None``
+        when it did not match. With RETURNING (PostgreSQL, SQLite ≥ 3.35) the row comes back
+        in the same round trip: a click's claim and state changes are one statement each,
+        not an UPDATE and then a SELECT on another connection."""
+        if self._engine.dialect.update_returning:
+            async with self._engine.begin() as conn:
+                result = await conn.execute(statement.returning(*approvals_table.c))
+                row = result.first()
+            return None if row is None else _from_row(row._mapping)
         async with self._engine.begin() as conn:
             moved = (await conn.execute(statement)).rowcount == 1
-        current = await self.get(approval_id)
-        if current is None or not moved:
-            raise _refusal(current, approval_id)
-        return current
+        return await self.get(approval_id) if moved else None
 
     async def find(
         self,
