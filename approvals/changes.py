@@ -48,19 +48,27 @@ class WritesFirst:
             if self._writing == 0:
                 self._idle.set()
 
-    async def after_writes(self) -> None:
+    async def after_writes(self, max_wait: float | None = None) -> None:
         """Wait until no write is on its way here (bounded: a steady stream of writes never
-        holds follow-up work back for more than ``max_wait``)."""
+        holds follow-up work back for more than ``max_wait``, by default the one given)."""
         if self._writing == 0:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), self._max_wait)
+            await asyncio.wait_for(self._idle.wait(), max_wait or self._max_wait)
+
+
+# How long listeners (App Home) may wait for writes on their way: longer than a resume may,
+# since a Home is a view and twenty clicks' writes take seconds on a loaded machine.
+LISTENER_MAX_WAIT_S = 15.0
 
 
 class ApprovalChanges:
-    def __init__(self, writes: WritesFirst | None = None) -> None:
+    def __init__(
+        self, writes: WritesFirst | None = None, max_wait: float = LISTENER_MAX_WAIT_S
+    ) -> None:
         self._listeners: list[Listener] = []
         self._writes = writes
+        self._max_wait = max_wait
         self._tasks: set[asyncio.Task[None]] = set()
 
     def listen(self, listener: Listener) -> Callable[[], None]:
@@ -76,7 +84,7 @@ class ApprovalChanges:
 
     async def _tell(self, listener: Listener, approval_id: str) -> None:
         if self._writes is not None:
-            await self._writes.after_writes()
+            await self._writes.after_writes(self._max_wait)
         try:
             await listener(approval_id)
         except Exception as exc:  # a listener's failure is its own; the decision stands

@@ -124,6 +124,22 @@ class HomeViews(SlackOutput):
     async def refresh_homes(self, approval_id: str) -> None:
         """Republish App Home for the requester and every eligible approver of
         ``approval_id`` (created or decided), so no Home shows a stale list."""
+        # Once at a time per approval: a change while its Homes are being refreshed makes
+        # one more round afterwards (its latest state), not one round per change.
+        if approval_id in self._audience_running:
+            self._audience_dirty.add(approval_id)
+            return
+        self._audience_running.add(approval_id)
+        try:
+            while True:
+                self._audience_dirty.discard(approval_id)
+                await self._refresh_homes_once(approval_id)
+                if approval_id not in self._audience_dirty:
+                    return
+        finally:
+            self._audience_running.discard(approval_id)
+
+    async def _refresh_homes_once(self, approval_id: str) -> None:
         # Asked each time, not kept: someone who linked since the approval was created (and
         # may decide it now) must have their Home republished too.
         try:

@@ -61,6 +61,10 @@ class SlackOutput:
         # Homes being republished, and those changed again meanwhile (one more publish).
         self._home_running: set[ChatUser] = set()
         self._home_dirty: set[ChatUser] = set()
+        # The same per approval for its Homes' audience: a burst of changes to one approval
+        # (decided, executing, finished) asks for its audience once or twice, not each time.
+        self._audience_running: set[str] = set()
+        self._audience_dirty: set[str] = set()
         # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
         self.home_team: str | None = None
         self._home_team_asked_at: float | None = None
