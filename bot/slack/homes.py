@@ -124,20 +124,7 @@ class HomeViews(SlackOutput):
     async def refresh_homes(self, approval_id: str) -> None:
         """Republish App Home for the requester and every eligible approver of
         ``approval_id`` (created or decided), so no Home shows a stale list."""
-        # Once at a time per approval: a change while its Homes are being refreshed makes
-        # one more round afterwards (its latest state), not one round per change.
-        if approval_id in self._audience_running:
-            self._audience_dirty.add(approval_id)
-            return
-        self._audience_running.add(approval_id)
-        try:
-            while True:
-                self._audience_dirty.discard(approval_id)
-                await self._refresh_homes_once(approval_id)
-                if approval_id not in self._audience_dirty:
-                    return
-        finally:
-            self._audience_running.discard(approval_id)
+        await self._audience_runs.run(approval_id, self._refresh_homes_once)
 
     async def _refresh_homes_once(self, approval_id: str) -> None:
         # Asked each time, not kept: someone who linked since the approval was created (and
@@ -154,18 +141,10 @@ class HomeViews(SlackOutput):
     async def _republish_home(self, chat_user: ChatUser) -> None:
         """``publish_home``, once at a time per user: a change while one is under way makes
         it publish once more afterwards (a burst of changes is one or two publishes)."""
-        if chat_user in self._home_running:
-            self._home_dirty.add(chat_user)
-            return
-        self._home_running.add(chat_user)
+        await self._home_runs.run(chat_user, self._publish_home_logged)
+
+    async def _publish_home_logged(self, chat_user: ChatUser) -> None:
         try:
-            while True:
-                self._home_dirty.discard(chat_user)
-                try:
-                    await self.publish_home(chat_user)
-                except Exception as exc:  # one user's Home does not stop the others
-                    log.warning("home not published: %s", type(exc).__name__)
-                if chat_user not in self._home_dirty:
-                    return
-        finally:
-            self._home_running.discard(chat_user)
+            await self.publish_home(chat_user)
+        except Exception as exc:  # one user's Home does not stop the others
+            log.warning("home not published: %s", type(exc).__name__)

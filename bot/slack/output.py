@@ -13,6 +13,7 @@ from bot.slack.core import (
     ChatUser,
     ServerConnection,
 )
+from bot.slack.once import OnceAtATime
 from bot.slack.render import (
     Message,
 )
@@ -58,13 +59,11 @@ class SlackOutput:
         # Each user's servers as last asked (opening the tab, Refresh): a republished Home
         # shows them again without minting a token for every reader.
         self._home_servers: dict[ChatUser, tuple[ServerConnection, ...]] = {}
-        # Homes being republished, and those changed again meanwhile (one more publish).
-        self._home_running: set[ChatUser] = set()
-        self._home_dirty: set[ChatUser] = set()
-        # The same per approval for its Homes' audience: a burst of changes to one approval
-        # (decided, executing, finished) asks for its audience once or twice, not each time.
-        self._audience_running: set[str] = set()
-        self._audience_dirty: set[str] = set()
+        # Homes republished once at a time per user, and per approval its Homes' audience
+        # asked once at a time: a burst of changes (decided, executing, finished) is one or
+        # two rounds, not one per change.
+        self._home_runs: OnceAtATime[ChatUser] = OnceAtATime()
+        self._audience_runs: OnceAtATime[str] = OnceAtATime()
         # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
         self.home_team: str | None = None
         self._home_team_asked_at: float | None = None
