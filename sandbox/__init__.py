@@ -19,8 +19,8 @@ Anything the bot does wrong reaches the UI as Web API errors or Slackbot notices
 from sandbox.delivery import AppDelivery, AppResponse, sign
 from sandbox.emulator import InputError, SlackEmulator
 from sandbox.stack import PORTS, Sandbox, SandboxUrls, bind_ports, open_sandbox
-from sandbox.webapi import WebApi
-from sandbox.workspace import BOT_USER_ID, TEAM_ID, User, Workspace
+from testing.slack_webapi import WebApi
+from testing.slack_workspace import BOT_USER_ID, TEAM_ID, User, Workspace
 
 __all__ = [
     "BOT_USER_ID",

@@ -1,5 +1,5 @@
 """Slack's Web API rules, stated once for every fake of it: the sandbox's emulator
-(``sandbox.webapi``) and the test server (``testing.slack.FakeSlack``).
+(``testing.slack_webapi``) and the test server (``testing.slack.FakeSlack``).
 
 Limits as Slack enforces them: 50 blocks a message, 100 in a view, 3,000 characters of
 section text, 75 of button text, 2,000 of a button value, 3,000 of a modal's

@@ -9,9 +9,9 @@ import pytest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from sandbox.webapi import WebApi
-from sandbox.workspace import User, Workspace
 from testing.slack import BOT_TOKEN, FakeSlack
+from testing.slack_webapi import WebApi
+from testing.slack_workspace import User, Workspace
 
 TOO_MANY = [{"type": "divider"}] * 101
 LONG_BUTTON = {

@@ -1,9 +1,10 @@
-"""The subset of Slack's Web API the bot calls, answered from the emulated workspace.
+"""The subset of Slack's Web API the bot calls, answered from a ``Workspace``
+(``testing.slack_workspace``): the Slack the sandbox serves.
 
-Wire format as Slack's: ``POST /api/<method>`` with a form or JSON body, the bot token as
-``Authorization: Bearer``, an HTTP 200 ``{"ok": true, ...}`` or ``{"ok": false, "error": ...}``.
-Limits Slack enforces (``testing.slack_api``, shared with the tests' fake) are enforced here
-too, so the sandbox fails where Slack would.
+``WebApi.call(method, params, token)`` answers as Slack does, ``{"ok": true, ...}`` or
+``{"ok": false, "error": ...}``; the HTTP wire (``POST /api/<method>``, form or JSON, bearer
+token) is the caller's (``sandbox.web``). Limits Slack enforces (``testing.slack_api``, shared
+with ``testing.slack.FakeSlack``) are enforced here too, so the sandbox fails where Slack would.
 """
 
 from __future__ import annotations
@@ -14,10 +15,15 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-
-from sandbox.workspace import (
+from testing.slack_api import (
+    SESSION_STATUSES,
+    Params,
+    check_message,
+    check_stream_call,
+    check_view,
+)
+from testing.slack_workspace import (
+    APP_ID,
     BOT_ID,
     BOT_NAME,
     BOT_USER_ID,
@@ -26,14 +32,6 @@ from sandbox.workspace import (
     NotFoundError,
     StreamError,
     Workspace,
-)
-from testing.slack_api import (
-    SESSION_STATUSES,
-    Params,
-    check_message,
-    check_stream_call,
-    check_view,
-    decode_params,
 )
 
 CALLS_KEPT = 1000  # the most recent calls, for tests and debugging
@@ -83,13 +81,6 @@ class WebApi:
         except StreamError as exc:
             error = str(exc) if str(exc).startswith("message_not") else "invalid_chunks"
             return {"ok": False, "error": error, "detail": str(exc)}
-
-    async def handle(self, request: Request) -> JSONResponse:
-        params = await _read_params(request)
-        auth = request.headers.get("authorization", "")
-        token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else None
-        token = token or params.pop("token", None)
-        return JSONResponse(self.call(request.path_params["method"], params, token))
 
     # -- methods --------------------------------------------------------------------------
 
@@ -329,16 +320,4 @@ def _not_found(method: str) -> str:
 
 
 def _view_object(view_id: str, view: dict[str, Any]) -> dict[str, Any]:
-    return {**view, "id": view_id, "team_id": TEAM_ID, "app_id": "A0OPSBOT", "hash": "sandbox"}
-
-
-async def _read_params(request: Request) -> Params:
-    content_type = request.headers.get("content-type", "")
-    params: Params
-    if content_type.startswith("application/json"):
-        data = json.loads(await request.body() or b"{}")
-        params = dict(data) if isinstance(data, dict) else {}
-    else:
-        form = await request.form()
-        params = {k: v for k, v in form.items() if isinstance(v, str)}
-    return decode_params(params, dict(request.query_params))
+    return {**view, "id": view_id, "team_id": TEAM_ID, "app_id": APP_ID, "hash": "sandbox"}
