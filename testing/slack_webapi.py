@@ -16,11 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from testing.slack_api import (
-    SESSION_STATUSES,
     Params,
-    check_message,
-    check_stream_call,
-    check_view,
+    check_call,
 )
 from testing.slack_workspace import (
     APP_ID,
@@ -74,6 +71,9 @@ class WebApi:
         if handler is None:
             return {"ok": False, "error": "unknown_method"}
         self.calls.append((method, params))
+        problem = check_call(method, params)
+        if problem:
+            return {"ok": False, "error": problem}
         try:
             return handler(params)
         except NotFoundError as exc:
@@ -97,11 +97,6 @@ class WebApi:
         }
 
     def chat_post_message(self, p: Params) -> Result:
-        if not p.get("channel"):
-            return {"ok": False, "error": "channel_not_found"}
-        problem = check_message(p)
-        if problem:
-            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p["channel"]))
         thread_ts = str(p["thread_ts"]) if p.get("thread_ts") else None
         message = self.workspace.post(
@@ -110,9 +105,6 @@ class WebApi:
         return {"ok": True, "channel": channel.id, "ts": message.ts, "message": message.as_api()}
 
     def chat_update(self, p: Params) -> Result:
-        problem = check_message(p)
-        if problem:
-            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
         message = self.workspace.message(channel.id, str(p.get("ts", "")))
         if message.user != BOT_USER_ID:
@@ -138,9 +130,6 @@ class WebApi:
         user = str(p.get("user", ""))
         if user not in self.workspace.users:
             return {"ok": False, "error": "user_not_found"}
-        problem = check_message(p)
-        if problem:
-            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
         thread_ts = str(p["thread_ts"]) if p.get("thread_ts") else None
         message = self.workspace.post(
@@ -161,20 +150,12 @@ class WebApi:
 
     def _open(self, p: Params, *, push: bool) -> Result:
         user = self.workspace.use_trigger(str(p.get("trigger_id", "")))
-        view = p.get("view")
-        problem = check_view(view, "modal")
-        if problem:
-            return {"ok": False, "error": problem}
-        assert isinstance(view, dict)
+        view = p["view"]
         opened = self.workspace.open_view(user, view, push=push)
         return {"ok": True, "view": _view_object(opened.id, view)}
 
     def views_update(self, p: Params) -> Result:
-        view = p.get("view")
-        problem = check_view(view, "modal")
-        if problem:
-            return {"ok": False, "error": problem}
-        assert isinstance(view, dict)
+        view = p["view"]
         view_id = str(p.get("view_id") or "")
         if not view_id and p.get("external_id"):
             view_id = self._by_external_id(str(p["external_id"]))
@@ -189,11 +170,7 @@ class WebApi:
         raise NotFoundError(external_id)
 
     def views_publish(self, p: Params) -> Result:
-        view = p.get("view")
-        problem = check_view(view, "home")
-        if problem:
-            return {"ok": False, "error": problem}
-        assert isinstance(view, dict)
+        view = p["view"]
         self.workspace.publish_home(str(p.get("user_id", "")), view)
         return {"ok": True, "view": _view_object("VHOME" + str(p.get("user_id")), view)}
 
@@ -219,10 +196,8 @@ class WebApi:
         channel = self.workspace.channels.get(str(p.get("channel_id", "")))
         if channel is None or not channel.is_im:
             return {"ok": False, "error": "channel_not_found"}
-        prompts = p.get("prompts")
-        if not isinstance(prompts, list) or not 1 <= len(prompts) <= 4:
-            return {"ok": False, "error": "invalid_arguments"}
-        self.workspace.prompts[channel.id] = {"title": p.get("title", ""), "prompts": prompts}
+        prompts = {"title": p.get("title", ""), "prompts": p["prompts"]}
+        self.workspace.prompts[channel.id] = prompts
         self.workspace.changed()
         return {"ok": True}
 
@@ -232,21 +207,14 @@ class WebApi:
         channel = self.workspace.channels.get(str(p.get("channel_id", "")))
         if channel is None or not channel.is_im:
             return {"ok": False, "error": "channel_not_found"}
-        title = str(p.get("title") or "").strip()
-        if not p.get("thread_ts") or not title:
-            return {"ok": False, "error": "invalid_arguments"}
+        title = str(p["title"]).strip()
         self.workspace.titles[(channel.id, str(p["thread_ts"]))] = title
         self.workspace.changed()
         return {"ok": True}
 
     def start_stream(self, p: Params) -> Result:
-        problem = check_stream_call(p)  # the checks the tests' fake Slack makes
-        if problem:
-            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
-        thread_ts = str(p.get("thread_ts") or "")
-        if not thread_ts:
-            return {"ok": False, "error": "invalid_arguments"}
+        thread_ts = str(p["thread_ts"])
         if not channel.is_im and not (p.get("recipient_user_id") and p.get("recipient_team_id")):
             # outside a DM Slack needs to know whom the stream is for
             return {"ok": False, "error": "missing_recipient_user_id"}
@@ -256,9 +224,6 @@ class WebApi:
         return {"ok": True, "channel": channel.id, "ts": message.ts}
 
     def append_stream(self, p: Params) -> Result:
-        problem = check_stream_call(p)  # the checks the tests' fake Slack makes
-        if problem:
-            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
         message = self.workspace.append_stream(
             channel.id, str(p.get("ts", "")), _text(p, "markdown_text"), _chunks(p)
@@ -266,9 +231,6 @@ class WebApi:
         return {"ok": True, "channel": channel.id, "ts": message.ts}
 
     def stop_stream(self, p: Params) -> Result:
-        problem = check_stream_call(p)  # the checks the tests' fake Slack makes
-        if problem:
-            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
         blocks = p.get("blocks")
         message = self.workspace.stop_stream(
@@ -284,9 +246,7 @@ class WebApi:
         channel = self.workspace.channels.get(str(p.get("channel_id", "")))
         if channel is None:
             return {"ok": False, "error": "channel_not_found"}
-        status = str(p.get("status", ""))
-        if status not in SESSION_STATUSES:
-            return {"ok": False, "error": "invalid_status"}
+        status = str(p["status"])
         title = p.get("title")
         self.workspace.set_session(
             channel.id,
