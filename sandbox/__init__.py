@@ -14,27 +14,25 @@ Exception tree: ``infra.serving.PortInUseError`` (an ``OSError``) when a configu
 taken, naming the port and the variable that sets it; ``sandbox.InputError`` (a
 ``ValueError``) for a web-UI request that cannot be carried out (answered with HTTP 400).
 Anything the bot does wrong reaches the UI as Web API errors or Slackbot notices.
+
+The Slack it serves is ``testing``'s: the workspace's state in ``testing.slack_workspace``,
+the Web API methods in ``testing.slack_webapi`` (with the refusals every Slack fake shares,
+``testing.slack_api``); this package adds the page, its polling, and people's actions sent
+to the app as Slack would (``sandbox.emulator``, ``sandbox.delivery``).
 """
 
 from sandbox.delivery import AppDelivery, AppResponse, sign
 from sandbox.emulator import InputError, SlackEmulator
 from sandbox.stack import PORTS, Sandbox, SandboxUrls, bind_ports, open_sandbox
-from sandbox.webapi import WebApi
-from sandbox.workspace import BOT_USER_ID, TEAM_ID, User, Workspace
 
 __all__ = [
-    "BOT_USER_ID",
     "PORTS",
-    "TEAM_ID",
     "AppDelivery",
     "AppResponse",
     "InputError",
     "Sandbox",
     "SandboxUrls",
     "SlackEmulator",
-    "User",
-    "WebApi",
-    "Workspace",
     "bind_ports",
     "open_sandbox",
     "sign",

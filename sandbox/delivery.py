@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 
 import httpx
 
-from sandbox.workspace import APP_ID, BOT_USER_ID, TEAM_ID
+from testing.slack_workspace import APP_ID, BOT_USER_ID, TEAM_ID
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from sandbox.delivery import AppDelivery, AppResponse, new_event_id
-from sandbox.workspace import (
+from testing.slack_workspace import (
     APP_ID,
     BOT_NAME,
     BOT_USER_ID,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.teams_chat import Said, TeamsChat
-from sandbox.workspace import Message, Stream, Workspace
+from testing.slack_workspace import Message, Stream, Workspace
 
 log = logging.getLogger(__name__)
 CHATS_FILE = "chats.json"

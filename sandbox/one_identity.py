@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 import httpx
 
 from sandbox.teams_chat import teams_user
-from sandbox.workspace import TEAM_ID, User
+from testing.slack_workspace import TEAM_ID, User
 
 if TYPE_CHECKING:
     from assistant.types import AssistantPort, ChatUser, Linked

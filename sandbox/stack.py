@@ -41,9 +41,9 @@ from sandbox.keep import CHATS_FILE, load_chats, save_chats
 from sandbox.one_identity import one_identity
 from sandbox.teams_chat import TeamsChat, with_fake_teams
 from sandbox.web import build_app
-from sandbox.webapi import WebApi
-from sandbox.workspace import User, Workspace
 from testing import teams as fake_teams
+from testing.slack_webapi import WebApi
+from testing.slack_workspace import User, Workspace
 
 log = logging.getLogger(__name__)
 

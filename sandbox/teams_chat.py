@@ -25,7 +25,7 @@ from pydantic import SecretStr
 
 from infra.settings import Settings, TeamsSettings
 from sandbox.emulator import InputError
-from sandbox.workspace import User
+from testing.slack_workspace import User
 from testing.teams import APPROVALS_CHANNEL_ID, CHANNEL_ID, TENANT_ID, FakeTeams, TeamsUser
 
 log = logging.getLogger(__name__)

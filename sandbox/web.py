@@ -22,7 +22,8 @@ from starlette.staticfiles import StaticFiles
 
 from sandbox.emulator import InputError, SlackEmulator
 from sandbox.teams_chat import TeamsChat
-from sandbox.webapi import WebApi
+from testing.slack_api import Params, decode_params
+from testing.slack_webapi import WebApi
 
 STATIC_DIR = Path(__file__).parent / "static"
 
@@ -59,6 +60,34 @@ async def _body(request: Request) -> _Body:
     if not isinstance(data, dict):
         raise InputError("the body must be a JSON object")
     return _Body(data)
+
+
+def _web_api(api: WebApi) -> Callable[[Request], Awaitable[Response]]:
+    """Slack's wire around ``api``: ``POST /api/<method>`` with a form or JSON body, the bot
+    token as ``Authorization: Bearer`` (or a ``token`` field), always HTTP 200 ``{"ok": ...}``."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            params = await _api_params(request)
+        except ValueError:
+            return JSONResponse({"ok": False, "error": "invalid_json"})
+        auth = request.headers.get("authorization", "")
+        token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else None
+        token = token or params.pop("token", None)
+        return JSONResponse(api.call(request.path_params["method"], params, token))
+
+    return endpoint
+
+
+async def _api_params(request: Request) -> Params:
+    params: Params
+    if request.headers.get("content-type", "").startswith("application/json"):
+        data = json.loads(await request.body() or b"{}")
+        params = dict(data) if isinstance(data, dict) else {}
+    else:
+        form = await request.form()
+        params = {k: v for k, v in form.items() if isinstance(v, str)}
+    return decode_params(params, dict(request.query_params))
 
 
 def build_app(
@@ -145,7 +174,7 @@ def build_app(
 
     routes = [
         Route("/", index),
-        Route("/api/{method}", api.handle, methods=["GET", "POST"]),
+        Route("/api/{method}", _web_api(api), methods=["GET", "POST"]),
         Route("/ui/state", state),
         Route("/ui/users", users),
         Route("/ui/say", ui_action(say), methods=["POST"]),

@@ -1,5 +1,5 @@
 """Slack's Web API rules, stated once for every fake of it: the sandbox's emulator
-(``sandbox.webapi``) and the test server (``testing.slack.FakeSlack``).
+(``testing.slack_webapi``) and the test server (``testing.slack.FakeSlack``).
 
 Limits as Slack enforces them: 50 blocks a message, 100 in a view, 3,000 characters of
 section text, 75 of button text, 2,000 of a button value, 3,000 of a modal's
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 # Parameters a form-encoded call sends as JSON strings.
@@ -105,3 +106,61 @@ def check_stream_call(p: Params) -> str | None:
     if blocks is not None and (not isinstance(blocks, list) or len(blocks) > 50):
         return "invalid_blocks"
     return check_blocks(blocks) if blocks else None
+
+
+# -- every method's refusals that need no workspace state, in the order Slack checks them ---
+
+
+def _post_message(p: Params) -> str | None:
+    return "channel_not_found" if not p.get("channel") else check_message(p)
+
+
+def _start_stream(p: Params) -> str | None:
+    if not p.get("channel") or not p.get("thread_ts"):
+        return "invalid_arguments"
+    return check_stream_call(p)
+
+
+def _set_title(p: Params) -> str | None:
+    if not p.get("thread_ts") or not str(p.get("title") or "").strip():
+        return "invalid_arguments"
+    return None
+
+
+def _set_suggested_prompts(p: Params) -> str | None:
+    prompts = p.get("prompts")
+    if not p.get("channel_id") or not isinstance(prompts, list) or not 0 < len(prompts) <= 4:
+        return "invalid_arguments"
+    if any(not (isinstance(x, dict) and x.get("title") and x.get("message")) for x in prompts):
+        return "invalid_arguments"
+    return None
+
+
+def _set_session_status(p: Params) -> str | None:
+    if not p.get("channel_id"):
+        return "channel_not_found"
+    return None if p.get("status") in SESSION_STATUSES else "invalid_status"
+
+
+_CHECKS: dict[str, Callable[[Params], str | None]] = {
+    "chat.postMessage": _post_message,
+    "chat.update": check_message,
+    "chat.postEphemeral": check_message,
+    "views.open": lambda p: check_view(p.get("view"), "modal"),
+    "views.push": lambda p: check_view(p.get("view"), "modal"),
+    "views.update": lambda p: check_view(p.get("view"), "modal"),
+    "views.publish": lambda p: check_view(p.get("view"), "home"),
+    "chat.startStream": _start_stream,
+    "chat.appendStream": check_stream_call,
+    "chat.stopStream": check_stream_call,
+    "assistant.threads.setTitle": _set_title,
+    "assistant.threads.setSuggestedPrompts": _set_suggested_prompts,
+    "agents.sessions.setStatus": _set_session_status,
+}
+
+
+def check_call(method: str, p: Params) -> str | None:
+    """Slack's error for a call of ``method`` that is wrong whatever the workspace holds
+    (both fakes ask this before their handler looks at channels, messages or views)."""
+    check = _CHECKS.get(method)
+    return None if check is None else check(p)

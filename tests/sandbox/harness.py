@@ -18,8 +18,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import serve_http
 from infra.serving import bind_socket, serve_asgi, socket_url
-from sandbox import AppDelivery, SlackEmulator, User, WebApi, Workspace
+from sandbox import AppDelivery, SlackEmulator
 from sandbox.web import build_app
+from testing.slack_webapi import WebApi
+from testing.slack_workspace import User, Workspace
 
 BOT_TOKEN = "xoxb-sandbox-test"
 SECRET = "sandbox-signing-secret"

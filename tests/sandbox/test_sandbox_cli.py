@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sandbox.workspace import BOT_USER_ID
+from testing.slack_workspace import BOT_USER_ID
 from tests.sandbox.sandbox_process import spawn_opsbot_dev
 
 

@@ -17,8 +17,8 @@ import pytest
 from infra.serving import PortInUseError, bind_socket
 from infra.settings import SandboxSettings, Settings
 from sandbox import Sandbox, bind_ports, open_sandbox
-from sandbox.workspace import BOT_USER_ID, Message
 from testing.identity import sign_in_at_login_page
+from testing.slack_workspace import BOT_USER_ID, Message
 
 ALICE, BOB, DAVE = "UALICE", "UBOB", "UDAVE"
 OPS, APPROVALS = "C0OPS", "C0APPROVALS"

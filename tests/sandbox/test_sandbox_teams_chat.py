@@ -15,7 +15,7 @@ from aiohttp import web
 from infra.serving import bind_socket, socket_url
 from sandbox.emulator import InputError
 from sandbox.teams_chat import TeamsChat
-from sandbox.workspace import User
+from testing.slack_workspace import User
 from testing.teams import CHANNEL_ID, FakeTeams, running_fake_teams
 
 PEOPLE = {

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from testing.slack_api import STREAM_TEXT_LIMIT, TASK_STATUSES
+
 TEAM_ID = "T0SANDBOX"
 TEAM_DOMAIN = "sandbox"
 APP_ID = "A0OPSBOT"
@@ -104,10 +106,6 @@ class Message:
         return message
 
 
-TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
-STREAM_CHUNK_LIMIT = 12_000  # characters of markdown in one call
-
-
 class StreamError(ValueError):
     """A chunk Slack would refuse (the Web API answers ``invalid_chunks``)."""
 
@@ -138,7 +136,7 @@ class Stream:
                 raise StreamError("a task_update needs an id and a known status")
             checked.append(chunk)
         text = sum(len(str(c.get("text") or "")) for c in checked)
-        if text > STREAM_CHUNK_LIMIT:
+        if text > STREAM_TEXT_LIMIT:  # in one call, all chunks together
             raise StreamError(f"{text} characters of markdown in one call")
         for chunk in checked:
             if chunk["type"] == "markdown_text":

@@ -1,23 +1,25 @@
-"""The subset of Slack's Web API the bot calls, answered from the emulated workspace.
+"""The subset of Slack's Web API the bot calls, answered from a ``Workspace``
+(``testing.slack_workspace``): the Slack the sandbox serves.
 
-Wire format as Slack's: ``POST /api/<method>`` with a form or JSON body, the bot token as
-``Authorization: Bearer``, an HTTP 200 ``{"ok": true, ...}`` or ``{"ok": false, "error": ...}``.
-Limits Slack enforces (``testing.slack_api``, shared with the tests' fake) are enforced here
-too, so the sandbox fails where Slack would.
+``WebApi.call(method, params, token)`` answers as Slack does, ``{"ok": true, ...}`` or
+``{"ok": false, "error": ...}``; the HTTP wire (``POST /api/<method>``, form or JSON, bearer
+token) is the caller's (``sandbox.web``). Limits Slack enforces (``testing.slack_api``, shared
+with ``testing.slack.FakeSlack``) are enforced here too, so the sandbox fails where Slack would.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-
-from sandbox.workspace import (
+from testing.slack_api import (
+    Params,
+    check_call,
+)
+from testing.slack_workspace import (
+    APP_ID,
     BOT_ID,
     BOT_NAME,
     BOT_USER_ID,
@@ -26,14 +28,6 @@ from sandbox.workspace import (
     NotFoundError,
     StreamError,
     Workspace,
-)
-from testing.slack_api import (
-    SESSION_STATUSES,
-    Params,
-    check_message,
-    check_stream_call,
-    check_view,
-    decode_params,
 )
 
 CALLS_KEPT = 1000  # the most recent calls, for tests and debugging
@@ -76,6 +70,9 @@ class WebApi:
         if handler is None:
             return {"ok": False, "error": "unknown_method"}
         self.calls.append((method, params))
+        problem = check_call(method, params)
+        if problem:
+            return {"ok": False, "error": problem}
         try:
             return handler(params)
         except NotFoundError as exc:
@@ -83,13 +80,6 @@ class WebApi:
         except StreamError as exc:
             error = str(exc) if str(exc).startswith("message_not") else "invalid_chunks"
             return {"ok": False, "error": error, "detail": str(exc)}
-
-    async def handle(self, request: Request) -> JSONResponse:
-        params = await _read_params(request)
-        auth = request.headers.get("authorization", "")
-        token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else None
-        token = token or params.pop("token", None)
-        return JSONResponse(self.call(request.path_params["method"], params, token))
 
     # -- methods --------------------------------------------------------------------------
 
@@ -106,11 +96,6 @@ class WebApi:
         }
 
     def chat_post_message(self, p: Params) -> Result:
-        if not p.get("channel"):
-            return {"ok": False, "error": "channel_not_found"}
-        problem = check_message(p)
-        if problem:
-            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p["channel"]))
         thread_ts = str(p["thread_ts"]) if p.get("thread_ts") else None
         message = self.workspace.post(
@@ -119,9 +104,6 @@ class WebApi:
         return {"ok": True, "channel": channel.id, "ts": message.ts, "message": message.as_api()}
 
     def chat_update(self, p: Params) -> Result:
-        problem = check_message(p)
-        if problem:
-            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
         message = self.workspace.message(channel.id, str(p.get("ts", "")))
         if message.user != BOT_USER_ID:
@@ -147,9 +129,6 @@ class WebApi:
         user = str(p.get("user", ""))
         if user not in self.workspace.users:
             return {"ok": False, "error": "user_not_found"}
-        problem = check_message(p)
-        if problem:
-            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
         thread_ts = str(p["thread_ts"]) if p.get("thread_ts") else None
         message = self.workspace.post(
@@ -170,20 +149,12 @@ class WebApi:
 
     def _open(self, p: Params, *, push: bool) -> Result:
         user = self.workspace.use_trigger(str(p.get("trigger_id", "")))
-        view = p.get("view")
-        problem = check_view(view, "modal")
-        if problem:
-            return {"ok": False, "error": problem}
-        assert isinstance(view, dict)
+        view = p["view"]
         opened = self.workspace.open_view(user, view, push=push)
         return {"ok": True, "view": _view_object(opened.id, view)}
 
     def views_update(self, p: Params) -> Result:
-        view = p.get("view")
-        problem = check_view(view, "modal")
-        if problem:
-            return {"ok": False, "error": problem}
-        assert isinstance(view, dict)
+        view = p["view"]
         view_id = str(p.get("view_id") or "")
         if not view_id and p.get("external_id"):
             view_id = self._by_external_id(str(p["external_id"]))
@@ -198,11 +169,7 @@ class WebApi:
         raise NotFoundError(external_id)
 
     def views_publish(self, p: Params) -> Result:
-        view = p.get("view")
-        problem = check_view(view, "home")
-        if problem:
-            return {"ok": False, "error": problem}
-        assert isinstance(view, dict)
+        view = p["view"]
         self.workspace.publish_home(str(p.get("user_id", "")), view)
         return {"ok": True, "view": _view_object("VHOME" + str(p.get("user_id")), view)}
 
@@ -228,10 +195,8 @@ class WebApi:
         channel = self.workspace.channels.get(str(p.get("channel_id", "")))
         if channel is None or not channel.is_im:
             return {"ok": False, "error": "channel_not_found"}
-        prompts = p.get("prompts")
-        if not isinstance(prompts, list) or not 1 <= len(prompts) <= 4:
-            return {"ok": False, "error": "invalid_arguments"}
-        self.workspace.prompts[channel.id] = {"title": p.get("title", ""), "prompts": prompts}
+        prompts = {"title": p.get("title", ""), "prompts": p["prompts"]}
+        self.workspace.prompts[channel.id] = prompts
         self.workspace.changed()
         return {"ok": True}
 
@@ -241,21 +206,14 @@ class WebApi:
         channel = self.workspace.channels.get(str(p.get("channel_id", "")))
         if channel is None or not channel.is_im:
             return {"ok": False, "error": "channel_not_found"}
-        title = str(p.get("title") or "").strip()
-        if not p.get("thread_ts") or not title:
-            return {"ok": False, "error": "invalid_arguments"}
+        title = str(p["title"]).strip()
         self.workspace.titles[(channel.id, str(p["thread_ts"]))] = title
         self.workspace.changed()
         return {"ok": True}
 
     def start_stream(self, p: Params) -> Result:
-        problem = check_stream_call(p)  # the checks the tests' fake Slack makes
-        if problem:
-            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
-        thread_ts = str(p.get("thread_ts") or "")
-        if not thread_ts:
-            return {"ok": False, "error": "invalid_arguments"}
+        thread_ts = str(p["thread_ts"])
         if not channel.is_im and not (p.get("recipient_user_id") and p.get("recipient_team_id")):
             # outside a DM Slack needs to know whom the stream is for
             return {"ok": False, "error": "missing_recipient_user_id"}
@@ -265,9 +223,6 @@ class WebApi:
         return {"ok": True, "channel": channel.id, "ts": message.ts}
 
     def append_stream(self, p: Params) -> Result:
-        problem = check_stream_call(p)  # the checks the tests' fake Slack makes
-        if problem:
-            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
         message = self.workspace.append_stream(
             channel.id, str(p.get("ts", "")), _text(p, "markdown_text"), _chunks(p)
@@ -275,9 +230,6 @@ class WebApi:
         return {"ok": True, "channel": channel.id, "ts": message.ts}
 
     def stop_stream(self, p: Params) -> Result:
-        problem = check_stream_call(p)  # the checks the tests' fake Slack makes
-        if problem:
-            return {"ok": False, "error": problem}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
         blocks = p.get("blocks")
         message = self.workspace.stop_stream(
@@ -293,9 +245,7 @@ class WebApi:
         channel = self.workspace.channels.get(str(p.get("channel_id", "")))
         if channel is None:
             return {"ok": False, "error": "channel_not_found"}
-        status = str(p.get("status", ""))
-        if status not in SESSION_STATUSES:
-            return {"ok": False, "error": "invalid_status"}
+        status = str(p["status"])
         title = p.get("title")
         self.workspace.set_session(
             channel.id,
@@ -312,12 +262,8 @@ def _text(p: Params, key: str) -> str | None:
 
 
 def _chunks(p: Params) -> list[Any] | None:
-    chunks = p.get("chunks")
-    if isinstance(chunks, str):
-        chunks = json.loads(chunks)
-    if chunks is not None and not isinstance(chunks, list):
-        raise StreamError("chunks must be a list")
-    return chunks
+    chunks = p.get("chunks")  # decoded by decode_params, a list when check_call passed it
+    return chunks if isinstance(chunks, list) else None
 
 
 def _not_found(method: str) -> str:
@@ -329,16 +275,4 @@ def _not_found(method: str) -> str:
 
 
 def _view_object(view_id: str, view: dict[str, Any]) -> dict[str, Any]:
-    return {**view, "id": view_id, "team_id": TEAM_ID, "app_id": "A0OPSBOT", "hash": "sandbox"}
-
-
-async def _read_params(request: Request) -> Params:
-    content_type = request.headers.get("content-type", "")
-    params: Params
-    if content_type.startswith("application/json"):
-        data = json.loads(await request.body() or b"{}")
-        params = dict(data) if isinstance(data, dict) else {}
-    else:
-        form = await request.form()
-        params = {k: v for k, v in form.items() if isinstance(v, str)}
-    return decode_params(params, dict(request.query_params))
+    return {**view, "id": view_id, "team_id": TEAM_ID, "app_id": APP_ID, "hash": "sandbox"}
