@@ -94,29 +94,32 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
             # In-process, this process finishes account links and owns the broker's counters;
             # a remote broker service does both itself.
             with ops.watch(agent, None if local is None else local.broker.metrics):
-                yield Assistant(
-                    identities,
-                    threads,
-                    agent,
-                    service,
-                    clock=clock,
-                    memory=ops.memory,
-                    recovery=recovery,
-                    links=local,
-                    people=functools.partial(linked_chat_users, engine),
-                    fanout=ApprovalFanout(
-                        SqlApprovalNotices(engine, clock),
-                        card_platforms=frozenset(settings.approvals.card_platforms),
+                try:
+                    yield Assistant(
+                        identities,
+                        threads,
+                        agent,
+                        service,
                         clock=clock,
-                    ),
-                    servers=servers,
-                    exchange_servers=list(settings.exchange_audiences),
-                    oauth_servers=[s.name for s in settings.mcp_servers if s.auth == "oauth"],
-                    runs=runs,
-                    # Teams SSO (the IdP is Entra): the in-process broker's, else the broker
-                    # service's (configured with the same OPSBOT_TEAMS__SSO_* settings).
-                    sso=_sso(settings, identities),
-                )
+                        memory=ops.memory,
+                        recovery=recovery,
+                        links=local,
+                        people=functools.partial(linked_chat_users, engine),
+                        fanout=ApprovalFanout(
+                            SqlApprovalNotices(engine, clock),
+                            card_platforms=frozenset(settings.approvals.card_platforms),
+                            clock=clock,
+                        ),
+                        servers=servers,
+                        exchange_servers=list(settings.exchange_audiences),
+                        oauth_servers=[s.name for s in settings.mcp_servers if s.auth == "oauth"],
+                        runs=runs,
+                        # Teams SSO (the IdP is Entra): the in-process broker's, else the broker
+                        # service's (configured with the same OPSBOT_TEAMS__SSO_* settings).
+                        sso=_sso(settings, identities),
+                    )
+                finally:
+                    await agent.settle()  # runs' sessions closed at their servers
     finally:
         await engine.dispose()
 
