@@ -3,12 +3,14 @@ aiosqlite's thread less per use), and one left inside a transaction is still rol
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.storage import create_engine
 
@@ -28,42 +30,42 @@ def rollbacks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-async def test_a_committed_connection_returns_without_a_rollback(
-    tmp_path: Path, rollbacks: list[str]
-) -> None:
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    """A SQLite file with one table ``t``."""
     engine = create_engine(f"sqlite:///{tmp_path}/reset.db")
     try:
         async with engine.begin() as conn:
             await conn.execute(text("CREATE TABLE t (x INTEGER)"))
-        rollbacks.clear()
-        async with engine.begin() as conn:
-            await conn.execute(text("INSERT INTO t VALUES (1)"))
-        assert rollbacks == []
+        yield engine
     finally:
         await engine.dispose()
+
+
+async def test_a_committed_connection_returns_without_a_rollback(
+    engine: AsyncEngine, rollbacks: list[str]
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(text("INSERT INTO t VALUES (1)"))
+    assert rollbacks == []
+
+
+def _write_past_sqlalchemy(sync: Connection) -> bool:
+    """An INSERT on the driver's connection, past SQLAlchemy's own transaction: only the
+    pool's reset can end it. True if the driver is then inside a transaction."""
+    raw = sync.connection.dbapi_connection
+    assert raw is not None
+    raw.cursor().execute("INSERT INTO t VALUES (1)")
+    return bool(raw._connection._connection.in_transaction)  # type: ignore[attr-defined]
 
 
 async def test_a_connection_left_in_a_transaction_is_rolled_back_on_return(
-    tmp_path: Path, rollbacks: list[str]
+    engine: AsyncEngine, rollbacks: list[str]
 ) -> None:
-    engine = create_engine(f"sqlite:///{tmp_path}/reset.db")
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(text("CREATE TABLE t (x INTEGER)"))
-
-        def write_past_sqlalchemy(sync: Connection) -> bool:
-            # Past SQLAlchemy's own transaction: only the pool's reset can end this one.
-            raw = sync.connection.dbapi_connection
-            assert raw is not None
-            raw.cursor().execute("INSERT INTO t VALUES (1)")
-            return bool(raw._connection._connection.in_transaction)  # type: ignore[attr-defined]
-
-        async with engine.connect() as conn:
-            assert await conn.run_sync(write_past_sqlalchemy)
-        assert rollbacks  # ended by a rollback, not left open (nor committed: see below)
-        async with engine.begin() as conn:  # the write lock was released: this can write
-            await conn.execute(text("INSERT INTO t VALUES (2)"))
-            rows = (await conn.execute(text("SELECT x FROM t"))).scalars().all()
-        assert rows == [2]
-    finally:
-        await engine.dispose()
+    async with engine.connect() as conn:
+        assert await conn.run_sync(_write_past_sqlalchemy)
+    assert rollbacks  # ended by a rollback, not left open (nor committed: see below)
+    async with engine.begin() as conn:  # the write lock was released: this can write
+        await conn.execute(text("INSERT INTO t VALUES (2)"))
+        rows = (await conn.execute(text("SELECT x FROM t"))).scalars().all()
+    assert rows == [2]
