@@ -56,7 +56,7 @@ def _write_past_sqlalchemy(sync: Connection) -> bool:
     raw = sync.connection.dbapi_connection
     assert raw is not None
     raw.cursor().execute("INSERT INTO t VALUES (1)")
-    return bool(raw._connection._connection.in_transaction)  # type: ignore[attr-defined]
+    return bool(raw._connection._connection.in_transaction)
 
 
 async def test_a_connection_left_in_a_transaction_is_rolled_back_on_return(
