@@ -223,6 +223,8 @@ class Agent:
         self._tools: dict[str, BaseTool] = {}
         self._discovery_locks: dict[str, asyncio.Lock] = {}
         self._results = Results(list(self._servers), policy, config.bulk_write_threshold)
+        # Runs' sessions being ended at their servers (DELETE) after the run answered.
+        self._closing: set[asyncio.Task[None]] = set()
 
     # --- public API --------------------------------------------------------------------
 
@@ -497,7 +499,19 @@ class Agent:
                 answer.sources, answer.caveats = [], []
             return answer
         finally:
-            await sessions.aclose()
+            self._close_later(sessions)
+
+    def _close_later(self, sessions: RunSessions) -> None:
+        """End the run's sessions at their servers after the run returned: the DELETE is
+        not part of the answer's time. ``settle`` (at shutdown) waits for the stragglers."""
+        task = asyncio.create_task(sessions.aclose(), name="mcp:close")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def settle(self) -> None:
+        """Wait until every finished run's MCP sessions are closed (call at shutdown)."""
+        while self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     def _context(
         self,

@@ -2,7 +2,8 @@
 
 This is the one place opsbot opens an MCP ``ClientSession``. A session is opened lazily, on
 the run's first call to that server, with the credential the server's auth mode gives
-(``agent_core.credentials``), and closed when the run ends. It is never shared with another
+(``agent_core.credentials``), and closed once the run has returned its result
+(``Agent.settle`` waits for those closes at shutdown). It is never shared with another
 run or user; the credential lives only in this session's HTTP client headers, never in
 graph state. The cached tool definitions are turned into LangChain tools bound to the session
 with ``langchain_mcp_adapters``' ``convert_mcp_tool_to_langchain_tool``; the adapters'

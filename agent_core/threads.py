@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Protocol
 
 from sqlalchemy import RowMapping, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.clock import Clock, IdFactory, random_id, utc_now
@@ -120,6 +120,8 @@ class MemoryThreadStore:
 # Threads remembered by id per store: a thread row is never updated or deleted (its owner is
 # fixed at creation), so a row read once answers every later owner check without a query.
 KNOWN_THREADS = 4096
+# The unique index ``uq_threads_platform_ref``: one thread per platform conversation.
+_REF_COLUMNS = ["platform", "team_id", "channel_id", "thread_ts"]
 
 
 class SqlThreadStore(SqlStore):
@@ -138,30 +140,34 @@ class SqlThreadStore(SqlStore):
         return thread
 
     async def get_or_create(self, ref: PlatformRef, owner_subject: str) -> Thread:
-        found = await self._get_by_ref(ref)
-        if found is not None:
-            return found
         thread = Thread(self._new_id(), owner_subject, ref, self._clock())
-        try:
-            async with self._engine.begin() as conn:
-                await conn.execute(
-                    threads_table.insert().values(
-                        thread_id=thread.thread_id,
-                        owner_subject=owner_subject,
-                        platform=ref.platform,
-                        team_id=ref.team_id,
-                        channel_id=ref.channel_id,
-                        thread_ts=ref.thread_ts,
-                        created_at=thread.created_at,
-                    )
-                )
-        except IntegrityError:
-            # Another instance created it between our read and insert: theirs wins.
-            found = await self._get_by_ref(ref)
-            if found is None:
-                raise
-            return found
-        return self._remember(thread)
+        # One statement for a new conversation (no read before the write); a conflict on
+        # the platform reference means the thread exists (or another instance just made
+        # it): that one wins, read back with its original owner.
+        insert = sqlite.insert if self._engine.dialect.name == "sqlite" else postgresql.insert
+        statement = (
+            insert(threads_table)
+            .values(
+                thread_id=thread.thread_id,
+                owner_subject=owner_subject,
+                platform=ref.platform,
+                team_id=ref.team_id,
+                channel_id=ref.channel_id,
+                thread_ts=ref.thread_ts,
+                created_at=thread.created_at,
+            )
+            .on_conflict_do_nothing(index_elements=_REF_COLUMNS)
+            # A row back means it was inserted (asyncpg reports no row count).
+            .returning(threads_table.c.thread_id)
+        )
+        async with self._engine.begin() as conn:
+            created = (await conn.execute(statement)).first() is not None
+        if created:
+            return self._remember(thread)
+        found = await self._get_by_ref(ref)
+        if found is None:  # pruned between the two statements: nothing to continue
+            raise ThreadNotFoundError(f"the thread at {ref} was just removed")
+        return found
 
     async def get(self, thread_id: str) -> Thread | None:
         known = self._known.get(thread_id)

@@ -11,8 +11,9 @@ affects all of them alike:
   per server per run, the middleware, the SQLite checkpointer, the SQL thread store and the
   audit log.
 
-Wall time and client CPU (this thread's CPU time: the IdP and the MCP servers run on a
-thread of their own, so their work is not counted) are medians over the rounds. Also: SQL
+Wall time (until the answer is returned) and client CPU (this thread's CPU time, including
+the sessions a run ends after answering: the IdP and the MCP servers run on a thread of
+their own, so their work is not counted) are medians over the rounds. Also: SQL
 statements and commits per one-read opsbot turn on SQLite and, when the test PostgreSQL
 server answers, on PostgreSQL (an agent of its own), counted in one more turn per database
 and round that is not timed (counting wraps every driver call), and
@@ -63,10 +64,17 @@ class _Elsewhere:
         self.thread.join(5)
 
 
-async def _timed(work: Callable[[], Awaitable[None]]) -> tuple[float, float]:
+async def _timed(
+    work: Callable[[], Awaitable[None]], after: Callable[[], Awaitable[None]] | None = None
+) -> tuple[float, float]:
+    """Wall time of ``work``; CPU time of ``work`` and of ``after`` (work it left running in
+    the background, such as ending sessions after the answer, which is still the turn's)."""
     cpu, wall = time.thread_time(), time.perf_counter()
     await work()
-    return (time.perf_counter() - wall) * 1000, (time.thread_time() - cpu) * 1000
+    elapsed = time.perf_counter() - wall
+    if after is not None:
+        await after()
+    return elapsed * 1000, (time.thread_time() - cpu) * 1000
 
 
 @contextlib.asynccontextmanager
@@ -181,11 +189,13 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                     """One untimed one-read turn per database, its SQL counted."""
                     for db in databases:
                         await opsbot(1, i, db, counted=True)
+                        await databases[db].settle()
 
                 cold: dict[int, int] = {}
                 for k in KS:  # warm-up: discovery, imports, first connections
                     before = agents[k].stats.list_tools_calls
                     await opsbot(k, -1)
+                    await agents[k].settle()
                     cold[k] = agents[k].stats.list_tools_calls - before
                     await peer(k, -1)
                     await floor(k)
@@ -200,7 +210,9 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                     for k in KS:
                         samples["floor"][k].append(await _timed(functools.partial(floor, k)))
                         samples["peer"][k].append(await _timed(functools.partial(peer, k, i)))
-                        samples["opsbot"][k].append(await _timed(functools.partial(opsbot, k, i)))
+                        samples["opsbot"][k].append(
+                            await _timed(functools.partial(opsbot, k, i), agents[k].settle)
+                        )
                     await count_sql(i)
                 lists = sum(a.stats.list_tools_calls for a in agents.values()) - lists_before
                 warm = lists / runs["warm"]

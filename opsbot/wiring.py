@@ -12,6 +12,7 @@ import contextlib
 import functools
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from agent_core.runs import SqlRunRegistry
 from agent_core.threads import SqlThreadStore
@@ -23,6 +24,9 @@ from broker.remote import RemoteBroker
 from broker.types import IdentityService, ServerConnector, SsoCompleter
 from infra.clock import Clock, utc_now
 from infra.settings import Settings
+
+if TYPE_CHECKING:
+    from agent_core import Agent
 
 
 @contextlib.asynccontextmanager
@@ -93,7 +97,9 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
             )
             # In-process, this process finishes account links and owns the broker's counters;
             # a remote broker service does both itself.
-            with ops.watch(agent, None if local is None else local.broker.metrics):
+            async with _settling(
+                agent, ops.watch(agent, None if local is None else local.broker.metrics)
+            ):
                 yield Assistant(
                     identities,
                     threads,
@@ -119,6 +125,19 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
                 )
     finally:
         await engine.dispose()
+
+
+@contextlib.asynccontextmanager
+async def _settling(
+    agent: Agent, watch: contextlib.AbstractContextManager[Any]
+) -> AsyncIterator[None]:
+    """``watch`` entered; on the way out, the agent's runs' sessions are closed at their
+    servers (they end after each run's answer, in the background) before anything stops."""
+    try:
+        with watch:
+            yield
+    finally:
+        await agent.settle()
 
 
 def _change_log(settings: Settings, identities: IdentityService) -> McpChangeLog:

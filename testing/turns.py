@@ -61,7 +61,7 @@ async def open_sql_agent(
             if saver is None:
                 saver = await stack.enter_async_context(open_checkpointer(url))
             configs = tuple(c for c in env.server_configs if servers is None or c.name in servers)
-            yield Agent(
+            agent = Agent(
                 AgentConfig(servers=configs, retry_initial_delay=0.0),
                 model=model,
                 broker=env.harness.broker,
@@ -70,5 +70,9 @@ async def open_sql_agent(
                 policy=ToolPolicy.load(),
                 observer=AuditObserver(AuditLog(SqlAuditSink(engine))),
             )
+            try:
+                yield agent
+            finally:
+                await agent.settle()
     finally:
         await engine.dispose()

@@ -88,9 +88,14 @@ def create_engine(url: str, *, pool_name: str = "app", **kwargs: Any) -> AsyncEn
             connect_args = dict(kwargs.pop("connect_args", {}))
             connect_args.setdefault("application_name", application_name(pool_name))
             kwargs["connect_args"] = connect_args
+    sqlite = make_url(url).get_backend_name() == "sqlite"
+    if sqlite:
+        # Reset on return by ``_sqlite_reset`` (only a connection left in a transaction).
+        kwargs.setdefault("pool_reset_on_return", None)
     engine = create_async_engine(async_url(url), **kwargs)
-    if make_url(url).get_backend_name() == "sqlite":
+    if sqlite:
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine, "reset", _sqlite_reset)
     return engine
 
 
@@ -105,6 +110,16 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+def _sqlite_reset(dbapi_connection: Any, _record: Any, reset_state: Any) -> None:
+    # The pool's rollback on every return is one more trip to aiosqlite's thread, after each
+    # commit and each read: roll back only a connection still in a transaction.
+    if reset_state.terminate_only:
+        return
+    raw = getattr(getattr(dbapi_connection, "_connection", None), "_connection", None)
+    if raw is None or raw.in_transaction:
+        dbapi_connection.rollback()
 
 
 # SQLite has one writer lock per file. Writers in this process queue here instead of all

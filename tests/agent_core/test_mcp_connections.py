@@ -25,6 +25,7 @@ async def test_warm_runs_reuse_the_agents_connections_and_open_no_get_stream(
     alice = await agent_env.user("alice")
     cold = await agent.run(alice, await new_thread(agent, alice), "show 2 tickets")
     assert cold.kind == "answer", cold
+    await agent.settle()  # the cold run's session ended before counting starts
     port = urlparse(agent_env.servers.ticketing.url).port
 
     connects: list[int] = []
@@ -45,6 +46,7 @@ async def test_warm_runs_reuse_the_agents_connections_and_open_no_get_stream(
     for i in range(2):
         result = await agent.run(alice, await new_thread(agent, alice), f"show 2 tickets ({i})")
         assert result.kind == "answer", result
+    await agent.settle()  # sessions end after their run answered: wait for both
 
     assert port not in connects, connects
     methods = [method for to, method in sent if to == port]

@@ -82,7 +82,7 @@ async def test_each_further_read_adds_the_tool_step_and_one_model_step(
 async def test_a_one_read_turn_sends_at_most_twelve_sql_statements(
     agent_env: AgentEnv, database_url: str
 ) -> None:
-    """Thread lookup and creation, checkpoint read and write, audit record: statements and
+    """Thread creation, checkpoint read and write, audit record: statements and
     commits, counted at the driver for this turn's tasks only (not the MCP server's own
     database), at most twelve on either database (the owner check reuses the row just
     read). The pools' liveness checks on checkout are counted apart."""
@@ -101,9 +101,12 @@ async def test_a_one_read_turn_sends_at_most_twelve_sql_statements(
     assert all(c.executes > 0 for c in warm)  # the counter sees this backend's driver
     postgres = database_url.startswith("postgresql")
     assert max(c.total for c in warm) <= MAX_SQL_STATEMENTS, counts
-    # The thread row is read once per turn: the owner check does not read it again.
+    # A new conversation's thread is one INSERT, never read back: neither before the write
+    # (no select-then-insert) nor by the owner check (it reuses the row just written).
     reads = [sum(sql.startswith("SELECT threads.") for sql in c.log) for c in warm]
-    assert reads == [1] * len(warm), [c.log for c in warm]
+    assert reads == [0] * len(warm), [c.log for c in warm]
+    inserts = [sum(sql.startswith("INSERT INTO threads") for sql in c.log) for c in warm]
+    assert inserts == [1] * len(warm), [c.log for c in warm]
     assert max(c.pings for c in warm) <= (7 if postgres else 0), counts
 
 
