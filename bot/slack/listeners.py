@@ -177,7 +177,13 @@ def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
             return
         if event.get("tab") != "home":
             return
-        await adapter.publish_home(chat_user, fresh=True)
+        try:
+            await adapter.publish_home(chat_user, fresh=True)
+        except Exception as exc:
+            # Bolt runs this after the ack, outside any request: an error here (the app
+            # shutting down under it, a store gone) is one line, not Bolt's traceback; the
+            # next tab open publishes again.
+            log.warning("home not published on opening the tab: %s", type(exc).__name__)
 
 
 TITLE_LIMIT = 60

@@ -4,13 +4,17 @@ the card in the approvals channel is updated and the requester told), and Refres
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+import pytest
 
 from testing.fake_assistant import FakeAssistant
 from testing.slack import APPROVALS_CHANNEL_ID, card_decided, home_action
 from tests.bot.conftest import ALICE, BOB, ERIN, SlackEnv
 from tests.bot.test_slack_approvals import _request_write
 from tests.bot.test_slack_events import _texts
+from tests.bot.test_slack_stop import until
 
 
 def _home_opened(user: str) -> dict[str, Any]:
@@ -156,3 +160,31 @@ async def test_a_slow_older_home_publish_never_covers_a_newer_one() -> None:
     gate.set()
     await opened
     assert len(published) == 1  # the older read was dropped, not published over the newer
+
+
+async def test_a_home_that_cannot_be_built_is_one_line_not_a_traceback(
+    env: SlackEnv,
+    fake_assistant: FakeAssistant,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Bolt runs app_home_opened after the ack: a store closed under it (the app shutting
+    down) was Bolt's "Failed to run listener function" with a traceback."""
+
+    async def closed(*_: Any, **__: Any) -> Any:
+        raise ValueError("no active connection")
+
+    monkeypatch.setattr(fake_assistant, "status", closed)
+    with caplog.at_level(logging.WARNING):
+        status, _ = await env.sender.post_event(_home_opened(ALICE.user_id))
+        assert status == 200
+
+        async def logged() -> bool:
+            return any("home not published" in r.getMessage() for r in caplog.records)
+
+        await until(logged)
+    lines = [r for r in caplog.records if "home not published" in r.getMessage()]
+    assert len(lines) == 1
+    assert lines[0].exc_info is None
+    assert "ValueError" in lines[0].getMessage()
+    assert not [r for r in caplog.records if "Failed to run listener" in r.getMessage()]
