@@ -4,6 +4,7 @@ on SQLite and PostgreSQL; on SQLite it waits out another writer instead of faili
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select, text
@@ -19,6 +20,7 @@ from infra.jobs import (
     open_ack_engine,
     spool_url,
 )
+from infra.jobs.spool import open_spool
 from infra.storage import create_engine
 from infra.storage.schema import processed_events, run_jobs
 
@@ -142,3 +144,17 @@ async def test_on_sqlite_an_acked_delivery_waits_in_the_spool_and_survives_a_res
             await spool.dispose()
     finally:
         await engine.dispose()
+
+
+async def test_the_spool_opened_at_once_by_the_front_and_the_runner_opens_for_both(
+    tmp_path: Path,
+) -> None:
+    """Both create the spool's tables if missing: a CREATE landing between the other's check
+    and create was "table run_jobs already exists" (a durable Slack test in CI)."""
+    for round_ in range(5):
+        url = f"sqlite:///{tmp_path / f'spool{round_}.db.inbox'}"
+        engines = await asyncio.gather(*(open_spool(url) for _ in range(6)))
+        for engine in engines:
+            async with engine.connect() as conn:
+                assert (await conn.execute(select(run_jobs))).all() == []
+            await engine.dispose()

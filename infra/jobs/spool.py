@@ -32,7 +32,9 @@ from pathlib import Path
 
 from sqlalchemy import delete, select
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
 
 from infra.clock import Clock, utc_now
 from infra.jobs.inbox import JobInbox
@@ -62,10 +64,29 @@ async def open_spool(url: str) -> AsyncEngine:
     """An engine on the spool file, its two tables created if missing (the spool is this
     module's own file, not the migrated database)."""
     engine = create_engine(url)
-    async with engine.begin() as conn:
-        await conn.run_sync(
-            lambda sync: metadata.create_all(sync, tables=[run_jobs, processed_events])
-        )
+
+    def racing(exc: BaseException) -> bool:
+        # The ack front and the job runner open the spool at the same time: create_all checks,
+        # then creates, so the other's CREATE can land in between ("already exists"), or hold
+        # the file's lock ("locked"). Another pass finds the tables and creates nothing.
+        text = str(exc)
+        return isinstance(exc, OperationalError) and ("already exists" in text or "locked" in text)
+
+    try:
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(racing),
+            stop=stop_after_attempt(5),
+            wait=wait_random(0.01, 0.1),
+            reraise=True,
+        ):
+            with attempt:
+                async with engine.begin() as conn:
+                    await conn.run_sync(
+                        lambda sync: metadata.create_all(sync, tables=[run_jobs, processed_events])
+                    )
+    except BaseException:
+        await engine.dispose()
+        raise
     return engine
 
 
