@@ -225,6 +225,7 @@ def build_app(
         logger=logging.getLogger("bot.slack.bolt"),
     )
     adapter = adapter or SlackAdapter(config, assistant, client, SqlApprovalMessages(engine, clock))
+    app.error(_listener_failed)
     app.middleware(team_middleware(adapter))
     # Accept first: a message is stored before its event id is marked processed, so a
     # failed store is retried by Slack rather than dropped as a duplicate.
@@ -248,3 +249,14 @@ def ignore_the_rest(app: AsyncApp) -> None:
     async def unknown_view(ack: AsyncAck, view: dict[str, Any]) -> None:
         await ack()
         log.info("ignored the submission of unknown view %.64s", view.get("callback_id"))
+
+
+async def _listener_failed(error: Exception, body: dict[str, Any]) -> None:
+    """A listener raised after Bolt took the request (Bolt's default logs a traceback for
+    each): one warning line naming the request's kind and the error's type; the traceback
+    only at DEBUG. Seen when the app shuts down under a Home refresh (its stores closed)."""
+    kind = body.get("type", "?")
+    if kind == "event_callback":
+        kind = f"event {(body.get('event') or {}).get('type', '?')}"
+    log.warning("a %s listener failed: %s", kind, type(error).__name__)
+    log.debug("listener failure", exc_info=error)

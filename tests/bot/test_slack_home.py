@@ -188,3 +188,33 @@ async def test_a_home_that_cannot_be_built_is_one_line_not_a_traceback(
     assert lines[0].exc_info is None
     assert "ValueError" in lines[0].getMessage()
     assert not [r for r in caplog.records if "Failed to run listener" in r.getMessage()]
+
+
+async def test_a_failing_refresh_is_one_line_not_bolts_traceback(
+    env: SlackEnv,
+    fake_assistant: FakeAssistant,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Any listener that raises after the ack (here Refresh, with the store gone) is one
+    warning line from the app's error handler, never Bolt's traceback."""
+
+    async def closed(*_: Any, **__: Any) -> Any:
+        raise ValueError("no active connection")
+
+    monkeypatch.setattr(fake_assistant, "status", closed)
+    with caplog.at_level(logging.WARNING):
+        status, _ = await env.sender.post_interaction(
+            home_action(ALICE.user_id, "home_refresh", "home", block_id="home_top")
+        )
+        assert status == 200
+
+        async def logged() -> bool:
+            return any("listener failed" in r.getMessage() for r in caplog.records)
+
+        await until(logged)
+    lines = [r for r in caplog.records if "listener failed" in r.getMessage()]
+    assert len(lines) == 1
+    assert lines[0].exc_info is None
+    assert "ValueError" in lines[0].getMessage()
+    assert not [r for r in caplog.records if r.exc_info is not None]
