@@ -23,45 +23,24 @@ and round that is not timed (counting wraps every driver call), and
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import functools
 import logging
 import statistics
 import tempfile
-import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from bench._support import OtherLoop
+
 KS = (1, 4, 8)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--turns", type=int, default=15, help="measured rounds (median)")
-
-
-class _Elsewhere:
-    """An event loop on its own thread, holding async contexts (the servers) open."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.stack = contextlib.AsyncExitStack()
-
-    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
-
-    async def enter(self, cm: contextlib.AbstractAsyncContextManager[T]) -> T:
-        return await self.call(self.stack.enter_async_context(cm))
-
-    async def close(self) -> None:
-        await self.call(self.stack.aclose())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 async def _timed(
@@ -78,11 +57,12 @@ async def _timed(
 
 
 @contextlib.asynccontextmanager
-async def _servers(tmp: Path) -> AsyncIterator[tuple[Any, Any, _Elsewhere]]:
+async def _servers(tmp: Path) -> AsyncIterator[tuple[Any, Any, OtherLoop]]:
+    from bench._support import OtherLoop
     from mcp_servers import start_reference_servers
     from testing.identity import start_dev_idp
 
-    elsewhere = _Elsewhere()
+    elsewhere = OtherLoop()
     try:
         idp = await elsewhere.enter(start_dev_idp())
         servers = await elsewhere.enter(
@@ -90,7 +70,7 @@ async def _servers(tmp: Path) -> AsyncIterator[tuple[Any, Any, _Elsewhere]]:
         )
         yield idp, servers, elsewhere
     finally:
-        await elsewhere.close()
+        await elsewhere.aclose()
 
 
 async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:

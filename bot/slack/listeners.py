@@ -177,13 +177,7 @@ def _register_events(app: AsyncApp, adapter: SlackAdapter) -> None:
             return
         if event.get("tab") != "home":
             return
-        try:
-            await adapter.publish_home(chat_user, fresh=True)
-        except Exception as exc:
-            # Bolt runs this after the ack, outside any request: an error here (the app
-            # shutting down under it, a store gone) is one line, not Bolt's traceback; the
-            # next tab open publishes again.
-            log.warning("home not published on opening the tab: %s", type(exc).__name__)
+        await adapter.publish_home(chat_user, fresh=True)
 
 
 TITLE_LIMIT = 60
