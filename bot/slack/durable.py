@@ -22,11 +22,12 @@ import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from typing import Unpack
 
 from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.jobs import WorkerOptions, message_worker
 from bot.slack.adapter import SlackAdapter
 from bot.slack.app import SlackBot, open_bot
 from bot.slack.config import SlackBotConfig
@@ -35,7 +36,7 @@ from bot.slack.incoming import Progress, UserMessage
 from bot.slack.store import SqlApprovalMessages
 from infra.clock import Clock, utc_now
 from infra.faults import crash_point
-from infra.jobs import Delivery, Job, JobRunner, RunLimits, SqlJobQueue, through_outage
+from infra.jobs import Delivery, Job, JobRunner, SqlJobQueue, through_outage
 
 log = logging.getLogger(__name__)
 JOB_KIND = "slack_message"
@@ -103,16 +104,11 @@ async def open_durable_bot(
     assistant: AssistantPort,
     engine: AsyncEngine,
     *,
-    limits: RunLimits | None = None,
-    lease: timedelta = timedelta(seconds=30),
-    poll_seconds: float = 1.0,
     clock: Clock = utc_now,
     socket_mode: bool = False,
+    **worker: Unpack[WorkerOptions],
 ) -> AsyncIterator[SlackBot]:
-    """Like ``open_bot``, with durable runs and this instance's worker running them.
-
-    On SQLite (the embedded, single-process default) unfinished runs are requeued at start;
-    on PostgreSQL a dead instance's runs are taken over when their lease runs out."""
+    """Like ``open_bot``, with durable runs and this instance's worker running them."""
     queue = SqlJobQueue(engine, clock)
     made: list[DurableSlackAdapter] = []
 
@@ -124,15 +120,5 @@ async def open_durable_bot(
         config, assistant, engine, clock=clock, socket_mode=socket_mode, make_adapter=make_adapter
     ) as bot:
         adapter = made[-1]
-        embedded = engine.dialect.name == "sqlite"
-        async with JobRunner(
-            queue,
-            adapter.run_job,
-            limits or RunLimits(),
-            lease=lease,
-            poll_seconds=poll_seconds,
-            recover_on_start=embedded,
-            kinds=(JOB_KIND,),
-        ) as runner:
-            adapter.runner = runner
+        async with message_worker(adapter, queue, JOB_KIND, engine, worker):
             yield SlackBot(bot.app, adapter)

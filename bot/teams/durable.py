@@ -18,18 +18,18 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from datetime import timedelta
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.jobs import WorkerOptions, message_worker
 from bot.teams.adapter import TeamsAdapter, is_stop
 from bot.teams.app import TeamsBot, open_teams_bot
 from bot.teams.config import TeamsBotConfig
 from bot.teams.core import AssistantPort
 from bot.teams.incoming import TeamsMessage
 from infra.clock import Clock, utc_now
-from infra.jobs import Job, JobRunner, RunLimits, SqlJobQueue
+from infra.jobs import Job, JobRunner, SqlJobQueue
 
 log = logging.getLogger(__name__)
 JOB_KIND = "teams_message"
@@ -79,10 +79,8 @@ async def open_durable_teams_bot(
     assistant: AssistantPort,
     engine: AsyncEngine,
     *,
-    limits: RunLimits | None = None,
-    lease: timedelta = timedelta(seconds=30),
-    poll_seconds: float = 1.0,
     clock: Clock = utc_now,
+    **worker: Unpack[WorkerOptions],
 ) -> AsyncIterator[TeamsBot]:
     """Like ``open_teams_bot``, with durable runs and this instance's worker running them."""
     queue = SqlJobQueue(engine, clock)
@@ -91,14 +89,5 @@ async def open_durable_teams_bot(
     ) as bot:
         adapter = bot.adapter
         assert isinstance(adapter, DurableTeamsAdapter)
-        async with JobRunner(
-            queue,
-            adapter.run_job,
-            limits or RunLimits(),
-            lease=lease,
-            poll_seconds=poll_seconds,
-            recover_on_start=engine.dialect.name == "sqlite",
-            kinds=(JOB_KIND,),
-        ) as runner:
-            adapter.runner = runner
+        async with message_worker(adapter, queue, JOB_KIND, engine, worker):
             yield bot
