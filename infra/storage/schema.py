@@ -56,36 +56,81 @@ metadata = MetaData(
 )
 
 
+# Column kinds, each with its one size and type, so that a table names what a column holds
+# and every table holding one agrees on how it is stored. Migrations have frozen copies of
+# these in ``migrations/_ops.py``.
+def ident(name: str, *, primary_key: bool = False, nullable: bool = False) -> Column[Any]:
+    """An opaque id from opsbot or a chat platform: a thread, approval, run, team, user."""
+    return Column(name, String(64), primary_key=primary_key, nullable=nullable)
+
+
+def person(name: str, *, primary_key: bool = False, nullable: bool = False) -> Column[Any]:
+    """Who: an identity provider subject, or who decided or stopped something."""
+    return Column(name, String(255), primary_key=primary_key, nullable=nullable)
+
+
+def chat_id(name: str, *, nullable: bool = False) -> Column[Any]:
+    """A channel or message id on any chat platform: Teams' (``19:…@thread.tacv2;
+    messageid=…``) are longer than Slack's, hence 255."""
+    return Column(name, String(255), nullable=nullable)
+
+
+def timestamp(name: str, *, nullable: bool = False) -> Column[Any]:
+    """A moment, stored as an aware UTC timestamp."""
+    return Column(name, UtcDateTime(), nullable=nullable)
+
+
+def document(name: str, *, nullable: bool = False) -> Column[Any]:
+    """A JSON value opsbot writes and reads whole."""
+    return Column(name, JSON(), nullable=nullable)
+
+
+def sealed(name: str) -> Column[Any]:
+    """A secret encrypted (Fernet) before it reaches the table: the database never sees it."""
+    return Column(name, String(), nullable=False)
+
+
+def platform(*, primary_key: bool = False) -> Column[Any]:
+    """Which chat platform a row belongs to (``slack``, ``teams``)."""
+    return Column("platform", String(32), primary_key=primary_key, nullable=False)
+
+
+def chat_user_columns(*, primary_key: bool = False) -> list[Column[Any]]:
+    """A chat user: platform, workspace or tenant, and the user's id there."""
+    return [
+        platform(primary_key=primary_key),
+        ident("team_id", primary_key=primary_key),
+        ident("user_id", primary_key=primary_key),
+    ]
+
+
+# A thread's place on its platform (``agent_core.threads.PlatformRef``).
+PLATFORM_REF = ("platform", "team_id", "channel_id", "thread_ts")
+
+
 def lease_columns() -> list[Column[Any]]:
     """A durable work queue's row state (``run_jobs``, ``approval_notices``): its status, how
     often it was tried, which worker holds it and until when, and when it was queued."""
     return [
         Column("status", String(16), nullable=False),
         Column("attempts", Integer(), nullable=False),
-        Column("owner", String(64), nullable=True),
-        Column("lease_until", UtcDateTime(), nullable=True),
-        Column("created_at", UtcDateTime(), nullable=False),
+        ident("owner", nullable=True),
+        timestamp("lease_until", nullable=True),
+        timestamp("created_at"),
     ]
 
 
 threads = Table(
     "threads",
     metadata,
-    Column("thread_id", String(64), primary_key=True),
-    Column("owner_subject", String(255), nullable=False),
-    Column("platform", String(32), nullable=False),
-    Column("team_id", String(64), nullable=False),
-    Column("channel_id", String(64), nullable=False),
-    Column("thread_ts", String(64), nullable=False),
-    Column("created_at", UtcDateTime(), nullable=False),
-    Index(
-        "uq_threads_platform_ref",
-        "platform",
-        "team_id",
-        "channel_id",
-        "thread_ts",
-        unique=True,
-    ),
+    ident("thread_id", primary_key=True),
+    person("owner_subject"),
+    platform(),
+    ident("team_id"),
+    ident("channel_id"),
+    ident("thread_ts"),
+    timestamp("created_at"),
+    Index("uq_threads_platform_ref", *PLATFORM_REF, unique=True),
     Index("ix_threads_owner_subject", "owner_subject"),
 )
 
@@ -95,28 +140,27 @@ processed_events = Table(
     "processed_events",
     metadata,
     Column("event_id", String(128), primary_key=True),
-    Column("platform", String(32), nullable=False),
-    Column("received_at", UtcDateTime(), nullable=False),
+    platform(),
+    timestamp("received_at"),
     Index("ix_processed_events_received_at", "received_at"),
 )
 
 # One card per approval and platform (migration 0011): an approval shown on Slack and on Teams
-# has a row for each, so a decision taken on one can update the other. Teams conversation ids
-# (``19:…@thread.tacv2;messageid=…``) are longer than Slack's, hence 255. The requester's
+# has a row for each, so a decision taken on one can update the other. The requester's
 # columns are empty on a platform that only mirrors the card (the requester is elsewhere).
 chat_approval_messages = Table(
     "chat_approval_messages",
     metadata,
-    Column("approval_id", String(64), primary_key=True),
-    Column("platform", String(32), primary_key=True),
-    Column("team_id", String(64), nullable=False),
-    Column("card_channel_id", String(255), nullable=False),
-    Column("card_ts", String(255), nullable=False),
-    Column("requester_channel_id", String(255), nullable=False),
-    Column("requester_thread_ts", String(255), nullable=False),
-    Column("created_at", UtcDateTime(), nullable=False),
+    ident("approval_id", primary_key=True),
+    platform(primary_key=True),
+    ident("team_id"),
+    chat_id("card_channel_id"),
+    chat_id("card_ts"),
+    chat_id("requester_channel_id"),
+    chat_id("requester_thread_ts"),
+    timestamp("created_at"),
     # The requester's "needs approval" note, updated in place when the decision lands.
-    Column("requester_note_ts", String(255), nullable=True),
+    chat_id("requester_note_ts", nullable=True),
     # Teams: the serviceUrl the card was posted through (its update goes there); Slack: NULL.
     Column("service_url", String(512), nullable=True),
 )
@@ -129,12 +173,12 @@ approval_notices = Table(
     "approval_notices",
     metadata,
     Column("notice_id", String(191), primary_key=True),
-    Column("approval_id", String(64), nullable=False),
-    Column("platform", String(32), nullable=False),
+    ident("approval_id"),
+    platform(),
     Column("kind", String(16), nullable=False),
-    Column("payload", JSON(), nullable=True),
+    document("payload", nullable=True),
     *lease_columns(),
-    Column("done_at", UtcDateTime(), nullable=True),
+    timestamp("done_at", nullable=True),
     Index("ix_approval_notices_platform_status", "platform", "status", "created_at"),
 )
 
@@ -142,26 +186,26 @@ approval_notices = Table(
 approvals = Table(
     "approvals",
     metadata,
-    Column("approval_id", String(64), primary_key=True),
-    Column("thread_id", String(64), nullable=False),
-    Column("requester_subject", String(255), nullable=False),
-    Column("requester_chat_user", JSON(), nullable=True),
-    Column("actions", JSON(), nullable=False),
-    Column("reads", JSON(), nullable=False),
-    Column("created_at", UtcDateTime(), nullable=False),
-    Column("expires_at", UtcDateTime(), nullable=False),
+    ident("approval_id", primary_key=True),
+    ident("thread_id"),
+    person("requester_subject"),
+    document("requester_chat_user", nullable=True),
+    document("actions"),
+    document("reads"),
+    timestamp("created_at"),
+    timestamp("expires_at"),
     Column("status", String(16), nullable=False),
-    Column("decided_by", String(255), nullable=True),
-    Column("decided_at", UtcDateTime(), nullable=True),
-    Column("decisions", JSON(), nullable=False),
-    Column("outcome", JSON(), nullable=False),
+    person("decided_by", nullable=True),
+    timestamp("decided_at", nullable=True),
+    document("decisions"),
+    document("outcome"),
     Column("outcome_reason", Text(), nullable=True),
-    Column("batch_id", String(64), nullable=True),
+    ident("batch_id", nullable=True),
     Column("batch_index", Integer(), nullable=False, server_default="0"),
     Column("batch_size", Integer(), nullable=False, server_default="1"),
     # The batch's run resumes once (on its first row): claimed, then finished (migration 0009).
-    Column("resume_claimed_at", UtcDateTime(), nullable=True),
-    Column("resumed_at", UtcDateTime(), nullable=True),
+    timestamp("resume_claimed_at", nullable=True),
+    timestamp("resumed_at", nullable=True),
     Index("ix_approvals_batch_id", "batch_id"),
     Index("ix_approvals_status_expires_at", "status", "expires_at"),
     Index("ix_approvals_requester_subject", "requester_subject"),
@@ -174,21 +218,21 @@ audit_events = Table(
     metadata,
     Column("seq", Integer(), primary_key=True, autoincrement=True),
     Column("event_id", String(64), nullable=False, unique=True),
-    Column("at", UtcDateTime(), nullable=False),
+    timestamp("at"),
     Column("kind", String(32), nullable=False),
-    Column("requester", String(255), nullable=True),
-    Column("thread_id", String(64), nullable=True),
+    person("requester", nullable=True),
+    ident("thread_id", nullable=True),
     Column("tool", String(255), nullable=True),
-    Column("args_summary", JSON(), nullable=True),
+    document("args_summary", nullable=True),
     Column("outcome", String(64), nullable=True),
     Column("latency_ms", Float(), nullable=True),
     Column("model_used", String(255), nullable=True),
-    Column("approval_id", String(64), nullable=True),
-    Column("approver", String(255), nullable=True),
+    ident("approval_id", nullable=True),
+    person("approver", nullable=True),
     Column("decision", String(16), nullable=True),
-    Column("edited_args_summary", JSON(), nullable=True),
+    document("edited_args_summary", nullable=True),
     Column("idempotency_key", String(128), nullable=True),
-    Column("detail", JSON(), nullable=True),
+    document("detail", nullable=True),
     Index("ix_audit_events_requester_at", "requester", "at"),
     Index("ix_audit_events_thread_id_at", "thread_id", "at"),
     Index("ix_audit_events_at", "at"),
@@ -199,16 +243,14 @@ audit_events = Table(
 account_links = Table(
     "account_links",
     metadata,
-    Column("platform", String(32), primary_key=True),
-    Column("team_id", String(64), primary_key=True),
-    Column("user_id", String(64), primary_key=True),
-    Column("subject", String(255), nullable=False),
+    *chat_user_columns(primary_key=True),
+    person("subject"),
     Column("email", String(320), nullable=False),
-    Column("refresh_token_encrypted", String(), nullable=False),
-    Column("created_at", UtcDateTime(), nullable=False),
-    Column("updated_at", UtcDateTime(), nullable=False),
+    sealed("refresh_token_encrypted"),
+    timestamp("created_at"),
+    timestamp("updated_at"),
     # Set when the IdP refused the link's refresh at a click; cleared by a new link (0009).
-    Column("broken_at", UtcDateTime(), nullable=True),
+    timestamp("broken_at", nullable=True),
     Index("ix_account_links_subject", "subject"),
 )
 
@@ -216,12 +258,10 @@ account_links = Table(
 link_logins = Table(
     "link_logins",
     metadata,
-    Column("nonce", String(64), primary_key=True),
-    Column("platform", String(32), nullable=False),
-    Column("team_id", String(64), nullable=False),
-    Column("user_id", String(64), nullable=False),
-    Column("code_verifier_encrypted", String(), nullable=False),
-    Column("expires_at", UtcDateTime(), nullable=False),
+    ident("nonce", primary_key=True),
+    *chat_user_columns(),
+    sealed("code_verifier_encrypted"),
+    timestamp("expires_at"),
     Index("ix_link_logins_expires_at", "expires_at"),
 )
 
@@ -234,9 +274,9 @@ run_jobs = Table(
     Column("job_id", String(128), primary_key=True),
     Column("kind", String(64), nullable=False),
     Column("user_key", String(255), nullable=False),
-    Column("payload", JSON(), nullable=False),
+    document("payload"),
     *lease_columns(),
-    Column("finished_at", UtcDateTime(), nullable=True),
+    timestamp("finished_at", nullable=True),
     Column("error", String(500), nullable=True),
     Index("ix_run_jobs_status_created", "status", "created_at"),
 )
@@ -246,10 +286,10 @@ run_jobs = Table(
 mcp_oauth_tokens = Table(
     "mcp_oauth_tokens",
     metadata,
-    Column("subject", String(255), primary_key=True),
+    person("subject", primary_key=True),
     Column("server", String(255), primary_key=True),
-    Column("grant_encrypted", String(), nullable=False),
-    Column("updated_at", UtcDateTime(), nullable=False),
+    sealed("grant_encrypted"),
+    timestamp("updated_at"),
 )
 
 # Teams conversation references (migration 0010): where to post proactively for a thread
@@ -259,14 +299,14 @@ mcp_oauth_tokens = Table(
 teams_conversations = Table(
     "teams_conversations",
     metadata,
-    Column("tenant_id", String(64), primary_key=True),
-    Column("channel_key", String(64), primary_key=True),
-    Column("thread_key", String(64), primary_key=True),
+    ident("tenant_id", primary_key=True),
+    ident("channel_key", primary_key=True),
+    ident("thread_key", primary_key=True),
     Column("conversation_id", String(512), nullable=False),
     Column("conversation_type", String(32), nullable=False),
     Column("service_url", String(512), nullable=False),
-    Column("reference", JSON(), nullable=False),
-    Column("updated_at", UtcDateTime(), nullable=False),
+    document("reference"),
+    timestamp("updated_at"),
 )
 
 # Agent runs (migration 0012): one row per run of a message, so Stop reaches a run on any
@@ -275,11 +315,11 @@ teams_conversations = Table(
 agent_runs = Table(
     "agent_runs",
     metadata,
-    Column("run_id", String(64), primary_key=True),
-    Column("thread_id", String(64), nullable=False),
+    ident("run_id", primary_key=True),
+    ident("thread_id"),
     Column("state", String(16), nullable=False),
-    Column("started_at", UtcDateTime(), nullable=False),
-    Column("stopped_at", UtcDateTime(), nullable=True),
-    Column("stopped_by", String(255), nullable=True),
+    timestamp("started_at"),
+    timestamp("stopped_at", nullable=True),
+    person("stopped_by", nullable=True),
     Index("ix_agent_runs_thread_id_state", "thread_id", "state"),
 )
