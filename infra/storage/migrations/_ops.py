@@ -22,3 +22,35 @@ def lease_columns() -> list[sa.Column[Any]]:
         sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     ]
+
+
+# Column kinds as the migrations create them (``schema.py`` has the live ones); a migration
+# states its key with ``sa.PrimaryKeyConstraint``, so none of these is a key by itself.
+def ident(name: str, *, nullable: bool = False) -> sa.Column[Any]:
+    """An opaque id from opsbot or a chat platform: a thread, approval, run, team, user."""
+    return sa.Column(name, sa.String(64), nullable=nullable)
+
+
+def person(name: str, *, nullable: bool = False) -> sa.Column[Any]:
+    """Who: an identity provider subject, or who decided or stopped something."""
+    return sa.Column(name, sa.String(255), nullable=nullable)
+
+
+def timestamp(name: str, *, nullable: bool = False) -> sa.Column[Any]:
+    """A moment, with its time zone."""
+    return sa.Column(name, sa.DateTime(timezone=True), nullable=nullable)
+
+
+def document(name: str, *, nullable: bool = False) -> sa.Column[Any]:
+    """A JSON value."""
+    return sa.Column(name, sa.JSON(), nullable=nullable)
+
+
+def sealed(name: str) -> sa.Column[Any]:
+    """A secret encrypted before it reaches the table."""
+    return sa.Column(name, sa.String(), nullable=False)
+
+
+def platform() -> sa.Column[Any]:
+    """Which chat platform a row belongs to."""
+    return sa.Column("platform", sa.String(32), nullable=False)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from infra.storage.migrations import _ops
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -19,13 +21,13 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "threads",
-        sa.Column("thread_id", sa.String(64), nullable=False),
-        sa.Column("owner_subject", sa.String(255), nullable=False),
-        sa.Column("platform", sa.String(32), nullable=False),
-        sa.Column("team_id", sa.String(64), nullable=False),
-        sa.Column("channel_id", sa.String(64), nullable=False),
-        sa.Column("thread_ts", sa.String(64), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        _ops.ident("thread_id"),
+        _ops.person("owner_subject"),
+        _ops.platform(),
+        _ops.ident("team_id"),
+        _ops.ident("channel_id"),
+        _ops.ident("thread_ts"),
+        _ops.timestamp("created_at"),
         sa.PrimaryKeyConstraint("thread_id", name="pk_threads"),
     )
     op.create_index(

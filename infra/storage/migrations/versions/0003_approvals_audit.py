@@ -14,6 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from infra.storage.migrations import _ops
+
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
@@ -33,19 +35,19 @@ $$
 def upgrade() -> None:
     op.create_table(
         "approvals",
-        sa.Column("approval_id", sa.String(64), nullable=False),
-        sa.Column("thread_id", sa.String(64), nullable=False),
-        sa.Column("requester_subject", sa.String(255), nullable=False),
-        sa.Column("requester_chat_user", sa.JSON(), nullable=True),
-        sa.Column("actions", sa.JSON(), nullable=False),
-        sa.Column("reads", sa.JSON(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+        _ops.ident("approval_id"),
+        _ops.ident("thread_id"),
+        _ops.person("requester_subject"),
+        _ops.document("requester_chat_user", nullable=True),
+        _ops.document("actions"),
+        _ops.document("reads"),
+        _ops.timestamp("created_at"),
+        _ops.timestamp("expires_at"),
         sa.Column("status", sa.String(16), nullable=False),
-        sa.Column("decided_by", sa.String(255), nullable=True),
-        sa.Column("decided_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("decisions", sa.JSON(), nullable=False),
-        sa.Column("outcome", sa.JSON(), nullable=False),
+        _ops.person("decided_by", nullable=True),
+        _ops.timestamp("decided_at", nullable=True),
+        _ops.document("decisions"),
+        _ops.document("outcome"),
         sa.PrimaryKeyConstraint("approval_id", name="pk_approvals"),
     )
     op.create_index("ix_approvals_status_expires_at", "approvals", ["status", "expires_at"])
@@ -55,22 +57,22 @@ def upgrade() -> None:
     op.create_table(
         "audit_events",
         sa.Column("seq", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("event_id", sa.String(64), nullable=False),
-        sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+        _ops.ident("event_id"),
+        _ops.timestamp("at"),
         sa.Column("kind", sa.String(32), nullable=False),
-        sa.Column("requester", sa.String(255), nullable=True),
-        sa.Column("thread_id", sa.String(64), nullable=True),
+        _ops.person("requester", nullable=True),
+        _ops.ident("thread_id", nullable=True),
         sa.Column("tool", sa.String(255), nullable=True),
-        sa.Column("args_summary", sa.JSON(), nullable=True),
+        _ops.document("args_summary", nullable=True),
         sa.Column("outcome", sa.String(64), nullable=True),
         sa.Column("latency_ms", sa.Float(), nullable=True),
         sa.Column("model_used", sa.String(255), nullable=True),
-        sa.Column("approval_id", sa.String(64), nullable=True),
-        sa.Column("approver", sa.String(255), nullable=True),
+        _ops.ident("approval_id", nullable=True),
+        _ops.person("approver", nullable=True),
         sa.Column("decision", sa.String(16), nullable=True),
-        sa.Column("edited_args_summary", sa.JSON(), nullable=True),
+        _ops.document("edited_args_summary", nullable=True),
         sa.Column("idempotency_key", sa.String(128), nullable=True),
-        sa.Column("detail", sa.JSON(), nullable=True),
+        _ops.document("detail", nullable=True),
         sa.PrimaryKeyConstraint("seq", name="pk_audit_events"),
         sa.UniqueConstraint("event_id", name="uq_audit_events_event_id"),
     )

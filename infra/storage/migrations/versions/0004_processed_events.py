@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from infra.storage.migrations import _ops
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
@@ -20,21 +22,21 @@ def upgrade() -> None:
     op.create_table(
         "processed_events",
         sa.Column("event_id", sa.String(128), nullable=False),
-        sa.Column("platform", sa.String(32), nullable=False),
-        sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
+        _ops.platform(),
+        _ops.timestamp("received_at"),
         sa.PrimaryKeyConstraint("event_id", name="pk_processed_events"),
     )
     op.create_index("ix_processed_events_received_at", "processed_events", ["received_at"])
     op.create_table(
         "chat_approval_messages",
-        sa.Column("approval_id", sa.String(64), nullable=False),
-        sa.Column("platform", sa.String(32), nullable=False),
-        sa.Column("team_id", sa.String(64), nullable=False),
-        sa.Column("card_channel_id", sa.String(64), nullable=False),
-        sa.Column("card_ts", sa.String(64), nullable=False),
-        sa.Column("requester_channel_id", sa.String(64), nullable=False),
-        sa.Column("requester_thread_ts", sa.String(64), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        _ops.ident("approval_id"),
+        _ops.platform(),
+        _ops.ident("team_id"),
+        _ops.ident("card_channel_id"),
+        _ops.ident("card_ts"),
+        _ops.ident("requester_channel_id"),
+        _ops.ident("requester_thread_ts"),
+        _ops.timestamp("created_at"),
         sa.PrimaryKeyConstraint("approval_id", name="pk_chat_approval_messages"),
     )
 

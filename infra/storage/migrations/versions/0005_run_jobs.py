@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from infra.storage.migrations._ops import lease_columns
+from infra.storage.migrations import _ops
 
 revision = "0005"
 down_revision = "0004"
@@ -24,9 +24,9 @@ def upgrade() -> None:
         sa.Column("job_id", sa.String(128), nullable=False),
         sa.Column("kind", sa.String(64), nullable=False),
         sa.Column("user_key", sa.String(255), nullable=False),
-        sa.Column("payload", sa.JSON(), nullable=False),
-        *lease_columns(),
-        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+        _ops.document("payload"),
+        *_ops.lease_columns(),
+        _ops.timestamp("finished_at", nullable=True),
         sa.Column("error", sa.String(500), nullable=True),
         sa.PrimaryKeyConstraint("job_id", name="pk_run_jobs"),
     )

@@ -16,6 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from infra.storage.migrations import _ops
+
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
@@ -27,7 +29,7 @@ LEGACY_REASON = "decided before opsbot recorded write outcomes; see the audit lo
 def upgrade() -> None:
     with op.batch_alter_table("approvals") as batch:
         batch.add_column(sa.Column("outcome_reason", sa.Text(), nullable=True))
-        batch.add_column(sa.Column("batch_id", sa.String(64), nullable=True))
+        batch.add_column(_ops.ident("batch_id", nullable=True))
         batch.add_column(sa.Column("batch_index", sa.Integer(), nullable=False, server_default="0"))
         batch.add_column(sa.Column("batch_size", sa.Integer(), nullable=False, server_default="1"))
         batch.create_index("ix_approvals_batch_id", ["batch_id"])

@@ -7,8 +7,9 @@ Revises: 0005
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
+
+from infra.storage.migrations import _ops
 
 revision = "0007"
 down_revision = "0006"
@@ -18,7 +19,7 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("chat_approval_messages") as batch:
-        batch.add_column(sa.Column("requester_note_ts", sa.String(64), nullable=True))
+        batch.add_column(_ops.ident("requester_note_ts", nullable=True))
 
 
 def downgrade() -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from infra.storage.migrations import _ops
+
 revision = "0008"
 down_revision = "0007"
 branch_labels = None
@@ -18,10 +20,10 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "mcp_oauth_tokens",
-        sa.Column("subject", sa.String(255), nullable=False),
+        _ops.person("subject"),
         sa.Column("server", sa.String(255), nullable=False),
-        sa.Column("grant_encrypted", sa.String(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        _ops.sealed("grant_encrypted"),
+        _ops.timestamp("updated_at"),
         sa.PrimaryKeyConstraint("subject", "server", name="pk_mcp_oauth_tokens"),
     )
 

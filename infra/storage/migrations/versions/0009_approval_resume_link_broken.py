@@ -16,6 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from infra.storage.migrations import _ops
+
 revision = "0009"
 down_revision = "0008"
 branch_labels = None
@@ -26,8 +28,8 @@ OPEN = ("pending", "deciding", "approved", "executing")
 
 def upgrade() -> None:
     with op.batch_alter_table("approvals") as batch:
-        batch.add_column(sa.Column("resume_claimed_at", sa.DateTime(timezone=True), nullable=True))
-        batch.add_column(sa.Column("resumed_at", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(_ops.timestamp("resume_claimed_at", nullable=True))
+        batch.add_column(_ops.timestamp("resumed_at", nullable=True))
     approvals = sa.table(
         "approvals",
         sa.column("status", sa.String),
@@ -43,7 +45,7 @@ def upgrade() -> None:
         .values(resume_claimed_at=done, resumed_at=done)
     )
     with op.batch_alter_table("account_links") as batch:
-        batch.add_column(sa.Column("broken_at", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(_ops.timestamp("broken_at", nullable=True))
 
 
 def downgrade() -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from infra.storage.migrations import _ops
+
 revision = "0010"
 down_revision = "0009"
 branch_labels = None
@@ -19,14 +21,14 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "teams_conversations",
-        sa.Column("tenant_id", sa.String(64), nullable=False),
-        sa.Column("channel_key", sa.String(64), nullable=False),
-        sa.Column("thread_key", sa.String(64), nullable=False),
+        _ops.ident("tenant_id"),
+        _ops.ident("channel_key"),
+        _ops.ident("thread_key"),
         sa.Column("conversation_id", sa.String(512), nullable=False),
         sa.Column("conversation_type", sa.String(32), nullable=False),
         sa.Column("service_url", sa.String(512), nullable=False),
-        sa.Column("reference", sa.JSON(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        _ops.document("reference"),
+        _ops.timestamp("updated_at"),
         sa.PrimaryKeyConstraint(
             "tenant_id", "channel_key", "thread_key", name="pk_teams_conversations"
         ),

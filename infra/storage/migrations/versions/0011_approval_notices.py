@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 from alembic.operations import BatchOperations
 
-from infra.storage.migrations._ops import lease_columns
+from infra.storage.migrations import _ops
 
 revision = "0011"
 down_revision = "0010"
@@ -46,12 +46,12 @@ def upgrade() -> None:
     op.create_table(
         "approval_notices",
         sa.Column("notice_id", sa.String(191), nullable=False),
-        sa.Column("approval_id", sa.String(64), nullable=False),
-        sa.Column("platform", sa.String(32), nullable=False),
+        _ops.ident("approval_id"),
+        _ops.platform(),
         sa.Column("kind", sa.String(16), nullable=False),
-        sa.Column("payload", sa.JSON(), nullable=True),
-        *lease_columns(),
-        sa.Column("done_at", sa.DateTime(timezone=True), nullable=True),
+        _ops.document("payload", nullable=True),
+        *_ops.lease_columns(),
+        _ops.timestamp("done_at", nullable=True),
         sa.PrimaryKeyConstraint("notice_id", name="pk_approval_notices"),
     )
     op.create_index(

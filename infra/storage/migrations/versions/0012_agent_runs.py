@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from infra.storage.migrations import _ops
+
 revision = "0012"
 down_revision = "0011"
 branch_labels = None
@@ -18,12 +20,12 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "agent_runs",
-        sa.Column("run_id", sa.String(64), nullable=False),
-        sa.Column("thread_id", sa.String(64), nullable=False),
+        _ops.ident("run_id"),
+        _ops.ident("thread_id"),
         sa.Column("state", sa.String(16), nullable=False),
-        sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("stopped_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("stopped_by", sa.String(255), nullable=True),
+        _ops.timestamp("started_at"),
+        _ops.timestamp("stopped_at", nullable=True),
+        _ops.person("stopped_by", nullable=True),
         sa.PrimaryKeyConstraint("run_id", name="pk_agent_runs"),
     )
     op.create_index("ix_agent_runs_thread_id_state", "agent_runs", ["thread_id", "state"])
