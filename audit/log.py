@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict, Unpack
 
 from sqlalchemy import RowMapping, and_, exists, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -41,6 +41,33 @@ class EventKind(StrEnum):
     APPROVAL_FINISHED = "approval_finished"
     FEEDBACK = "feedback"  # a person's thumbs up/down on an answer (outcome: positive/negative)
     RUN_STOPPED = "run_stopped"  # the requester pressed Stop (detail: what stopped)
+
+
+class _ToolUse(TypedDict):
+    """Who used which tool in which thread, with what: every tool event names these."""
+
+    requester: str
+    thread_id: str
+    tool: str
+    args: Any
+    model_used: NotRequired[str | None]
+    detail: NotRequired[dict[str, Any] | None]
+
+
+class ToolCall(_ToolUse):
+    """A read's call (``AuditLog.tool_call``)."""
+
+    outcome: str
+    latency_ms: float | None
+
+
+class WritePending(_ToolUse):
+    """A write about to run (``AuditLog.write_pending``), before its outcome is known."""
+
+    idempotency_key: str
+    approval_id: NotRequired[str | None]
+    approver: NotRequired[str | None]
+    decision: NotRequired[str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,58 +200,11 @@ class AuditLog:
         await self.sink.append(event)
         return event
 
-    async def tool_call(
-        self,
-        *,
-        requester: str,
-        thread_id: str,
-        tool: str,
-        args: Any,
-        outcome: str,
-        latency_ms: float | None,
-        model_used: str | None = None,
-        detail: dict[str, Any] | None = None,
-    ) -> AuditEvent:
-        return await self.record(
-            EventKind.TOOL_CALL,
-            requester=requester,
-            thread_id=thread_id,
-            tool=tool,
-            args=args,
-            outcome=outcome,
-            latency_ms=latency_ms,
-            model_used=model_used,
-            detail=detail,
-        )
+    async def tool_call(self, **call: Unpack[ToolCall]) -> AuditEvent:
+        return await self.record(EventKind.TOOL_CALL, **call)
 
-    async def write_pending(
-        self,
-        *,
-        requester: str,
-        thread_id: str,
-        tool: str,
-        args: Any,
-        idempotency_key: str,
-        approval_id: str | None = None,
-        approver: str | None = None,
-        decision: str | None = None,
-        model_used: str | None = None,
-        detail: dict[str, Any] | None = None,
-    ) -> AuditEvent:
-        return await self.record(
-            EventKind.WRITE_PENDING,
-            detail=detail,
-            requester=requester,
-            thread_id=thread_id,
-            tool=tool,
-            args=args,
-            outcome="pending",
-            idempotency_key=idempotency_key,
-            approval_id=approval_id,
-            approver=approver,
-            decision=decision,
-            model_used=model_used,
-        )
+    async def write_pending(self, **write: Unpack[WritePending]) -> AuditEvent:
+        return await self.record(EventKind.WRITE_PENDING, outcome="pending", **write)
 
     async def write_outcome(
         self,
