@@ -17,6 +17,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
+from bot.failures import answer_failed
 from bot.slack.core import (
     Answered,
     ApprovalRequested,
@@ -227,18 +228,9 @@ class SlackAdapter(DecisionViews):
                 message.chat_user, ref, message.text, events=live.event if live else None
             )
         except Exception as exc:
-            connection_lost = is_connection_error(exc)
-            if retry_on_connection_error and connection_lost:
+            if retry_on_connection_error and is_connection_error(exc):
                 raise
-            if connection_lost:
-                # Not a bug to trace: the person is asked to send the request again.
-                log.warning(
-                    "database unreachable while answering %s; asked them to try again: %s",
-                    message.chat_user.user_id,
-                    type(exc).__name__,
-                )
-            else:
-                log.exception("assistant failed on a message")
+            connection_lost = answer_failed(exc, "slack", message.chat_user.user_id)
             text = DATABASE_DOWN_TEXT if connection_lost else FAILURE_TEXT
             await self.sessions.set_status(channel, thread_ts, "active")
             if live is not None and await live.finish(text):

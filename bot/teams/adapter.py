@@ -22,6 +22,7 @@ import logging
 from collections.abc import Awaitable
 from typing import Any
 
+from bot.failures import answer_failed
 from bot.teams.approvals import TeamsApprovals
 from bot.teams.config import TeamsBotConfig
 from bot.teams.core import (
@@ -199,16 +200,9 @@ class TeamsAdapter:
                 events=stream.event if stream else None,
             )
         except Exception as exc:
-            lost = is_connection_error(exc)
-            if retry_on_connection_error and lost:
+            if retry_on_connection_error and is_connection_error(exc):
                 raise
-            if lost:
-                log.warning(
-                    "database unreachable while answering a Teams message; asked to retry: %s",
-                    type(exc).__name__,
-                )
-            else:
-                log.exception("assistant failed on a Teams message")
+            lost = answer_failed(exc, "teams", message.chat_user.user_id)
             await _stop(typing)
             failure = DATABASE_DOWN_TEXT if lost else FAILURE_TEXT
             if (
