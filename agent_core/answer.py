@@ -7,10 +7,9 @@ rest with a caveat, and adds what it knows itself (the model that served, down s
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -93,9 +92,27 @@ RunResult = Answer | Interrupt
 ID_KEYS = frozenset({"id", "key", "slug", "ticket", "doc_id", "job_id", "order_id"})
 
 
-def _is_id_key(key: str) -> bool:
-    k = key.lower()
+def _is_id(key: object, value: object) -> bool:
+    """``value`` is an id: a string or number under an id-like key."""
+    if not isinstance(value, str | int) or isinstance(value, bool):
+        return False
+    k = str(key).lower()
     return k in ID_KEYS or k.endswith(("_id", "_key"))
+
+
+def _inside(value: Any) -> Iterator[Any]:
+    """What a tool result holds one level down, for the walks below: a list's items, or the
+    value a string of JSON stands for (tools often return their result as JSON text)."""
+    if isinstance(value, list | tuple):
+        yield from value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text[:1] in "[{":
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                return
+            yield parsed
 
 
 def collect_ids(value: Any, out: set[str] | None = None) -> set[str]:
@@ -103,18 +120,12 @@ def collect_ids(value: Any, out: set[str] | None = None) -> set[str]:
     found = out if out is not None else set()
     if isinstance(value, Mapping):
         for k, v in value.items():
-            if isinstance(v, str | int) and not isinstance(v, bool) and _is_id_key(str(k)):
+            if _is_id(k, v):
                 found.add(str(v))
             else:
                 collect_ids(v, found)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            collect_ids(item, found)
-    elif isinstance(value, str):
-        text = value.strip()
-        if text[:1] in "[{":
-            with contextlib.suppress(ValueError):
-                collect_ids(json.loads(text), found)
+    for item in _inside(value):
+        collect_ids(item, found)
     return found
 
 
@@ -134,19 +145,13 @@ def collect_links(value: Any, out: dict[str, str] | None = None) -> dict[str, st
         )
         if url is not None:
             for k, v in value.items():
-                if isinstance(v, str | int) and not isinstance(v, bool) and _is_id_key(str(k)):
+                if _is_id(k, v):
                     found.setdefault(str(v), url)
         for v in value.values():
             if isinstance(v, Mapping | list | tuple | str):
                 collect_links(v, found)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            collect_links(item, found)
-    elif isinstance(value, str):
-        text = value.strip()
-        if text[:1] in "[{":
-            with contextlib.suppress(ValueError):
-                collect_links(json.loads(text), found)
+    for item in _inside(value):
+        collect_links(item, found)
     return found
 
 
