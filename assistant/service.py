@@ -536,8 +536,7 @@ class Assistant:
             except AccessRevokedError:
                 shown.append(ServerConnection(server, False, "access revoked: connect again"))
             except BrokerError as exc:
-                log.info("connections: no token for %s: %s", server, type(exc).__name__)
-                shown.append(ServerConnection(server, False, "not reachable as you right now"))
+                shown.append(_unreachable(server, exc))
             else:
                 shown.append(ServerConnection(server, True))
         connector = self._servers
@@ -549,8 +548,7 @@ class Assistant:
             except ConnectRequired:
                 shown.append(ServerConnection(server, False, "not connected: ask opsbot to use it"))
             except BrokerError as exc:
-                log.info("connections: no token for %s: %s", server, type(exc).__name__)
-                shown.append(ServerConnection(server, False, "not reachable as you right now"))
+                shown.append(_unreachable(server, exc))
             else:
                 shown.append(ServerConnection(server, True))
         return shown
@@ -808,6 +806,12 @@ def _outcome_reply(approval: Approval) -> Reply:
     if approval.state is ApprovalStatus.UNKNOWN:
         return Refused(f"The outcome of your approved request ({tool}) is not known yet: {reason}")
     return Refused(f"Your request was not carried out: {reason}")
+
+
+def _unreachable(server: str, exc: BrokerError) -> ServerConnection:
+    """A server no token could be had for right now (the broker or the IdP failed)."""
+    log.info("connections: no token for %s: %s", server, type(exc).__name__)
+    return ServerConnection(server, False, "not reachable as you right now")
 
 
 def _who(subject: str | None) -> str:
