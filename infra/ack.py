@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from infra.loop_thread import LoopThread, on_loop
-from infra.serving import socket_url
+from infra.serving import serve_aiohttp
 from infra.storage.faults import is_connection_error
 
 log = logging.getLogger(__name__)
@@ -105,11 +105,7 @@ async def serve_fronts(
         )
         application = web.Application(middlewares=list(middlewares))
         application.add_routes(served)
-        runner = web.AppRunner(application, access_log=None, handle_signals=False)
-        await runner.setup()
-        stack.push_async_callback(runner.cleanup)
-        await web.SockSite(runner, sock).start()
-        return socket_url(sock)
+        return await stack.enter_async_context(serve_aiohttp(application, sock))
 
     async with on_ack_thread(thread_name, sock, start) as url:
         yield url
@@ -139,14 +135,8 @@ async def serve_here(
     """Serve ``routes`` on ``sock`` from this loop (no ack thread). Yields the base URL."""
     application = web.Application(middlewares=list(middlewares))
     application.add_routes(routes)
-    runner = web.AppRunner(application, access_log=None, handle_signals=False)
-    await runner.setup()
-    await web.SockSite(runner, sock).start()
-    try:
-        yield socket_url(sock)
-    finally:
-        await runner.cleanup()
-        sock.close()
+    async with serve_aiohttp(application, sock) as url:
+        yield url
 
 
 # A thread waiting for the GIL asks the holder to let go after the switch interval. The ack

@@ -20,6 +20,7 @@ import socket
 from collections.abc import AsyncIterator, Generator
 
 import uvicorn
+from aiohttp import web
 from uvicorn._types import ASGIApplication
 
 
@@ -86,6 +87,21 @@ async def serve_asgi(
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, timeout=5)
+        sock.close()
+
+
+@contextlib.asynccontextmanager
+async def serve_aiohttp(application: web.Application, sock: socket.socket) -> AsyncIterator[str]:
+    """Serve an aiohttp ``application`` on ``sock`` until the block exits; yields the base
+    URL. No access log (opsbot logs what matters itself) and no signal handlers: as with
+    ``serve_asgi``, the embedding command owns signals."""
+    runner = web.AppRunner(application, access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    try:
+        yield socket_url(sock)
+    finally:
+        await runner.cleanup()
         sock.close()
 
 

@@ -48,7 +48,7 @@ from infra.chat_http import (
     refuse,
 )
 from infra.loop_thread import on_loop
-from infra.serving import socket_url
+from infra.serving import serve_aiohttp
 
 EVENTS_PATH = "/slack/events"
 MCP_OAUTH_CALLBACK_PATH = "/oauth/mcp/callback"
@@ -229,26 +229,16 @@ async def serve_http(
         ) as url:
             yield url
         return
-    runner = web.AppRunner(
-        web_application(
-            app,
-            link_callback,
-            routes=routes,
-            middlewares=middlewares,
-            max_body_bytes=max_body_bytes,
-            server_connect=server_connect,
-        ),
-        access_log=None,
-        handle_signals=False,
+    application = web_application(
+        app,
+        link_callback,
+        routes=routes,
+        middlewares=middlewares,
+        max_body_bytes=max_body_bytes,
+        server_connect=server_connect,
     )
-    await runner.setup()
-    site = web.SockSite(runner, sock)
-    await site.start()
-    try:
-        yield socket_url(sock)
-    finally:
-        await runner.cleanup()
-        sock.close()
+    async with serve_aiohttp(application, sock) as url:
+        yield url
 
 
 @contextlib.asynccontextmanager
@@ -297,24 +287,17 @@ async def _serve_on_ack_loop(
         for other in fronts:
             await stack.enter_async_context(other.opened(main))
             forwarded_routes.extend(other.routes())
-        runner = web.AppRunner(
-            web_application(
-                app,
-                callback,
-                routes=forwarded_routes,
-                middlewares=middlewares,
-                max_body_bytes=max_body_bytes,
-                front=front,
-                dispatch=dispatch,
-                server_connect=connect,
-            ),
-            access_log=None,
-            handle_signals=False,
+        application = web_application(
+            app,
+            callback,
+            routes=forwarded_routes,
+            middlewares=middlewares,
+            max_body_bytes=max_body_bytes,
+            front=front,
+            dispatch=dispatch,
+            server_connect=connect,
         )
-        await runner.setup()
-        stack.push_async_callback(runner.cleanup)
-        await web.SockSite(runner, sock).start()
-        return socket_url(sock)
+        return await stack.enter_async_context(serve_aiohttp(application, sock))
 
     async with on_ack_thread("slack-ack", sock, start) as url:
         yield url
