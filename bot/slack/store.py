@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -85,6 +86,10 @@ class ApprovalMessages:
     service_url: str | None = None  # Teams: where the card's updates go
 
 
+# Each field is the ``chat_approval_messages`` column of the same name.
+_MESSAGE_FIELDS = tuple(field.name for field in dataclasses.fields(ApprovalMessages))
+
+
 class SqlApprovalMessages:
     """Card locations of one platform (one row per approval and platform: an approval shown
     on Slack and on Teams has a row for each)."""
@@ -127,14 +132,4 @@ class SqlApprovalMessages:
         m = await card_row(self._engine, approval_id, self._platform)
         if m is None:
             return None
-        return ApprovalMessages(
-            approval_id=m["approval_id"],
-            team_id=m["team_id"],
-            card_channel_id=m["card_channel_id"],
-            card_ts=m["card_ts"],
-            requester_channel_id=m["requester_channel_id"],
-            requester_thread_ts=m["requester_thread_ts"],
-            created_at=m["created_at"],
-            requester_note_ts=m["requester_note_ts"],
-            service_url=m["service_url"],
-        )
+        return ApprovalMessages(**{name: m[name] for name in _MESSAGE_FIELDS})
