@@ -529,28 +529,26 @@ class Assistant:
         identity = await self._identities.resolve(chat_user)
         if identity is None:
             return []
-        shown = []
-        for server in self._exchange_servers:
-            try:
-                await self._identities.get_token(identity, server)
-            except AccessRevokedError:
-                shown.append(ServerConnection(server, False, "access revoked: connect again"))
-            except BrokerError as exc:
-                shown.append(_unreachable(server, exc))
-            else:
-                shown.append(ServerConnection(server, True))
+        shown = [
+            await _connection(
+                server,
+                self._identities.get_token(identity, server),
+                AccessRevokedError,
+                "access revoked: connect again",
+            )
+            for server in self._exchange_servers
+        ]
         connector = self._servers
-        for server in self._oauth_servers:
-            if connector is None:
-                break
-            try:
-                await connector.oauth_token(identity, server)
-            except ConnectRequired:
-                shown.append(ServerConnection(server, False, "not connected: ask opsbot to use it"))
-            except BrokerError as exc:
-                shown.append(_unreachable(server, exc))
-            else:
-                shown.append(ServerConnection(server, True))
+        if connector is not None:
+            shown += [
+                await _connection(
+                    server,
+                    connector.oauth_token(identity, server),
+                    ConnectRequired,
+                    "not connected: ask opsbot to use it",
+                )
+                for server in self._oauth_servers
+            ]
         return shown
 
     def on_approval_change(self, listener: Callable[[str], Awaitable[None]]) -> Callable[[], None]:
@@ -808,10 +806,19 @@ def _outcome_reply(approval: Approval) -> Reply:
     return Refused(f"Your request was not carried out: {reason}")
 
 
-def _unreachable(server: str, exc: BrokerError) -> ServerConnection:
-    """A server no token could be had for right now (the broker or the IdP failed)."""
-    log.info("connections: no token for %s: %s", server, type(exc).__name__)
-    return ServerConnection(server, False, "not reachable as you right now")
+async def _connection(
+    server: str, token: Awaitable[object], missing: type[BrokerError], problem: str
+) -> ServerConnection:
+    """Whether ``token`` (the user's token for ``server``) could be had: ``missing`` is the
+    user's own gap (said as ``problem``), any other broker error a failure right now."""
+    try:
+        await token
+    except missing:
+        return ServerConnection(server, False, problem)
+    except BrokerError as exc:
+        log.info("connections: no token for %s: %s", server, type(exc).__name__)
+        return ServerConnection(server, False, "not reachable as you right now")
+    return ServerConnection(server, True)
 
 
 def _who(subject: str | None) -> str:
