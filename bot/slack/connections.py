@@ -21,6 +21,7 @@ from typing import Any
 from slack_bolt.async_app import AsyncAck, AsyncApp
 
 from bot.slack.core import ChatUser
+from bot.slack.incoming import clicked_by
 from bot.slack.output import SlackOutput
 from bot.slack.render import (
     AUTH_PROVIDER_CONNECT_ACTION_ID,
@@ -98,18 +99,12 @@ def register_user_connections(app: AsyncApp, adapter: Any) -> None:
         # Slack opens the block's auth_url; as with the Connect button, keep where to say
         # "connected" once the login completes.
         await ack()
-        user = body["user"]
-        team = user.get("team_id") or (body.get("team") or {}).get("id")
-        adapter.remember_connect_prompt(
-            ChatUser("slack", str(team), str(user["id"])), body.get("response_url")
-        )
+        adapter.remember_connect_prompt(clicked_by(body), body.get("response_url"))
 
     @app.action(AUTH_PROVIDER_DISCONNECT_ACTION_ID)
     async def disconnect_clicked(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        user = body["user"]
-        team = user.get("team_id") or (body.get("team") or {}).get("id")
-        chat_user = ChatUser("slack", str(team), str(user["id"]))
+        chat_user = clicked_by(body)
         await adapter.assistant.unlink(chat_user)
         await report_connection(adapter, chat_user, connected=False)
         await adapter.publish_home(chat_user)

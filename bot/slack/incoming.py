@@ -119,6 +119,14 @@ class Progress:
         )
 
 
+def clicked_by(body: Mapping[str, Any]) -> ChatUser:
+    """Who clicked, from an interaction's body (a button, a modal's submit): their own team
+    when Slack names it (an Enterprise Grid user's home workspace), else the body's team."""
+    user = body["user"]
+    team = user.get("team_id") or (body.get("team") or {}).get("id")
+    return ChatUser("slack", str(team), str(user["id"]))
+
+
 def strip_mentions(text: str) -> str:
     return _MENTION.sub("", text).strip()
 

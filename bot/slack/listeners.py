@@ -28,7 +28,7 @@ from bot.slack.core import (
     Reject,
 )
 from bot.slack.home import FORGET_ACTION_ID, REFRESH_ACTION_ID
-from bot.slack.incoming import ACCEPTED, TOO_LONG, UserMessage
+from bot.slack.incoming import ACCEPTED, TOO_LONG, UserMessage, clicked_by
 from bot.slack.modals import (
     EDIT_CALLBACK_ID,
     REJECT_CALLBACK_ID,
@@ -217,7 +217,7 @@ def _register_agent_session(app: AsyncApp, adapter: SlackAdapter) -> None:
     @app.action(FEEDBACK_ACTION_ID)
     async def feedback(ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
         await ack()
-        clicker, (channel, _ts) = _clicker(body), _card_location(body)
+        clicker, (channel, _ts) = clicked_by(body), _card_location(body)
         await adapter.learn_home_team()
         if not adapter.team_allowed(clicker.team_id) or not channel:
             return
@@ -232,16 +232,14 @@ def _register_home_actions(app: AsyncApp, adapter: SlackAdapter) -> None:
     @app.action(FORGET_ACTION_ID)
     async def forget_all(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        user = body["user"]
-        team = user.get("team_id") or (body.get("team") or {}).get("id")
-        chat_user = ChatUser("slack", str(team), str(user["id"]))
+        chat_user = clicked_by(body)
         await adapter.assistant.forget_memory(chat_user)
         await adapter.publish_home(chat_user)
 
     @app.action(REFRESH_ACTION_ID)
     async def refresh(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        await adapter.publish_home(_clicker(body), fresh=True)
+        await adapter.publish_home(clicked_by(body), fresh=True)
 
 
 # -- /ops ---------------------------------------------------------------------------------
@@ -303,7 +301,7 @@ def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
     @app.action(CONNECT_ACTION_ID)
     async def connect_clicked(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()  # a URL button: Slack opens the link; we keep where to say "connected"
-        adapter.remember_connect_prompt(_clicker(body), body.get("response_url"))
+        adapter.remember_connect_prompt(clicked_by(body), body.get("response_url"))
 
     @app.action(CONNECT_SERVER_ACTION_ID)
     async def connect_server_clicked(ack: AsyncAck, body: dict[str, Any]) -> None:
@@ -311,7 +309,7 @@ def _register_command(app: AsyncApp, adapter: SlackAdapter) -> None:
         actions = body.get("actions") or [{}]
         server = str(actions[0].get("value") or "")
         if server:
-            adapter.remember_server_prompt(_clicker(body), server, body.get("response_url"))
+            adapter.remember_server_prompt(clicked_by(body), server, body.get("response_url"))
 
 
 async def _subcommand(adapter: SlackAdapter, chat_user: ChatUser, verb: str, rest: str) -> Message:
@@ -361,12 +359,6 @@ def too_long_text(length: int, limit: int) -> str:
 # -- approvals ----------------------------------------------------------------------------
 
 
-def _clicker(body: dict[str, Any]) -> ChatUser:
-    user = body["user"]
-    team = user.get("team_id") or (body.get("team") or {}).get("id")
-    return ChatUser("slack", str(team), str(user["id"]))
-
-
 def _card_location(body: dict[str, Any]) -> tuple[str | None, str | None]:
     container = body.get("container") or {}
     channel = container.get("channel_id") or (body.get("channel") or {}).get("id")
@@ -390,7 +382,7 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
         ack: AsyncAck, body: dict[str, Any], action: dict[str, Any], context: AsyncBoltContext
     ) -> None:
         await ack()
-        clicker, (channel, ts) = _clicker(body), _card_location(body)
+        clicker, (channel, ts) = clicked_by(body), _card_location(body)
         if await refuse_team(context, body, clicker, channel):
             return
         approval_id = str(action["value"])
@@ -428,7 +420,7 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
             context: AsyncBoltContext,
         ) -> None:
             await ack()  # then views.open at once: the trigger id lives 3 seconds
-            clicker, (channel, ts) = _clicker(body), _card_location(body)
+            clicker, (channel, ts) = clicked_by(body), _card_location(body)
             if await refuse_team(context, body, clicker, channel):
                 return
             approval_id = str(action["value"])
@@ -460,7 +452,7 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
     async def edit_submitted(
         ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], context: AsyncBoltContext
     ) -> None:
-        clicker = _clicker(body)
+        clicker = clicked_by(body)
         try:
             ctx = ModalContext.load(str(view.get("private_metadata", "")))
         except ValueError:
@@ -514,7 +506,7 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
         ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], context: AsyncBoltContext
     ) -> None:
         await ack()
-        clicker = _clicker(body)
+        clicker = clicked_by(body)
         try:
             ctx = ModalContext.load(str(view.get("private_metadata", "")))
         except ValueError:
