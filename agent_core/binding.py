@@ -235,19 +235,11 @@ class AuditInterceptor:
         reason: str | None = "the call was interrupted — outcome unknown"
         attempts = ctx.write_attempts if key is not None else 1
         try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(max(1, attempts)),
-                wait=wait_exponential(
-                    multiplier=ctx.write_retry_initial_delay, max=ctx.write_retry_max_delay
-                ),
-                retry=retry_if_exception_type(_UNREACHABLE),
-                reraise=True,
-            ):
-                with attempt:
-                    sent = request.override(args=call_args)
-                    first = attempt.retry_state.attempt_number == 1
-                    # A retry must not reuse the session the failed attempt may have killed.
-                    result = await (handler(sent) if first else ctx.sessions.call_again(sent))
+            sent = request.override(args=call_args)
+            if attempts <= 1:  # one attempt (every read): no retry loop to set up
+                result = await handler(sent)
+            else:
+                result = await _with_retries(ctx, attempts, handler, sent)
             if isinstance(result, CallToolResult):
                 if result.isError:
                     raise ToolResultError(server, result_text(result.content) or f"{name} failed")
@@ -259,11 +251,30 @@ class AuditInterceptor:
             reason = failure_reason(server, exc)
             raise
         finally:
+            finished = event if reason is None else dataclasses.replace(event, reason=reason)
             if ctx.observer is not None:
                 latency = (time.perf_counter() - started) * 1000
-                finished = dataclasses.replace(event, reason=reason)
                 await ctx.observer.tool_call_finished(finished, outcome, latency)
-            await tell_progress(ctx, dataclasses.replace(event, reason=reason), outcome)
+            await tell_progress(ctx, finished, outcome)
+
+
+async def _with_retries(
+    ctx: RunContext, attempts: int, handler: MCPHandler, sent: MCPToolCallRequest
+) -> MCPToolCallResult:
+    """A keyed write, sent again (same key) while its server is unreachable, with backoff."""
+    async for attempt in AsyncRetrying(
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(
+            multiplier=ctx.write_retry_initial_delay, max=ctx.write_retry_max_delay
+        ),
+        retry=retry_if_exception_type(_UNREACHABLE),
+        reraise=True,
+    ):
+        with attempt:
+            first = attempt.retry_state.attempt_number == 1
+            # A retry must not reuse the session the failed attempt may have killed.
+            return await (handler(sent) if first else ctx.sessions.call_again(sent))
+    raise AssertionError("unreachable: tenacity reraises the last failure")
 
 
 def _convertible(result: CallToolResult) -> CallToolResult:

@@ -13,7 +13,11 @@ them in the order ``create_agent`` would (first listed = outermost): ``create_ag
 each wrap hook in a LangSmith ``traceable``, which costs two thread hops and a task per
 hook per call even with tracing off; six hooks around every tool call made that most of
 the per-call overhead. The parts stay in the list as thin stand-ins carrying their state
-schema, tools and name.
+schema, tools and name. The one ``traceable`` left per model and tool call still sends its
+run set-up and end to a worker thread; with LangSmith tracing off there is nothing to set
+up there, so ``fold`` installs LangSmith's documented runtime override that runs them
+inline unless tracing is on (``inline_untraced_hops``): ~0.13 ms less CPU per call and no
+thread wake-up.
 
 An interrupt (human review) ends the folded ``after`` node before its update is saved, so
 review must be the first ``after`` hook (checked): what must be in the state saved at the
@@ -27,9 +31,11 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextvars
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import langsmith
 from langchain.agents.factory import _chain_async_model_call_handlers
 from langchain.agents.middleware import (
     AgentMiddleware,
@@ -43,6 +49,8 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.config import get_config
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.runtime import Runtime
+from langsmith._runtime_overrides import get_runtime_overrides
+from langsmith.utils import tracing_is_enabled
 
 Middleware = AgentMiddleware[Any, Any, Any]
 
@@ -241,6 +249,22 @@ def _stand_in(part: Middleware) -> Middleware:
     return stand_in
 
 
+async def _inline_when_untraced(
+    default: Callable[..., Any], ctx: contextvars.Context, func: Any, /, *args: Any, **kwargs: Any
+) -> Any:
+    """LangSmith's ``aio_to_thread``: inline while tracing is off (the set-up and end of an
+    untraced run touch no I/O); with tracing on, LangSmith's own thread hop."""
+    if ctx.run(tracing_is_enabled):
+        return await default(ctx, func, *args, **kwargs)
+    return ctx.run(func, *args, **kwargs)
+
+
+def inline_untraced_hops() -> None:
+    """Install ``_inline_when_untraced`` (once; never over another override)."""
+    if get_runtime_overrides().aio_to_thread is None:
+        langsmith.set_runtime_overrides(aio_to_thread=_inline_when_untraced)
+
+
 def fold(stack: Sequence[Middleware]) -> list[Middleware]:
     """``stack`` with every node hook folded into one ``before`` and one ``after`` node,
     and every wrap hook into one wrap of each kind.
@@ -249,6 +273,7 @@ def fold(stack: Sequence[Middleware]) -> list[Middleware]:
     stand-ins (same place in the list), their node hooks run in one ``FoldedHooks`` placed
     first and their wrap hooks in one ``FoldedWraps`` after it.
     """
+    inline_untraced_hops()
     for part in stack:
         for hook in _AGENT_HOOKS:
             if _overrides(part, hook):

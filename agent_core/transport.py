@@ -13,6 +13,16 @@ stream that the SDK opens after ``initialize``. That stream only carries what a 
 outside any request (list-changed and log notifications), which a run does not read; its
 responses, and anything a server sends during a call, come on the POST's own stream. The GET
 is optional in the MCP spec, and skipping it saves a request and a connection per session.
+
+It also sends ``notifications/initialized`` without holding the session's next message
+behind its answer. The SDK posts a notification and waits for the server's ``202`` before it
+takes the next message, so every session's first call waited one more round trip. The
+lifecycle in the MCP spec asks the client to send ``initialized`` after the ``initialize``
+response and not to send requests (but pings) *before that response*; it asks nothing of the
+notification's acknowledgement, which carries no answer. So the notification's POST is
+started first and the next request goes out beside it (the MCP Python server, like the spec,
+takes requests once it answered ``initialize``). A refused notification still ends the
+session: its POST fails in the transport's task group.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ from collections.abc import AsyncIterator
 import anyio
 import httpx
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.client.streamable_http import StreamableHTTPTransport
+from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
 from mcp.shared.message import SessionMessage
 
 # Below the usual 5 s server keep-alive (uvicorn's default): a connection is dropped by us
@@ -124,11 +134,15 @@ async def request_only_transport(
     """Streamable HTTP on ``client`` without the standing GET stream (see the module)."""
     read_writer, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    to_sdk, sdk_reader = anyio.create_memory_object_stream[SessionMessage](0)
     transport = StreamableHTTPTransport(url)
     async with anyio.create_task_group() as tg:
         try:
             tg.start_soon(
-                transport.post_writer, client, write_reader, read_writer, write, _no_get, tg
+                _initialized_aside, transport, client, write_reader, to_sdk, read_writer, tg
+            )
+            tg.start_soon(
+                transport.post_writer, client, sdk_reader, read_writer, to_sdk, _no_get, tg
             )
             try:
                 yield read, write
@@ -139,6 +153,31 @@ async def request_only_transport(
         finally:
             await read_writer.aclose()
             await write.aclose()
+
+
+async def _initialized_aside(
+    transport: StreamableHTTPTransport,
+    client: httpx.AsyncClient,
+    messages: MemoryObjectReceiveStream[SessionMessage],
+    to_sdk: MemoryObjectSendStream[SessionMessage],
+    read_writer: MemoryObjectSendStream[SessionMessage | Exception],
+    tg: anyio.abc.TaskGroup,
+) -> None:
+    """Pass the session's messages on to the SDK's writer, but post ``initialized`` in a
+    task of its own, so the next message does not wait for its ``202`` (see the module)."""
+    async with messages, to_sdk:
+        async for message in messages:
+            if not transport._is_initialized_notification(message.message):
+                await to_sdk.send(message)
+                continue
+            ctx = RequestContext(
+                client=client,
+                session_id=transport.session_id,
+                session_message=message,
+                metadata=None,
+                read_stream_writer=read_writer,
+            )
+            tg.start_soon(transport._handle_post_request, ctx)
 
 
 def _no_get() -> None:
