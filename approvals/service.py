@@ -356,6 +356,9 @@ class ApprovalService:
         """The decision's part of ``_settle``: final for a rejection, else run the call."""
         registered: RunStop | None = None
         try:
+            # Decided here (or by a crashed instance) but not yet run: nothing of it left
+            # opsbot, so it runs as a fresh call, not as a rerun.
+            unsent = approval.status in (ApprovalStatus.DECIDING, ApprovalStatus.APPROVED)
             if approval.status is ApprovalStatus.DECIDING:
                 if all(d.type == "reject" for d in approval.decisions):
                     status = (
@@ -368,20 +371,23 @@ class ApprovalService:
                     )
                     await self._record_finished(approval)
                 else:
+                    # Approved: on to executing in one statement (one transaction per click
+                    # fewer than deciding → approved → executing), before the call's checks.
                     approval = await self.store.advance(
-                        approval.approval_id, ApprovalStatus.DECIDING, ApprovalStatus.APPROVED
+                        approval.approval_id, ApprovalStatus.DECIDING, ApprovalStatus.EXECUTING
                     )
+                    self.changes.changed(approval.approval_id)
             running = approval.status in (ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING)
             if running and self._runs is not None:
                 registered = await self._runs.start(approval.thread_id)
-            if approval.status is ApprovalStatus.APPROVED:
+            if approval.status is ApprovalStatus.APPROVED:  # left there by an older instance
                 approval = await self.store.advance(
                     approval.approval_id, ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING
                 )
                 self.changes.changed(approval.approval_id)
                 approval = await self._run_approved(approval, rerun=False)
             elif approval.status is ApprovalStatus.EXECUTING:
-                approval = await self._run_approved(approval, rerun=rerun)
+                approval = await self._run_approved(approval, rerun=rerun and not unsent)
         except ApprovalError:
             if registered is not None and self._runs is not None:
                 await self._runs.finish(registered.run_id)
@@ -473,11 +479,15 @@ class ApprovalService:
         that ran, and a refusal for the others. Otherwise this one waits. ``run``: the
         caller's registered run (its stop signal), kept open by the caller."""
         batch = await self.store.find(batch=approval.batch, limit=1000)
-        if not batch or any(a.status in OPEN_STATUSES for a in batch):
+        # This approval as the batch's read just found it (not read again)
+        current = next((a for a in batch if a.approval_id == approval.approval_id), None)
+        if current is None:
             return DecisionReport(await self._current(approval))
+        if any(a.status in OPEN_STATUSES for a in batch):
+            return DecisionReport(current)
         now = self._clock()
         if not await self.store.claim_resume(approval.batch, now, now - RESUME_LEASE):
-            return DecisionReport(await self._current(approval))
+            return DecisionReport(current)
         first = batch[0]
         try:
             requester = await self._identities(first.requester_subject)

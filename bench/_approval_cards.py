@@ -12,7 +12,10 @@ an approver clicks Approve on all N at once (or, with ``paced_ms``, one every
 
 and ``audit_rows == executions``: write-outcome audit rows for these approvals against the
 changes in the ticketing server's own log. ``stages``: per stage of a click (``bench._stages``),
-p50 / p99 ms since the click was sent.
+p50 / p99 ms since the click was sent. ``app_sql_transactions_per_click``: transactions the
+app's engine began from the first click until every write was done, and until the end (the
+checkpointer's and the account links' own connections are not counted): a count, not a time,
+so it holds on a loaded machine.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+from sqlalchemy import event as sa_event
 
 from bench._stages import Stages
 from bench._support import OtherLoop, percentile
@@ -73,6 +77,8 @@ async def cards_bench(
 
     written_at: dict[str, float] = {}
     stages = Stages()
+    # The app engine's transactions: in all, at the first click, once every write was done
+    tx = {"count": 0, "clicked": 0, "written": 0}
 
     class TimedObserver(AuditObserver):
         async def tool_call_started(self, event: ToolCallEvent) -> None:
@@ -85,6 +91,8 @@ async def cards_bench(
             if event.kind == "write" and event.approval_id and outcome == "success":
                 written_at.setdefault(event.approval_id, time.perf_counter())
                 stages.mark(event.approval_id, "server applied")
+                if len(written_at) == n:
+                    tx["written"] = tx["count"]
             await super().tool_call_finished(event, outcome, latency_ms)
             stages.mark(event.approval_id, "audit written")
 
@@ -102,6 +110,11 @@ async def cards_bench(
     async def app() -> AsyncIterator[tuple[str, AuditLog]]:
         engine = create_engine(url, pool_size=20, max_overflow=20)
         await migrate(engine)
+
+        @sa_event.listens_for(engine.sync_engine, "begin")
+        def counted(_conn: Any) -> None:
+            tx["count"] += 1
+
         identities = LocalIdentityService(env.harness.broker, env.harness.linking)
         try:
             async with open_checkpointer(url, pool_size=20) as saver:
@@ -152,8 +165,13 @@ async def cards_bench(
                     stages.wrap(
                         bot.adapter, "show_deciding", "click received", lambda a, *_, **__: a
                     )
-                    if profiler is not None:  # the app loop's thread, from the first click
-                        stages.on_first("click received", profiler.enable)
+
+                    def first_click() -> None:
+                        tx["clicked"] = tx["count"]
+                        if profiler is not None:  # the app loop's thread, from the first click
+                            profiler.enable()
+
+                    stages.on_first("click received", first_click)
                     async with serve_http(
                         bot.app,
                         bind_socket("127.0.0.1", 0),
@@ -269,4 +287,8 @@ async def cards_bench(
         "audit_rows_equal_executions": len(audit_rows) == len(changes) == n,
         "stages": stages.report({k.split(" ")[0]: v for k, v in clicked_at.items()}),
         "app_loop_cpu_ms_per_click": stages.cpu_per_click(n),
+        "app_sql_transactions_per_click": {
+            "until_writes_done": round((tx["written"] - tx["clicked"]) / n, 1),
+            "until_cards_final": round((tx["count"] - tx["clicked"]) / n, 1),
+        },
     }

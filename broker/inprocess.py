@@ -36,7 +36,7 @@ from broker.errors import (
     TokenVerificationError,
 )
 from broker.exchange import TokenEndpointClient, TokenEndpointError
-from broker.links import LinkStore
+from broker.links import AccountLink, LinkStore
 from broker.metrics import BrokerMetrics
 from broker.types import AccessToken, ChatUser, Identity
 from infra.clock import Clock, utc_now
@@ -178,20 +178,27 @@ class InProcessBroker:
             scopes=frozenset(scope.split()) if isinstance(scope, str) else frozenset(),
         )
 
-    async def _subject_token(self, identity: Identity) -> _SubjectToken:
+    async def _subject_token(
+        self, identity: Identity, link: AccountLink | None = None
+    ) -> _SubjectToken:
         token, _ = await self._subjects.get_or_load(
-            identity.subject, lambda: self._refresh(identity)
+            identity.subject, lambda: self._refresh(identity, link)
         )
         return token
 
-    async def _refresh(self, identity: Identity) -> tuple[_SubjectToken, datetime | None]:
+    async def _refresh(
+        self, identity: Identity, link: AccountLink | None = None
+    ) -> tuple[_SubjectToken, datetime | None]:
+        """``link``: the chat user's link when the caller has just read it (a click's
+        ``resolve``): not read again before the refresh."""
         chat_user = identity.chat_user
         if chat_user is None:
             found = await self._links.links_for_subject(identity.subject)
             if not found:
                 raise NotLinkedError(f"{identity.subject!r} has not connected their account")
             chat_user = found[0].chat_user
-        link = await self._links.get(chat_user)
+        if link is None or link.chat_user != chat_user:
+            link = await self._links.get(chat_user)
         refresh_token = await self._links.refresh_token(chat_user)
         if link is None or refresh_token is None:
             raise NotLinkedError("this chat user has not connected their company account")
@@ -264,7 +271,7 @@ class InProcessBroker:
         identity = Identity(link.subject, chat_user, link.email)
         if fresh:
             self._subjects.invalidate(link.subject)
-        subject = await self._subject_token(identity)
+        subject = await self._subject_token(identity, link)
         return Identity(link.subject, chat_user, link.email, subject.groups)
 
     async def resolve_subject(self, subject: str) -> Identity:

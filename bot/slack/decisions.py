@@ -17,6 +17,7 @@ from bot.slack.core import (
     AlreadyDecided,
     Answered,
     ApprovalNotice,
+    ApprovalView,
     ChatUser,
     Decided,
     DecisionOutcome,
@@ -225,6 +226,9 @@ class DecisionViews(HomeViews):
         """Show a decision taken anywhere (a click, or the expiry sweeper): the card is
         updated in place and the requester's thread is told."""
         by = outcome.decided_by or by
+        # Read once for the card and the note (each read them again before)
+        stored = await self.approval_messages.get(outcome.approval_id)
+        view = await self.assistant.approval_view(outcome.approval_id)
         await self._update_card(
             outcome.approval_id,
             channel,
@@ -234,10 +238,12 @@ class DecisionViews(HomeViews):
             outcome.outcome,
             state=outcome.state or None,
             reason=outcome.outcome_reason,
+            known=(stored, view),
         )
-        stored = await self.approval_messages.get(outcome.approval_id)
         if stored is not None and stored.requester_note_ts:
-            await self._update_note(outcome, stored.requester_channel_id, stored.requester_note_ts)
+            await self._update_note(
+                outcome, stored.requester_channel_id, stored.requester_note_ts, view
+            )
         try:
             await self._tell_requester(outcome, stored, by)
         finally:  # Homes last: the card and the requester's thread come first
@@ -287,9 +293,10 @@ class DecisionViews(HomeViews):
         if outcome.requester_result is not None:  # the run answered: the session is idle again
             await self.sessions.set_status(target[0], target[1], "active")
 
-    async def _update_note(self, outcome: Decided, channel: str, note_ts: str) -> None:
+    async def _update_note(
+        self, outcome: Decided, channel: str, note_ts: str, view: ApprovalView | None
+    ) -> None:
         """The requester's "needs approval" note no longer says it waits."""
-        view = await self.assistant.approval_view(outcome.approval_id)
         what = f"`{escape(view.server)}` · `{escape(view.tool)}`" if view else "Your request"
         message = text_message(f"{what}: {_decision_header(outcome, outcome.decided_by)}")
         await self.update_or_log(channel, note_ts, message, "update the requester's note")
@@ -305,14 +312,17 @@ class DecisionViews(HomeViews):
         *,
         state: str | None = None,
         reason: str | None = None,
+        known: tuple[ApprovalMessages | None, ApprovalView | None] | None = None,
     ) -> None:
-        stored = await self.approval_messages.get(approval_id)
+        """``known``: the card's stored place and the approval's view, when just read."""
+        stored, view = known or (await self.approval_messages.get(approval_id), None)
         if stored is not None:
             channel, card_ts = stored.card_channel_id, stored.card_ts
         if not channel or not card_ts:
             log.warning("no card known for approval %s", approval_id)
             return
-        view = await self.assistant.approval_view(approval_id)
+        if known is None:
+            view = await self.assistant.approval_view(approval_id)
         card = decided_card(view, approval_id, decision, by, outcome, state=state, reason=reason)
         await self.client.chat_update(
             channel=channel, ts=card_ts, text=card.text, blocks=card.blocks

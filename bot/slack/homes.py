@@ -124,17 +124,23 @@ class HomeViews(SlackOutput):
     async def refresh_homes(self, approval_id: str) -> None:
         """Republish App Home for the requester and every eligible approver of
         ``approval_id`` (created or decided), so no Home shows a stale list."""
-        await self._audience_runs.run(approval_id, self._refresh_homes_once)
+        self._homes_due[approval_id] = None
+        # One round at a time for every approval: a change during a round makes one more
+        # round, for all the approvals changed meanwhile.
+        await self._audience_runs.run("", self._refresh_due_homes)
 
-    async def _refresh_homes_once(self, approval_id: str) -> None:
-        # Asked each time, not kept: someone who linked since the approval was created (and
-        # may decide it now) must have their Home republished too.
-        try:
-            audience = await self.assistant.home_audience(approval_id)
-        except Exception as exc:  # Home is a convenience: never fail the decision for it
-            log.warning("home audience of %s unknown: %s", approval_id, type(exc).__name__)
-            return
-        for chat_user in audience:
+    async def _refresh_due_homes(self, _key: str) -> None:
+        due = list(self._homes_due)
+        self._homes_due.clear()
+        audience: dict[ChatUser, None] = {}
+        for approval_id in due:
+            # Asked each time, not kept: someone who linked since the approval was created
+            # (and may decide it now) must have their Home republished too.
+            try:
+                audience.update(dict.fromkeys(await self.assistant.home_audience(approval_id)))
+            except Exception as exc:  # Home is a convenience: never fail the decision for it
+                log.warning("home audience of %s unknown: %s", approval_id, type(exc).__name__)
+        for chat_user in audience:  # each user's Home once, however many of theirs changed
             if chat_user.platform == "slack":
                 await self._republish_home(chat_user)
 

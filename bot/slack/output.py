@@ -59,11 +59,13 @@ class SlackOutput:
         # Each user's servers as last asked (opening the tab, Refresh): a republished Home
         # shows them again without minting a token for every reader.
         self._home_servers: dict[ChatUser, tuple[ServerConnection, ...]] = {}
-        # Homes republished once at a time per user, and per approval its Homes' audience
-        # asked once at a time: a burst of changes (decided, executing, finished) is one or
-        # two rounds, not one per change.
+        # Homes republished once at a time per user, and the changed approvals' audiences
+        # asked by one round at a time for all that changed since the last round: twenty
+        # clicks' changes (decided, executing, finished) are a few rounds, each republishing
+        # a user's Home once, not a round per change per approval.
         self._home_runs: OnceAtATime[ChatUser] = OnceAtATime()
         self._audience_runs: OnceAtATime[str] = OnceAtATime()
+        self._homes_due: dict[str, None] = {}  # approval ids changed since the last round
         # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
         self.home_team: str | None = None
         self._home_team_asked_at: float | None = None

@@ -471,3 +471,29 @@ async def test_a_crash_during_the_resume_is_resumed_once_after_the_lease(
     assert harness.executor.executions == 1
     assert len(harness.resumer.executed) == 1
     assert await harness.service.finish_interrupted(timedelta(seconds=20)) == []
+
+
+async def test_an_approve_click_reaches_its_write_in_three_store_statements() -> None:
+    """The click's way to its write: read, claim, and one move on to ``executing``
+    (``deciding → approved → executing`` was two); the write then runs once, not as a rerun."""
+    from approval_fakes import build_harness
+
+    from approvals import MemoryApprovalStore
+
+    calls: list[tuple[str, int]] = []
+
+    class Counting(MemoryApprovalStore):
+        def __getattribute__(self, name: str) -> object:
+            attr = super().__getattribute__(name)
+            if name in ("get", "claim", "advance", "finish", "find", "reclaim"):
+                calls.append((name, harness.executor.executions))
+            return attr
+
+    harness = build_harness(Counting())
+    approval_id = await harness.open("alice")
+    calls.clear()
+    report = await harness.service.decide(identity("bob"), approval_id, APPROVE)
+    assert report.approval.status is ApprovalStatus.SUCCEEDED
+    assert harness.executor.executions == 1
+    before_write = [name for name, executions in calls if executions == 0]
+    assert before_write == ["get", "claim", "advance"]

@@ -219,3 +219,50 @@ async def test_a_failing_refresh_is_one_line_not_bolts_traceback(
     assert lines[0].exc_info is None
     assert "ValueError" in lines[0].getMessage()
     assert not [r for r in caplog.records if r.exc_info is not None]
+
+
+async def test_a_burst_of_approval_changes_republishes_each_home_in_a_round_or_two() -> None:
+    """Twenty clicks change twenty approvals three times each (decided, executing, finished)
+    on one loop: the Homes are refreshed by rounds over every approval changed meanwhile,
+    each user's Home once per round; no change is left without a round after it."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from bot.slack.core import ChatUser
+    from bot.slack.homes import HomeViews
+
+    gate = asyncio.Event()
+    asked: list[str] = []
+
+    class Audience(FakeAssistant):
+        async def home_audience(self, approval_id: str) -> list[ChatUser]:
+            asked.append(approval_id)
+            await gate.wait()  # the first round is under way while the burst comes
+            return [alice, bob]
+
+    published: list[str] = []
+
+    class Client:
+        async def views_publish(self, *, user_id: str, view: dict[str, Any]) -> None:
+            published.append(user_id)
+
+    assistant = Audience()
+    alice = ChatUser("slack", ALICE.team_id, ALICE.user_id)
+    bob = ChatUser("slack", ALICE.team_id, BOB.user_id)
+    assistant.link(alice, "alice")
+    assistant.link(bob, "bob", {"ticket-leads"})
+    views = HomeViews(
+        SimpleNamespace(user_connections=False),  # type: ignore[arg-type]
+        assistant,
+        Client(),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+    )
+    first = asyncio.create_task(views.approval_changed("a0"))
+    await asyncio.sleep(0.01)
+    burst = [f"a{i}" for i in range(20)]
+    await asyncio.gather(*(views.approval_changed(a) for _ in range(3) for a in burst))
+    gate.set()
+    await first
+    # A round for a0, then one round for all twenty (a0 changed again meanwhile)
+    assert asked == ["a0", *burst]
+    assert sorted(published) == sorted([ALICE.user_id, BOB.user_id] * 2)

@@ -309,3 +309,28 @@ async def test_userinfo_answers_for_a_login_access_token(dev_idp: RunningIdp) ->
         "groups": ["contractors"],
     }
     assert bad.status_code == 401
+
+
+async def test_a_fresh_resolve_reads_the_link_once_and_still_asks_the_idp(
+    identity_broker: BrokerHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A click's approver check (``resolve(fresh=True)``) refreshes the sign-in at the IdP
+    each time, from the link it has just read: the link is not read a second time."""
+    alice = await identity_broker.link("alice")
+    assert alice.chat_user is not None
+    links = identity_broker.links
+    original = links.get
+    reads: list[ChatUser] = []
+
+    async def counted(chat_user: ChatUser) -> object:
+        reads.append(chat_user)
+        return await original(chat_user)
+
+    monkeypatch.setattr(links, "get", counted)
+    refreshes = identity_broker.idp.provider.stats.refreshes
+    for _ in range(3):
+        identity = await identity_broker.broker.resolve(alice.chat_user, fresh=True)
+        assert identity is not None
+        assert identity.groups == {"team-payments"}
+    assert identity_broker.idp.provider.stats.refreshes == refreshes + 3  # asked each time
+    assert reads == [alice.chat_user] * 3
