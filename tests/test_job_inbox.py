@@ -158,3 +158,24 @@ async def test_the_spool_opened_at_once_by_the_front_and_the_runner_opens_for_bo
             async with engine.connect() as conn:
                 assert (await conn.execute(select(run_jobs))).all() == []
             await engine.dispose()
+
+
+async def test_the_spool_commits_to_its_wal_without_an_fsync_each(sqlite_url: str) -> None:
+    """WAL with synchronous=NORMAL (1): a commit is in the file when the ack is answered
+    (another connection reads it), but a lone ack no longer waits for the disk's fsync."""
+    spool = await open_ack_engine(sqlite_url)
+    try:
+        async with spool.connect() as conn:
+            assert (await conn.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
+            assert (await conn.execute(text("PRAGMA synchronous"))).scalar() == 1
+        async with JobInbox(spool) as inbox:
+            assert await asyncio.wait_for(inbox.put(delivery(9)), BOUND) is True
+    finally:
+        await spool.dispose()
+    reader = create_engine(str(spool_url(sqlite_url)))
+    try:
+        async with reader.connect() as conn:
+            left = (await conn.execute(select(run_jobs.c.job_id))).scalars().all()
+        assert left == ["slack-Ev9"]
+    finally:
+        await reader.dispose()
