@@ -32,7 +32,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, event, select
+import sqlalchemy
+from sqlalchemy import Engine, delete, event, select
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -106,6 +107,26 @@ async def open_spool(url: str) -> AsyncEngine:
     return engine
 
 
+def spool_writer(url: str) -> Engine:
+    """The ack front's own connection to the spool, used on its loop (``JobInbox``'s
+    ``writer``): a batch's commit without fsync (``_no_fsync_per_commit``) is a few tens of
+    microseconds of SQLite, with the GIL released; through aiosqlite the same batch was six
+    round trips to its thread, each waiting again for the GIL and for the ack loop to wake
+    while agents computed. Busy timeout 0, as the inbox's retry loop expects. WAL
+    checkpoints (every 1000 pages) may run in a commit here: rare, and the GIL is free."""
+    engine = sqlalchemy.create_engine(url, pool_size=1, max_overflow=0)
+    event.listen(engine, "connect", _writer_pragmas)
+    return engine
+
+
+def _writer_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=0")
+    cursor.close()
+    _no_fsync_per_commit(dbapi_connection, _record)
+
+
 async def open_ack_engine(database_url: str, pool_size: int = 2) -> AsyncEngine:
     """The engine an ack front's ``JobInbox`` writes with: the spool on SQLite, else a small
     pool of its own (named ``ack``) on PostgreSQL."""
@@ -122,10 +143,14 @@ async def open_ack_inbox(
     """An ack front's ``JobInbox`` on its own engine (``open_ack_engine``), open on the
     running loop until the block exits."""
     engine = await open_ack_engine(database_url, pool_size)
+    url = spool_url(database_url)
+    writer = None if url is None else spool_writer(url)
     try:
-        async with JobInbox(engine, clock, writers=max(1, pool_size)) as inbox:
+        async with JobInbox(engine, clock, writers=max(1, pool_size), writer=writer) as inbox:
             yield inbox
     finally:
+        if writer is not None:
+            writer.dispose()
         await engine.dispose()
 
 
