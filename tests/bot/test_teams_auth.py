@@ -166,6 +166,17 @@ async def test_malformed_body_is_400_and_oversized_413(
 # -- the verifier on its own: keys, rotation, endorsements ------------------------------
 
 
+async def _rotate(
+    fake: FakeTeams, auth: ConnectorAuth, activity: dict[str, Any], clock: list[float]
+) -> None:
+    """The Connector signs with a new key (new kid) from now on, past the refetch limit: a
+    token of the new key is accepted (the keys are fetched again)."""
+    fake._key = fake.foreign_key()
+    fake.kid = "rotated"
+    clock[0] += 60
+    assert await auth.verify(f"Bearer {fake.token()}", activity)
+
+
 async def test_rotated_key_is_fetched_once(fake_teams: FakeTeams) -> None:
     clock = [1000.0]
     async with aiohttp.ClientSession() as session:
@@ -179,10 +190,7 @@ async def test_rotated_key_is_fetched_once(fake_teams: FakeTeams) -> None:
         activity = fake_teams.personal(ALICE, "hi")
         assert (await auth.verify(f"Bearer {fake_teams.token()}", activity))["aud"] == APP_ID
         # Microsoft rotates its key: a token with the new kid makes opsbot fetch the keys again.
-        fake_teams._key = fake_teams.foreign_key()
-        fake_teams.kid = "rotated"
-        clock[0] += 60
-        assert await auth.verify(f"Bearer {fake_teams.token()}", activity)
+        await _rotate(fake_teams, auth, activity, clock)
         # A flood of unknown kids does not turn into a flood of fetches.
         with pytest.raises(Rejected, match="unknown key"):
             await auth.verify(f"Bearer {fake_teams.token(kid='nope')}", activity)
@@ -229,10 +237,7 @@ async def test_a_remembered_token_is_verified_once_and_checked_at_every_use(
 
         # The key rotates: a token of the new key refreshes the set, and the old key's token,
         # though remembered and unexpired, is now signed by an unknown key.
-        fake_teams._key = fake_teams.foreign_key()
-        fake_teams.kid = "rotated"
-        clock[0] += 60
-        assert await auth.verify(f"Bearer {fake_teams.token()}", activity)
+        await _rotate(fake_teams, auth, activity, clock)
         with pytest.raises(Rejected, match="unknown key"):
             await auth.verify(f"Bearer {token}", activity)
 
