@@ -28,6 +28,7 @@ import httpx
 from cryptography.fernet import Fernet
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench._sender import Prepared, send_from_own_process
 from bench._support import OtherLoop
 from mcp_servers import ReferenceServers, start_reference_servers
 from testing.identity import RunningIdp, sign_in_at_login_page, start_dev_idp
@@ -37,6 +38,7 @@ from testing.slack import (
     FakeSlack,
     SlackSender,
     mention,
+    signature,
     start_fake_slack,
 )
 
@@ -232,9 +234,22 @@ async def post_all(
     *,
     retries: Iterable[Event] = (),
     starts: dict[str, float] | None = None,
+    own_process: bool = False,
 ) -> tuple[list[float], list[int], float]:
     """POST each event (round-robin over ``urls``) with ``concurrency`` in flight, from the
-    sender's own loop; ack latencies (ms), statuses and the wall time (s)."""
+    sender's own loop (``own_process``: from a process of its own, ``bench._sender``); ack
+    latencies (ms), statuses and the wall time (s)."""
+    if own_process:
+        if starts is not None:
+            raise ValueError("start times are recorded in this process only")
+        prepared = [
+            signed_event(urls[k % len(urls)], eid, ev, None) for k, (eid, ev) in enumerate(events)
+        ]
+        prepared += [
+            signed_event(urls[(k + 1) % len(urls)], eid, ev, 1)
+            for k, (eid, ev) in enumerate(retries)
+        ]
+        return await send_from_own_process(prepared, concurrency)
 
     async def go() -> tuple[list[float], list[int], float]:
         connector = aiohttp.TCPConnector(limit=concurrency * 2 + 10)
@@ -262,6 +277,24 @@ async def post_all(
 
     result: tuple[list[float], list[int], float] = await services.sender_loop.call(go())
     return result
+
+
+def signed_event(url: str, eid: str, event: dict[str, Any], retry: int | None) -> Prepared:
+    """The request ``SlackSender.post_event`` would send (signed now; Slack's retries carry
+    their number), for ``bench._sender``."""
+    headers = {}
+    if retry is not None:
+        headers = {"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"}
+    body = json.dumps(SlackSender(url).envelope(event, eid))
+    ts = str(int(time.time()))
+    headers.update(
+        {
+            "Content-Type": "application/json",
+            "X-Slack-Request-Timestamp": ts,
+            "X-Slack-Signature": signature(SIGNING_SECRET, ts, body),
+        }
+    )
+    return Prepared(f"{url}/slack/events", body, headers)
 
 
 async def wait_answered(services: Services, events: Sequence[Event], bound: float) -> float:

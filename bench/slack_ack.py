@@ -161,7 +161,7 @@ async def _bench(
             before = await scrape(app.url)
             retries = events[: int(len(events) * RETRY_SHARE)]
             acks, statuses, wall = await post_all(
-                services, [app.url], events, concurrency, retries=retries
+                services, [app.url], events, concurrency, retries=retries, own_process=True
             )
             after = await scrape(app.url)
             everything.extend(events)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import statistics
 import tempfile
 import time
@@ -36,6 +37,7 @@ from aiohttp import web
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bench._sender import Prepared, send_from_own_process
 from bench._support import OtherLoop, percentile, postgres_reachable, throwaway_postgres
 from bot.teams import TeamsBot, TeamsBotConfig, open_teams_bot, teams_routes
 from bot.teams.durable import open_durable_teams_bot
@@ -191,19 +193,24 @@ async def _bench(
     retries = activities[: int(n * RETRY_SHARE)]
     token = fake.token()  # the Connector reuses a token for its lifetime
 
-    async def deliver(app_url: str) -> tuple[list[tuple[float, int]], float]:
-        connector = aiohttp.TCPConnector(limit=200)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            # Warm-up: the first request fetches the signing keys and the outbound token.
+    async def warm_up(app_url: str) -> None:
+        # The first request fetches the signing keys and the outbound token.
+        async with aiohttp.ClientSession() as session:
             warm = fake.personal(people[0], "warm")
             await fake.post_activity(app_url, warm, token=token, session=session)
             await fake.wait_for("posted", where=_is_answer)
-            results, wall_ms = await _post_all(
-                fake, app_url, [*activities, *retries], concurrency, token, session
-            )
-            await fake.wait_for("posted", n + 1, where=_is_answer, wait=120)
-            await fake.settle(quiet=0.5, limit=120)
-            return results, wall_ms
+
+    async def answered() -> None:
+        await fake.wait_for("posted", n + 1, where=_is_answer, wait=120)
+        await fake.settle(quiet=0.5, limit=120)
+
+    async def deliver(app_url: str) -> tuple[list[tuple[float, int]], float]:
+        await teams_side.call(warm_up(app_url))
+        # From a process of its own, as the Connector is (``bench._sender``): a client on a
+        # thread of this process waited for the app's GIL and counted it as the ack's.
+        results, wall_ms = await _post_all(app_url, [*activities, *retries], concurrency, token)
+        await teams_side.call(answered())
+        return results, wall_ms
 
     opened = (
         open_durable_teams_bot(config, assistant, engine, poll_seconds=0.2)
@@ -214,11 +221,11 @@ async def _bench(
     try:
         async with opened as bot, _serve(bot, database_url, front) as url:
             async with _agents_load(engine, load), LoopLagMonitor("main"):
-                results, wall_ms = await teams_side.call(deliver(url))
+                results, wall_ms = await deliver(url)
             await bot.adapter.idle()
             after = _lag_counts()
         async with _agents_load(engine, load):
-            floor = await teams_side.call(_floor(fake, [*activities, *retries], concurrency, token))
+            floor = await _floor([*activities, *retries], concurrency, token)
         answers = Counter(_question(call.text) for call in fake.posted() if _is_answer(call))
         lost = sum(1 for i in range(n) if answers[f"q{i}"] != 1)
         latencies = [ms for ms, _ in results]
@@ -250,34 +257,22 @@ async def _bench(
 
 
 async def _post_all(
-    fake: FakeTeams,
-    url: str,
-    activities: list[dict[str, Any]],
-    concurrency: int,
-    token: str,
-    session: aiohttp.ClientSession,
+    url: str, activities: list[dict[str, Any]], concurrency: int, token: str
 ) -> tuple[list[tuple[float, int]], float]:
-    """POST each activity with ``concurrency`` in flight: (ms, status) each, and the wall ms."""
-    in_flight = asyncio.Semaphore(concurrency)
-
-    async def post(activity: dict[str, Any]) -> tuple[float, int]:
-        async with in_flight:
-            started = time.perf_counter()
-            status, _ = await fake.post_activity(url, activity, token=token, session=session)
-            return (time.perf_counter() - started) * 1000, status
-
-    wall = time.perf_counter()
-    results = await asyncio.gather(*(post(a) for a in activities))
-    return list(results), (time.perf_counter() - wall) * 1000
+    """POST each activity with ``concurrency`` in flight, from a process of its own: (ms,
+    status) each, and the wall ms."""
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+    prepared = [Prepared(f"{url}/api/messages", json.dumps(a), headers) for a in activities]
+    latencies, statuses, wall = await send_from_own_process(prepared, concurrency)
+    return list(zip(latencies, statuses, strict=True)), wall * 1000
 
 
 async def _floor(
-    fake: FakeTeams, activities: list[dict[str, Any]], concurrency: int, token: str
+    activities: list[dict[str, Any]], concurrency: int, token: str
 ) -> dict[str, float]:
     """The same POSTs, from the same client, to a server on its own thread that answers 202
-    at once: what this process's client and GIL cost before opsbot does anything. On a
-    loaded machine the client shares the GIL with the app, so this is the figure to divide
-    by (``p99_vs_floor``)."""
+    at once: what the client, this process's GIL and the machine cost before opsbot does
+    anything (``p99_vs_floor`` divides by it)."""
 
     async def accept(request: web.Request) -> web.Response:
         await request.read()
@@ -292,12 +287,7 @@ async def _floor(
             return [web.post("/api/messages", accept)]
 
     async with serve_fronts(bind_socket("127.0.0.1", 0), [Trivial()]) as url:
-
-        async def send() -> tuple[list[tuple[float, int]], float]:
-            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200)) as s:
-                return await _post_all(fake, url, activities, concurrency, token, s)
-
-        results, _ = await send()
+        results, _ = await _post_all(url, activities, concurrency, token)
     latencies = [ms for ms, _ in results]
     return {
         "p50_ack_ms": round(statistics.median(latencies), 2),

@@ -18,6 +18,7 @@ from infra.jobs import (
     JobStatus,
     SqlJobQueue,
     open_ack_engine,
+    open_ack_inbox,
     spool_url,
 )
 from infra.jobs.spool import open_spool
@@ -158,3 +159,53 @@ async def test_the_spool_opened_at_once_by_the_front_and_the_runner_opens_for_bo
             async with engine.connect() as conn:
                 assert (await conn.execute(select(run_jobs))).all() == []
             await engine.dispose()
+
+
+async def test_the_spool_commits_to_its_wal_without_an_fsync_each(sqlite_url: str) -> None:
+    """WAL with synchronous=NORMAL (1): a commit is in the file when the ack is answered
+    (another connection reads it), but a lone ack no longer waits for the disk's fsync."""
+    spool = await open_ack_engine(sqlite_url)
+    try:
+        async with spool.connect() as conn:
+            assert (await conn.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
+            assert (await conn.execute(text("PRAGMA synchronous"))).scalar() == 1
+        async with JobInbox(spool) as inbox:
+            assert await asyncio.wait_for(inbox.put(delivery(9)), BOUND) is True
+    finally:
+        await spool.dispose()
+    reader = create_engine(str(spool_url(sqlite_url)))
+    try:
+        async with reader.connect() as conn:
+            left = (await conn.execute(select(run_jobs.c.job_id))).scalars().all()
+        assert left == ["slack-Ev9"]
+    finally:
+        await reader.dispose()
+
+
+async def test_the_ack_fronts_spool_writer_waits_out_the_mover_and_dedups(sqlite_url: str) -> None:
+    """The ack front's inbox writes the spool on its own loop (no aiosqlite thread): while
+    the mover holds the spool's write lock it keeps trying without blocking the loop, the
+    delivery lands once the lock is released, and a redelivery is recognised."""
+    url = spool_url(sqlite_url)
+    assert url is not None
+    async with open_ack_inbox(sqlite_url) as inbox:
+        assert inbox.batches == 0
+        mover = create_engine(url)
+        try:
+            async with mover.connect() as holder:
+                await holder.execute(text("BEGIN IMMEDIATE"))  # the spool's write lock, held
+                put = asyncio.create_task(inbox.put(delivery(11)))
+                ticks = 0
+                while ticks < 20:  # the loop keeps running while the writer is refused
+                    await asyncio.sleep(0.005)
+                    ticks += 1
+                assert not put.done()
+                await holder.execute(text("ROLLBACK"))
+            assert await asyncio.wait_for(put, BOUND) is True
+            assert await asyncio.wait_for(inbox.put(delivery(11)), BOUND) is False
+            async with mover.connect() as conn:
+                left = (await conn.execute(select(run_jobs.c.job_id))).scalars().all()
+                seen = (await conn.execute(select(processed_events.c.event_id))).scalars().all()
+            assert (left, seen) == (["slack-Ev11"], ["Ev11"])
+        finally:
+            await mover.dispose()

@@ -42,6 +42,9 @@ MIN_REFETCH_SECONDS = 30.0
 KEYS_MAX_AGE_SECONDS = 24 * 3600.0
 # Carries the signing key's endorsements from verify_token to check_activity (removed there).
 _ENDORSEMENTS = "_opsbot_key_endorsements"
+# Verified tokens remembered (``_Verified``): the Connector sends one token with every
+# activity for the token's lifetime, so a handful covers it; a bound keeps memory flat.
+VERIFIED_TOKENS = 64
 
 
 class Rejected(Exception):
@@ -77,6 +80,34 @@ class _Keys:
     fetched_at: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    """A token that passed every check of ``verify_token``, by its exact string.
+
+    Why: the Bot Connector reuses a token for its lifetime (about an hour), and verifying it
+    again (RS256, and PyJWT's parsing of each segment, twice) was most of a Teams ack's CPU.
+    The signature, issuer and audience are facts about the token's bytes and this verifier's
+    fixed config; what can change is checked on every use: the lifetime (``exp``/``nbf``
+    with the leeway, as PyJWT checks them), and that the signing key is still the one in
+    the key set (a key dropped from the JWKS, or a set older than KEYS_MAX_AGE_SECONDS,
+    sends the token through the full verification again)."""
+
+    claims: Mapping[str, Any]
+    key: PyJWK
+    endorsements: frozenset[str] | None
+
+    def usable(self, keys: _Keys, kid: str, now: float, monotonic: float, leeway: int) -> bool:
+        exp, nbf = self.claims.get("exp"), self.claims.get("nbf")
+        if not isinstance(exp, int | float) or not isinstance(nbf, int | float):
+            return False
+        return (
+            exp > now - leeway
+            and nbf <= now + leeway
+            and keys.by_kid.get(kid) is self.key
+            and monotonic - keys.fetched_at <= KEYS_MAX_AGE_SECONDS
+        )
+
+
 class ConnectorAuth:
     """Verifies the Bot Connector's tokens. One per process; keys are shared by requests."""
 
@@ -92,6 +123,7 @@ class ConnectorAuth:
         self._monotonic = monotonic
         self._keys = _Keys()
         self._lock = asyncio.Lock()
+        self._verified: dict[str, tuple[str, _Verified]] = {}  # token -> (kid, verified)
 
     async def verify(
         self, authorization: str | None, activity: Mapping[str, Any]
@@ -108,6 +140,21 @@ class ConnectorAuth:
         if scheme.lower() != "bearer" or not token.strip():
             raise Rejected("no Bearer token")
         token = token.strip()
+        known = self._verified.get(token)
+        if known is not None:
+            known_kid, verified = known
+            if verified.usable(
+                # The wall clock, as PyJWT's own exp/nbf checks use it.
+                self._keys,
+                known_kid,
+                time.time(),
+                self._monotonic(),
+                self.config.leeway_seconds,
+            ):
+                again = dict(verified.claims)
+                again[_ENDORSEMENTS] = _listed(verified.endorsements)
+                return again
+            del self._verified[token]  # verified again below, and refused if it must be
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError as exc:
@@ -133,8 +180,24 @@ class ConnectorAuth:
             raise Rejected(f"token refused: {type(exc).__name__}: {exc}") from None
         if claims.get("aud") != config.app_id:  # pyjwt accepts a list containing it
             raise Rejected("audience is not exactly the bot's app id")
-        claims[_ENDORSEMENTS] = sorted(endorsements) if endorsements is not None else None
+        self._remember(token, kid, claims, key, endorsements)
+        claims[_ENDORSEMENTS] = _listed(endorsements)
         return claims
+
+    def _remember(
+        self,
+        token: str,
+        kid: str,
+        claims: dict[str, Any],
+        key: PyJWK,
+        endorsements: frozenset[str] | None,
+    ) -> None:
+        if len(self._verified) >= VERIFIED_TOKENS:
+            del self._verified[next(iter(self._verified))]  # the oldest
+        self._verified[token] = (
+            kid,
+            _Verified(dict(claims), key, endorsements),
+        )
 
     def check_activity(self, claims: dict[str, Any], activity: Mapping[str, Any]) -> None:
         """The activity is the one the token was issued for: same ``serviceUrl``, a channel the
@@ -221,6 +284,10 @@ def activity_tenant(activity: Mapping[str, Any]) -> str | None:
     from_conversation = conversation.get("tenantId") if isinstance(conversation, Mapping) else None
     named = {t for t in (from_data, from_conversation) if isinstance(t, str) and t}
     return named.pop() if len(named) == 1 else None
+
+
+def _listed(endorsements: frozenset[str] | None) -> list[str] | None:
+    return sorted(endorsements) if endorsements is not None else None
 
 
 def _normal(url: str) -> str:

@@ -6,8 +6,10 @@ pool, the checkpointer's, the job runner's) nor, on SQLite, queue behind their w
 process. Why batches: with 50 requests in flight, one commit for all that are waiting costs
 one fsync instead of 50; a lone request still commits at once (nothing waits to fill a batch).
 
-On SQLite there is one writer task (SQLite has one writer per file; WAL lets readers go on);
-on PostgreSQL ``writers`` tasks share the engine's small pool.
+On SQLite there is one writer task (SQLite has one writer per file; WAL lets readers go on),
+on the spool's own pysqlite connection when given one (``writer``: no thread hops, see
+``infra.jobs.spool.spool_writer``); on PostgreSQL ``writers`` tasks share the engine's small
+pool.
 
 Example::
 
@@ -23,9 +25,10 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -76,11 +79,26 @@ class JobInbox(Background):
         *,
         writers: int = 1,
         max_batch: int = MAX_BATCH,
+        writer: Engine | None = None,
     ) -> None:
         self.engine = engine
+        self._writer = writer
         self._clock = clock
         self._sqlite = engine.dialect.name == "sqlite"
-        self._insert = sqlite.insert if self._sqlite else postgresql.insert
+        insert = sqlite.insert if self._sqlite else postgresql.insert
+        # Built once and run with a list of rows ("insertmanyvalues": one multi-row INSERT
+        # per batch), so SQLAlchemy compiles each once per engine. A ``.values([...])``
+        # statement was compiled again for every batch: most of a batch's CPU.
+        self._claim = (
+            insert(processed_events)
+            .on_conflict_do_nothing(index_elements=["event_id"])
+            .returning(processed_events.c.event_id)
+        )
+        self._queue = (
+            insert(run_jobs)
+            .on_conflict_do_nothing(index_elements=["job_id"])
+            .returning(run_jobs.c.job_id)
+        )
         self._writers = 1 if self._sqlite else max(1, writers)
         if self._sqlite:
             event.listen(engine.sync_engine, "connect", _no_busy_wait)
@@ -140,8 +158,7 @@ class JobInbox(Background):
         if self._sqlite:
             firsts = await self._on_sqlite(deliveries)
         else:
-            async with self.engine.begin() as conn:
-                firsts = await self._store(conn, deliveries)
+            firsts = await self._attempt(deliveries)
         self.batches += 1
         return firsts
 
@@ -153,67 +170,45 @@ class JobInbox(Background):
         deadline = asyncio.get_running_loop().time() + SQLITE_LOCK_WAIT
         while True:
             try:
-                async with self.engine.begin() as conn:
-                    return await self._store(conn, deliveries)
+                return await self._attempt(deliveries)
             except OperationalError as exc:
                 locked = "locked" in str(exc.orig) or "busy" in str(exc.orig)
                 if not locked or asyncio.get_running_loop().time() > deadline:
                     raise
                 await asyncio.sleep(0.001)
 
+    async def _attempt(self, deliveries: Sequence[Delivery]) -> list[bool]:
+        """The batch in one transaction: on the ``writer``'s connection, on this loop, when
+        there is one; else on the engine."""
+        if self._writer is not None:
+            with self._writer.begin() as conn:
+                return self._store_here(conn, deliveries)
+        async with self.engine.begin() as conn:
+            return await self._store(conn, deliveries)
+
     async def _store(self, conn: AsyncConnection, deliveries: Sequence[Delivery]) -> list[bool]:
         """The delivery ids first: a delivery whose id was seen before (its job may have
         moved on, from the SQLite spool, or finished) is a redelivery and stores no job."""
         now = self._clock()
-        events: dict[str, str] = {}
-        for d in deliveries:
-            if d.event_id:
-                events.setdefault(d.event_id, d.platform)
         fresh: set[str] = set()
-        if events:
-            claimed = await conn.execute(
-                self._insert(processed_events)
-                .values(
-                    [
-                        {"event_id": e, "platform": platform, "received_at": now}
-                        for e, platform in events.items()
-                    ]
-                )
-                .on_conflict_do_nothing(index_elements=["event_id"])
-                .returning(processed_events.c.event_id)
-            )
-            fresh = {str(event_id) for (event_id,) in claimed.all()}
-        jobs: dict[str, Delivery] = {}
-        for d in deliveries:  # a redelivery in the same batch is the second: not first
-            if not d.event_id or d.event_id in fresh:
-                jobs.setdefault(d.job_id, d)
+        if claims := _claim_rows(deliveries, now):
+            fresh = {str(e) for (e,) in (await conn.execute(self._claim, claims)).all()}
         new: set[str] = set()
-        if jobs:
-            stored = await conn.execute(
-                self._insert(run_jobs)
-                .values(
-                    [
-                        {
-                            "job_id": d.job_id,
-                            "kind": d.kind,
-                            "user_key": d.user_key,
-                            "payload": dict(d.payload),
-                            "status": JobStatus.QUEUED.value,
-                            "attempts": 0,
-                            "created_at": now,
-                        }
-                        for d in jobs.values()
-                    ]
-                )
-                .on_conflict_do_nothing(index_elements=["job_id"])
-                .returning(run_jobs.c.job_id)
-            )
-            new = {str(job_id) for (job_id,) in stored.all()}
-        firsts = []
-        for d in deliveries:
-            firsts.append(d.job_id in new)
-            new.discard(d.job_id)
-        return firsts
+        if jobs := _job_rows(deliveries, fresh, now):
+            new = {str(j) for (j,) in (await conn.execute(self._queue, jobs)).all()}
+        return _firsts(deliveries, new)
+
+    def _store_here(self, conn: Connection, deliveries: Sequence[Delivery]) -> list[bool]:
+        """``_store`` on the writer's own connection, on this loop (``JobInbox``'s
+        ``writer``)."""
+        now = self._clock()
+        fresh: set[str] = set()
+        if claims := _claim_rows(deliveries, now):
+            fresh = {str(e) for (e,) in conn.execute(self._claim, claims).all()}
+        new: set[str] = set()
+        if jobs := _job_rows(deliveries, fresh, now):
+            new = {str(j) for (j,) in conn.execute(self._queue, jobs).all()}
+        return _firsts(deliveries, new)
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -230,3 +225,44 @@ class JobInbox(Background):
             _, done = self._waiting.get_nowait()
             if not done.done():
                 done.cancel()
+
+
+def _claim_rows(deliveries: Sequence[Delivery], now: datetime) -> list[dict[str, Any]]:
+    """``processed_events`` rows for the batch's delivery ids (each once)."""
+    events: dict[str, str] = {}
+    for d in deliveries:
+        if d.event_id:
+            events.setdefault(d.event_id, d.platform)
+    return [{"event_id": e, "platform": p, "received_at": now} for e, p in events.items()]
+
+
+def _job_rows(
+    deliveries: Sequence[Delivery], fresh: set[str], now: datetime
+) -> list[dict[str, Any]]:
+    """``run_jobs`` rows for the deliveries whose id was claimed just now (or that have
+    none); a redelivery in the same batch is the second: not first."""
+    jobs: dict[str, Delivery] = {}
+    for d in deliveries:
+        if not d.event_id or d.event_id in fresh:
+            jobs.setdefault(d.job_id, d)
+    return [
+        {
+            "job_id": d.job_id,
+            "kind": d.kind,
+            "user_key": d.user_key,
+            "payload": dict(d.payload),
+            "status": JobStatus.QUEUED.value,
+            "attempts": 0,
+            "created_at": now,
+        }
+        for d in jobs.values()
+    ]
+
+
+def _firsts(deliveries: Sequence[Delivery], new: set[str]) -> list[bool]:
+    """Each delivery's answer: ``True`` for the first of the jobs stored now."""
+    firsts = []
+    for d in deliveries:
+        firsts.append(d.job_id in new)
+        new.discard(d.job_id)
+    return firsts

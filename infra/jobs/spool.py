@@ -7,8 +7,9 @@ file's write lock waited for them (p99 862 ms with 50 agent turns running). The 
 written only by the ack front's single writer (and briefly by the mover), so an ack waits
 for its own batch's commit and nothing else.
 
-Durability: an ack is answered once its batch is committed to the spool (WAL, synchronous
-commits), so an acked message survives a crash; the runner moves spooled jobs at start and
+Durability: an ack is answered once its batch is committed to the spool (WAL; written to
+the file at commit, fsynced at checkpoints: ``_no_fsync_per_commit``), so an acked message
+survives a crash of the process; the runner moves spooled jobs at start and
 before each claim. A move inserts into ``run_jobs`` (ignoring a job id already there) and
 then deletes from the spool, so a crash between the two repeats the move harmlessly.
 
@@ -29,8 +30,10 @@ import contextlib
 from collections.abc import AsyncIterator, Collection
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import delete, select
+import sqlalchemy
+from sqlalchemy import Engine, delete, event, select
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -60,10 +63,24 @@ def spool_url(database_url: str) -> str | None:
     return None if path is None else f"sqlite:///{path}"
 
 
+def _no_fsync_per_commit(dbapi_connection: Any, _record: Any) -> None:
+    # WAL with synchronous=NORMAL: a commit is written to the WAL file before it returns
+    # (so an acked delivery is stored: it survives the process crashing, being killed or
+    # OOM-killed, and the next open reads it), but not fsynced; only checkpoints fsync.
+    # What it gives up: the last commits before a power loss or kernel crash, which the
+    # platform cannot tell from a lost ack either. With FULL, every batch waited for an
+    # fsync of its own, and a lone ack waited for the disk (4-8 ms here, more on a busy
+    # disk) while holding the spool's write lock.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
 async def open_spool(url: str) -> AsyncEngine:
     """An engine on the spool file, its two tables created if missing (the spool is this
     module's own file, not the migrated database)."""
     engine = create_engine(url)
+    event.listen(engine.sync_engine, "connect", _no_fsync_per_commit)
 
     def racing(exc: BaseException) -> bool:
         # The ack front and the job runner open the spool at the same time: create_all checks,
@@ -90,6 +107,26 @@ async def open_spool(url: str) -> AsyncEngine:
     return engine
 
 
+def spool_writer(url: str) -> Engine:
+    """The ack front's own connection to the spool, used on its loop (``JobInbox``'s
+    ``writer``): a batch's commit without fsync (``_no_fsync_per_commit``) is a few tens of
+    microseconds of SQLite, with the GIL released; through aiosqlite the same batch was six
+    round trips to its thread, each waiting again for the GIL and for the ack loop to wake
+    while agents computed. Busy timeout 0, as the inbox's retry loop expects. WAL
+    checkpoints (every 1000 pages) may run in a commit here: rare, and the GIL is free."""
+    engine = sqlalchemy.create_engine(url, pool_size=1, max_overflow=0)
+    event.listen(engine, "connect", _writer_pragmas)
+    return engine
+
+
+def _writer_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=0")
+    cursor.close()
+    _no_fsync_per_commit(dbapi_connection, _record)
+
+
 async def open_ack_engine(database_url: str, pool_size: int = 2) -> AsyncEngine:
     """The engine an ack front's ``JobInbox`` writes with: the spool on SQLite, else a small
     pool of its own (named ``ack``) on PostgreSQL."""
@@ -106,10 +143,14 @@ async def open_ack_inbox(
     """An ack front's ``JobInbox`` on its own engine (``open_ack_engine``), open on the
     running loop until the block exits."""
     engine = await open_ack_engine(database_url, pool_size)
+    url = spool_url(database_url)
+    writer = None if url is None else spool_writer(url)
     try:
-        async with JobInbox(engine, clock, writers=max(1, pool_size)) as inbox:
+        async with JobInbox(engine, clock, writers=max(1, pool_size), writer=writer) as inbox:
             yield inbox
     finally:
+        if writer is not None:
+            writer.dispose()
         await engine.dispose()
 
 

@@ -25,7 +25,7 @@ class Outage:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.down = False
         # The main loop's writes, and the ack front's (its inbox stores each delivery).
-        writes = ((SqlProcessedEvents, "claim"), (SqlJobQueue, "enqueue"), (JobInbox, "_store"))
+        writes = ((SqlProcessedEvents, "claim"), (SqlJobQueue, "enqueue"), (JobInbox, "_attempt"))
         for cls, name in writes:
             self._wrap(monkeypatch, cls, name)
 
@@ -114,14 +114,14 @@ async def test_a_storage_error_that_is_not_a_lost_connection_answers_503_with_re
     broken = [True]
     error = OperationalError("INSERT", {}, sqlite3.OperationalError("disk I/O error"))
     assert not is_connection_error(error)
-    real = JobInbox._store
+    real = JobInbox._attempt
 
     async def failing(*args: Any, **kwargs: Any) -> Any:
         if broken[0]:
             raise error
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(JobInbox, "_store", failing)
+    monkeypatch.setattr(JobInbox, "_attempt", failing)
     async with run_app(fake_assistant) as env:
         if not env.durable:
             pytest.skip("the ack front (and its inbox) serves durable runs only")

@@ -212,7 +212,7 @@ async def test_database_unreachable_on_accept_is_503_then_the_retry_is_answered(
 ) -> None:
     down = [True]
     # The in-process path's writes, and the ack front's (its inbox stores each delivery).
-    writes = ((SqlProcessedActivities, "claim"), (SqlJobQueue, "enqueue"), (JobInbox, "_store"))
+    writes = ((SqlProcessedActivities, "claim"), (SqlJobQueue, "enqueue"), (JobInbox, "_attempt"))
     for cls, name in writes:
         real = getattr(cls, name)
 

@@ -4,11 +4,13 @@ Connector is never called, no delivery is claimed)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import jwt
 import pytest
 from sqlalchemy import select
 
@@ -164,6 +166,17 @@ async def test_malformed_body_is_400_and_oversized_413(
 # -- the verifier on its own: keys, rotation, endorsements ------------------------------
 
 
+async def _rotate(
+    fake: FakeTeams, auth: ConnectorAuth, activity: dict[str, Any], clock: list[float]
+) -> None:
+    """The Connector signs with a new key (new kid) from now on, past the refetch limit: a
+    token of the new key is accepted (the keys are fetched again)."""
+    fake._key = fake.foreign_key()
+    fake.kid = "rotated"
+    clock[0] += 60
+    assert await auth.verify(f"Bearer {fake.token()}", activity)
+
+
 async def test_rotated_key_is_fetched_once(fake_teams: FakeTeams) -> None:
     clock = [1000.0]
     async with aiohttp.ClientSession() as session:
@@ -177,13 +190,56 @@ async def test_rotated_key_is_fetched_once(fake_teams: FakeTeams) -> None:
         activity = fake_teams.personal(ALICE, "hi")
         assert (await auth.verify(f"Bearer {fake_teams.token()}", activity))["aud"] == APP_ID
         # Microsoft rotates its key: a token with the new kid makes opsbot fetch the keys again.
-        fake_teams._key = fake_teams.foreign_key()
-        fake_teams.kid = "rotated"
-        clock[0] += 60
-        assert await auth.verify(f"Bearer {fake_teams.token()}", activity)
+        await _rotate(fake_teams, auth, activity, clock)
         # A flood of unknown kids does not turn into a flood of fetches.
         with pytest.raises(Rejected, match="unknown key"):
             await auth.verify(f"Bearer {fake_teams.token(kid='nope')}", activity)
+
+
+async def test_a_remembered_token_is_verified_once_and_checked_at_every_use(
+    fake_teams: FakeTeams, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Connector's token is verified once (RS256 is most of an ack's CPU), but its
+    lifetime and its key are checked each time: expired, or signed by a key that left the
+    key set, it is refused like any other."""
+    clock = [1000.0]
+    decoded: list[str] = []
+    decode = jwt.decode
+
+    def counting(token: str, *args: Any, **kwargs: Any) -> Any:
+        decoded.append(token)
+        return decode(token, *args, **kwargs)
+
+    monkeypatch.setattr(jwt, "decode", counting)
+    async with aiohttp.ClientSession() as session:
+        config = AuthConfig(
+            APP_ID, fake_teams.openid_metadata_url, frozenset({ISSUER}), frozenset({TENANT_ID}), 0
+        )
+        auth = ConnectorAuth(config, session, monotonic=lambda: clock[0])
+        activity = fake_teams.personal(ALICE, "hi")
+        token = fake_teams.token()
+        for _ in range(3):
+            claims = await auth.verify(f"Bearer {token}", activity)
+            assert claims["aud"] == APP_ID
+            assert "_opsbot_key_endorsements" not in claims
+        assert decoded == [token]
+
+        short = fake_teams.token(expires_in=1.2)
+        assert await auth.verify(f"Bearer {short}", activity)
+        await asyncio.sleep(
+            max(
+                0.0,
+                jwt.decode(short, options={"verify_signature": False})["exp"] - time.time() + 0.05,
+            )
+        )
+        with pytest.raises(Rejected, match="Expired"):
+            await auth.verify(f"Bearer {short}", activity)
+
+        # The key rotates: a token of the new key refreshes the set, and the old key's token,
+        # though remembered and unexpired, is now signed by an unknown key.
+        await _rotate(fake_teams, auth, activity, clock)
+        with pytest.raises(Rejected, match="unknown key"):
+            await auth.verify(f"Bearer {token}", activity)
 
 
 async def test_key_not_endorsed_for_the_channel(fake_teams: FakeTeams) -> None:
