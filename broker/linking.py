@@ -68,11 +68,7 @@ class LinkingService:
         self.links = links
         self._client = client
         self._states = LoginStates(
-            links,
-            cipher.derive(b"opsbot link state v1"),
-            ttl=state_ttl,
-            clock=clock,
-            link="login link",
+            links, cipher, b"opsbot link state v1", state_ttl, clock, "login link"
         )
         self.redirect_uri = redirect_uri
         self._clock = clock

@@ -10,8 +10,7 @@ Fernet token (encrypted, signed, time-stamped) naming the nonce and the caller's
 
 Example::
 
-    states = LoginStates(links, cipher.derive(b"opsbot link state v1"), ttl=ttl, clock=clock,
-                         link="login link")
+    states = LoginStates(links, cipher, b"opsbot link state v1", ttl, clock, "login link")
     started = await states.start(chat_user, {"s": subject})   # started.state, .code_challenge
     fields = states.read(state)                               # {"n": nonce, "s": subject}
     pending = await states.take(fields["n"])                  # PendingLogin (its verifier)
@@ -30,7 +29,7 @@ from datetime import timedelta
 from cryptography.fernet import Fernet, InvalidToken
 
 from broker.errors import InvalidStateError
-from broker.links import LinkStore, PendingLogin
+from broker.links import LinkStore, PendingLogin, TokenCipher
 from broker.types import ChatUser
 from infra.clock import Clock
 
@@ -57,12 +56,18 @@ class LoginStates:
     """Issues, checks and spends the states of one kind of sign-in (see the module doc)."""
 
     def __init__(
-        self, logins: LinkStore, key: bytes, *, ttl: timedelta, clock: Clock, link: str
+        self,
+        logins: LinkStore,
+        cipher: TokenCipher,
+        purpose: bytes,
+        ttl: timedelta,
+        clock: Clock,
+        link: str,
     ) -> None:
-        """``key``: a Fernet key of its own (``TokenCipher.derive``); ``link`` names the
-        link in refusals a person reads ("login link", "connect link")."""
+        """``purpose`` picks this kind's own key (``TokenCipher.derive``): a state of one kind
+        never opens as another. ``link`` names the link in refusals a person reads."""
         self._logins = logins
-        self._key = Fernet(key)
+        self._key = Fernet(cipher.derive(purpose))
         self.ttl = ttl
         self._clock = clock
         self._link = link

@@ -87,11 +87,7 @@ class McpOAuthService:
         self._logins = logins  # pending connections (single use) and who is linked
         self._seal = Fernet(cipher.derive(b"opsbot mcp oauth tokens v1"))
         self._states = LoginStates(
-            logins,
-            cipher.derive(b"opsbot mcp oauth state v1"),
-            ttl=state_ttl,
-            clock=clock,
-            link="connect link",
+            logins, cipher, b"opsbot mcp oauth state v1", state_ttl, clock, "connect link"
         )
         self._http = http
         self.redirect_uri = redirect_uri
