@@ -19,7 +19,7 @@ import httpx
 
 from broker import Broker, ChatUser, Identity, LocalIdentityService, RemoteBroker
 from broker.dev_idp import DevClient, DevIdentityProvider, build_app, load_directory
-from broker.factory import open_inprocess_broker, open_token_client
+from broker.factory import TokenClientOptions, open_inprocess_broker, open_token_client
 from broker.inprocess import InProcessBroker, ServerTarget
 from broker.linking import LinkingService
 from broker.links import MemoryLinkStore, TokenCipher
@@ -79,7 +79,7 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
     )
     cipher = TokenCipher(TokenCipher.generate_key())
     links = MemoryLinkStore(cipher)
-    creds: dict[str, Any] = {
+    creds: TokenClientOptions = {
         "issuer": issuer,
         "client_id": "opsbot",
         "client_secret": "bench-secret",

@@ -8,7 +8,7 @@ import os
 from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -36,69 +36,64 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 
 
+class TokenClientOptions(TypedDict, total=False):
+    """How opsbot's client reaches the IdP's token endpoint: ``open_token_client``'s keywords,
+    which ``open_inprocess_broker`` passes on whole (so they are listed once)."""
+
+    issuer: Required[str]
+    client_id: Required[str]
+    client_secret: Required[str]
+    auth_method: ClientAuthMethod  # default "client_secret_basic"
+    target_param: TargetParam  # default "audience"
+    token_url: str | None  # default: the one the issuer's metadata names
+    clock: Clock
+    http: httpx.AsyncClient | None  # default: a pool of its own, closed on exit
+
+
 @contextlib.asynccontextmanager
 async def open_token_client(
-    *,
-    issuer: str,
-    client_id: str,
-    client_secret: str,
-    auth_method: ClientAuthMethod = "client_secret_basic",
-    target_param: TargetParam = "audience",
-    token_url: str | None = None,
-    clock: Clock = utc_now,
-    http: httpx.AsyncClient | None = None,
+    **options: Unpack[TokenClientOptions],
 ) -> AsyncIterator[TokenEndpointClient]:
     """A token-endpoint client with its own HTTP connection pool (unless ``http`` is given)."""
+    clock = options.get("clock", utc_now)
+    credentials = ClientCredentials(
+        options["client_id"],
+        options["client_secret"],
+        options.get("auth_method", "client_secret_basic"),
+    )
     async with contextlib.AsyncExitStack() as stack:
+        http = options.get("http")
         if http is None:
             limits = httpx.Limits(max_connections=50, max_keepalive_connections=20)
             http = await stack.enter_async_context(
                 httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, limits=limits)
             )
-        provider = OidcProvider(issuer, http, token_url=token_url, clock=clock)
+        token_url = options.get("token_url")
+        provider = OidcProvider(options["issuer"], http, token_url=token_url, clock=clock)
         yield TokenEndpointClient(
-            provider,
-            http,
-            ClientCredentials(client_id, client_secret, auth_method),
-            target_param=target_param,
+            provider, http, credentials, target_param=options.get("target_param", "audience")
         )
 
 
 @contextlib.asynccontextmanager
 async def open_inprocess_broker(
     *,
-    issuer: str,
-    client_id: str,
-    client_secret: str,
     servers: Iterable[ServerTarget],
     links: LinkStore,
-    auth_method: ClientAuthMethod = "client_secret_basic",
-    target_param: TargetParam = "audience",
-    token_url: str | None = None,
-    clock: Clock = utc_now,
     cache_margin: timedelta = timedelta(seconds=30),
     metrics: BrokerMetrics | None = None,
-    http: httpx.AsyncClient | None = None,
     groups_max_age: timedelta = timedelta(seconds=60),
     claims: ClaimNames = ClaimNames(),  # noqa: B008 (frozen)
     userinfo_fallback: bool = True,
+    **token_client: Unpack[TokenClientOptions],
 ) -> AsyncIterator[InProcessBroker]:
     """An ``InProcessBroker`` talking to ``issuer``; closes its HTTP client on exit."""
-    async with open_token_client(
-        issuer=issuer,
-        client_id=client_id,
-        client_secret=client_secret,
-        auth_method=auth_method,
-        target_param=target_param,
-        token_url=token_url,
-        clock=clock,
-        http=http,
-    ) as client:
+    async with open_token_client(**token_client) as client:
         yield InProcessBroker(
             links=links,
             client=client,
             servers=servers,
-            clock=clock,
+            clock=token_client.get("clock", utc_now),
             cache_margin=cache_margin,
             metrics=metrics,
             groups_max_age=groups_max_age,
@@ -146,7 +141,7 @@ async def open_identity_service(
     cipher = load_link_cipher(key.get_secret_value() if key else None, settings.data_dir)
     links = SqlLinkStore(engine, cipher, clock)
     idp = settings.idp
-    common: dict[str, Any] = {
+    common: TokenClientOptions = {
         "issuer": idp.issuer,
         "client_id": idp.client_id,
         "client_secret": idp.client_secret.get_secret_value(),
@@ -154,14 +149,15 @@ async def open_identity_service(
         "token_url": idp.token_url,
         "clock": clock,
     }
+    # The broker's client exchanges tokens (its target parameter); the login client does not.
+    exchange: TokenClientOptions = {**common, "target_param": idp.exchange_target_param}
     targets = [ServerTarget(name, aud) for name, aud in settings.exchange_audiences.items()]
     claims = ClaimNames(groups=idp.groups_claim, email=idp.email_claim, name=idp.name_claim)
     async with (
         open_inprocess_broker(
-            **common,
+            **exchange,
             servers=targets,
             links=links,
-            target_param=idp.exchange_target_param,
             cache_margin=timedelta(seconds=settings.broker.cache_margin_seconds),
             groups_max_age=timedelta(seconds=settings.broker.groups_max_age_seconds),
             claims=claims,

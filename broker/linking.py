@@ -1,10 +1,11 @@
 """Linking a chat user to their company account through an OIDC login started from chat.
 
 ``start(chat_user)`` returns the IdP's authorization URL (code flow + PKCE + nonce). Its
-``state`` is a Fernet token (encrypted and signed) naming a single-use pending login stored
-server-side with the PKCE verifier; it expires after ``state_ttl``. ``complete(state, code)``
-checks the state, redeems the code, validates the ID token, and stores the link with the
-refresh token encrypted. Refused states raise ``InvalidStateError``.
+``state`` (``broker.login_state``) is a Fernet token (encrypted and signed) naming a
+single-use pending login stored server-side with the PKCE verifier; it expires after
+``state_ttl``. ``complete(state, code)`` checks the state, redeems the code, validates the ID
+token, and stores the link with the refresh token encrypted. Refused states raise
+``InvalidStateError``.
 
 Provider differences are configuration: the scopes and ``prompt`` of the login, where the
 email, name and groups are (``ClaimNames``; the userinfo endpoint fills what the ID token
@@ -19,16 +20,10 @@ Example::
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import json
-import secrets
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from urllib.parse import urlencode
-
-from cryptography.fernet import Fernet, InvalidToken
 
 from broker.claims import ClaimNames, read_profile
 from broker.errors import BrokerError, InvalidStateError, LinkingError, TokenVerificationError
@@ -38,7 +33,8 @@ from broker.exchange import (
     TokenEndpointError,
     TokenResponse,
 )
-from broker.links import AccountLink, LinkStore, PendingLogin, TokenCipher
+from broker.links import AccountLink, LinkStore, TokenCipher
+from broker.login_state import NONCE, LoginStates
 from broker.types import ChatUser
 from infra.clock import Clock, utc_now
 
@@ -50,12 +46,6 @@ class LinkResult:
     link: AccountLink
     name: str
     groups: frozenset[str]
-
-
-def pkce_challenge(verifier: str) -> str:
-    """The RFC 7636 S256 code challenge of ``verifier`` (every login opsbot starts uses it)."""
-    digest = hashlib.sha256(verifier.encode("ascii")).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 class LinkingService:
@@ -77,10 +67,11 @@ class LinkingService:
     ) -> None:
         self.links = links
         self._client = client
-        self._state_key = Fernet(cipher.derive(b"opsbot link state v1"))
+        self._states = LoginStates(
+            links, cipher, b"opsbot link state v1", state_ttl, clock, "login link"
+        )
         self.redirect_uri = redirect_uri
         self._clock = clock
-        self.state_ttl = state_ttl
         self._scope = scope
         self._prompt = prompt
         self._claims = claims
@@ -90,44 +81,31 @@ class LinkingService:
     def client(self) -> TokenEndpointClient:
         return self._client
 
+    @property
+    def state_ttl(self) -> timedelta:
+        """How long a login link works."""
+        return self._states.ttl
+
     async def start(self, chat_user: ChatUser) -> str:
         """The URL that signs the chat user in at the IdP and comes back to our callback."""
         meta = await self._client.provider.metadata()
         if meta.authorization_endpoint is None:
             raise LinkingError("the identity provider has no authorization endpoint")
-        now = self._clock()
-        nonce = secrets.token_urlsafe(24)
-        verifier = secrets.token_urlsafe(48)
-        await self.links.add_login(PendingLogin(nonce, chat_user, verifier, now + self.state_ttl))
-        payload = json.dumps(
-            {"n": nonce, "p": chat_user.platform, "t": chat_user.team_id, "u": chat_user.user_id}
-        ).encode()
-        state = self._state_key.encrypt_at_time(payload, int(now.timestamp())).decode("ascii")
+        asker = {"p": chat_user.platform, "t": chat_user.team_id, "u": chat_user.user_id}
+        started = await self._states.start(chat_user, asker)
         query = {
             "response_type": "code",
             "client_id": self._client.client_id,
             "redirect_uri": self.redirect_uri,
             "scope": self._scope,
-            "state": state,
-            "nonce": nonce,
-            "code_challenge": pkce_challenge(verifier),
+            "state": started.state,
+            "nonce": started.nonce,
+            "code_challenge": started.code_challenge,
             "code_challenge_method": "S256",
         }
         if self._prompt:
             query["prompt"] = self._prompt
         return f"{meta.authorization_endpoint}?{urlencode(query)}"
-
-    def _read_state(self, state: str) -> tuple[str, ChatUser]:
-        try:
-            raw = self._state_key.decrypt(state.encode("ascii"))
-            issued = self._state_key.extract_timestamp(state.encode("ascii"))
-        except (InvalidToken, UnicodeEncodeError) as exc:
-            raise InvalidStateError("login state was not issued by opsbot or was altered") from exc
-        now = self._clock().timestamp()
-        if now - issued > self.state_ttl.total_seconds():
-            raise InvalidStateError("login link has expired; ask opsbot for a new one")
-        data = json.loads(raw)
-        return str(data["n"]), ChatUser(str(data["p"]), str(data["t"]), str(data["u"]))
 
     async def _check_iss(self, iss: str | None) -> None:
         """RFC 9207: the response must come from our issuer (checked before the code is used)."""
@@ -154,12 +132,11 @@ class LinkingService:
 
         ``iss``: the authorization response's ``iss`` parameter, if it had one.
         """
-        nonce, chat_user = self._read_state(state)
+        data = self._states.read(state)
+        nonce, chat_user = data[NONCE], ChatUser(data["p"], data["t"], data["u"])
         if expected_chat_user is not None and expected_chat_user != chat_user:
             raise InvalidStateError("login state belongs to another chat user")
-        pending = await self.links.take_login(nonce, self._clock())
-        if pending is None:
-            raise InvalidStateError("login link was already used or has expired")
+        pending = await self._states.take(nonce)
         if pending.chat_user != chat_user:
             raise InvalidStateError("login state belongs to another chat user")
         await self._check_iss(iss)  # after the login is spent: a refused response burns it

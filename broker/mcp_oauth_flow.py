@@ -8,9 +8,10 @@ tokens for that server, encrypted (Fernet, a key derived from the link key), and
 raises ``ConnectRequired`` with the URL to connect. ``disconnect(subject)`` revokes and forgets
 every server's tokens (on unlink).
 
-A connection is started from chat, like an account link, and its ``state`` is handled the
-same way: a Fernet token (encrypted, signed, expiring) naming a pending login stored with the
-PKCE verifier in the link store's ``link_logins`` (so any instance can finish it). Finishing
+A connection is started from chat, like an account link, and its ``state`` is handled by
+the same code (``broker.login_state``): a Fernet token (encrypted, signed, expiring) naming a
+pending login stored with the PKCE verifier in the link store's ``link_logins`` (so any
+instance can finish it). Finishing
 takes that row, so a state works once; it must still belong to the chat user who asked, linked
 to the same company account. Tokens live in a ``McpTokenStore`` (``broker.mcp_tokens``: in
 memory, or the ``mcp_oauth_tokens`` table).
@@ -22,7 +23,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,12 +30,12 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import httpx
-from cryptography.fernet import Fernet, InvalidToken
+from cryptography.fernet import Fernet
 
 from broker.errors import ConnectRequired, InvalidStateError, LinkingError, NotLinkedError
 from broker.exchange import post_token_form
-from broker.linking import pkce_challenge
-from broker.links import LinkStore, PendingLogin, TokenCipher
+from broker.links import LinkStore, TokenCipher
+from broker.login_state import NONCE, LoginStates
 from broker.mcp_oauth import (
     AuthorizationServer,
     RegisteredClient,
@@ -86,11 +86,12 @@ class McpOAuthService:
         self._store = store
         self._logins = logins  # pending connections (single use) and who is linked
         self._seal = Fernet(cipher.derive(b"opsbot mcp oauth tokens v1"))
-        self._state_key = Fernet(cipher.derive(b"opsbot mcp oauth state v1"))
+        self._states = LoginStates(
+            logins, cipher, b"opsbot mcp oauth state v1", state_ttl, clock, "connect link"
+        )
         self._http = http
         self.redirect_uri = redirect_uri
         self._clock = clock
-        self._state_ttl = state_ttl
         self._margin = refresh_margin
         self._setup: dict[str, tuple[AuthorizationServer, RegisteredClient]] = {}
         self._lock = asyncio.Lock()
@@ -117,19 +118,13 @@ class McpOAuthService:
         """Where ``identity`` connects their account to ``server`` (one use, ``state_ttl``)."""
         found, client = await self._server(server)
         chat_user = await self._asker(identity)
-        nonce, verifier = secrets.token_urlsafe(24), secrets.token_urlsafe(48)
-        now = self._clock()
-        await self._logins.add_login(
-            PendingLogin(nonce, chat_user, verifier, now + self._state_ttl)
-        )
-        payload = json.dumps({"n": nonce, "s": identity.subject, "m": server}).encode()
-        state = self._state_key.encrypt_at_time(payload, int(now.timestamp())).decode("ascii")
+        started = await self._states.start(chat_user, {"s": identity.subject, "m": server})
         query = {
             "response_type": "code",
             "client_id": client.client_id,
             "redirect_uri": self.redirect_uri,
-            "state": state,
-            "code_challenge": pkce_challenge(verifier),
+            "state": started.state,
+            "code_challenge": started.code_challenge,
             "code_challenge_method": "S256",
             "resource": found.resource,
             "prompt": "consent",  # so offline_access yields a refresh token everywhere
@@ -155,21 +150,9 @@ class McpOAuthService:
     async def complete(self, state: str, code: str, iss: str | None = None) -> ServerConnection:
         """Finish a connection: the state must be ours, fresh, unused, and still name the
         chat user's current link. Stores the grant; who connected which server."""
-        try:
-            raw = self._state_key.decrypt(state.encode("ascii"))
-            issued = self._state_key.extract_timestamp(state.encode("ascii"))
-        except (InvalidToken, UnicodeEncodeError) as exc:
-            raise InvalidStateError("connection state was not issued by opsbot") from exc
-        now = self._clock()
-        if now.timestamp() - issued > self._state_ttl.total_seconds():
-            raise InvalidStateError("the connect link has expired; ask opsbot for a new one")
-        data = json.loads(raw)
-        nonce, subject, server = str(data["n"]), str(data["s"]), str(data["m"])
-        pending = await self._logins.take_login(nonce, now)
-        if pending is None:
-            raise InvalidStateError(
-                "the connect link was already used or has expired; ask opsbot for a new one"
-            )
+        data = self._states.read(state)
+        subject, server = data["s"], data["m"]
+        pending = await self._states.take(data[NONCE])
         link = await self._logins.get(pending.chat_user)
         if link is None or link.subject != subject:
             # Unlinked or relinked to another company account since: not theirs to finish.

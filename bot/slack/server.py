@@ -19,6 +19,7 @@ import re
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import TypedDict, Unpack
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -63,6 +64,16 @@ _LINK_AGAIN = "Start again from Slack with /ops link."
 ServerConnectCallback = Callable[
     [str, str, str | None], Awaitable[ServerConnected | ConnectRefused]
 ]
+
+
+class WebOptions(TypedDict, total=False):
+    """What the served web app adds to Slack's routes: ``web_application``'s keywords that
+    ``serve_http`` passes on whole (so they are listed once; its defaults apply)."""
+
+    routes: Sequence[web.RouteDef]
+    middlewares: Sequence[Middleware]
+    max_body_bytes: int
+    server_connect: ServerConnectCallback | None
 
 
 def web_application(
@@ -202,12 +213,9 @@ async def serve_http(
     sock: socket.socket,
     link_callback: LinkCallback | None = None,
     *,
-    routes: Sequence[web.RouteDef] = (),
-    middlewares: Sequence[Middleware] = (),
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     front: AckFront | None = None,
-    server_connect: ServerConnectCallback | None = None,
     fronts: Sequence[Front] = (),
+    **options: Unpack[WebOptions],
 ) -> AsyncIterator[str]:
     """Serve ``app`` on a pre-bound socket until the block exits; yields the base URL.
 
@@ -216,27 +224,10 @@ async def serve_http(
     callback still run on this (the calling) loop, reached from there. ``fronts`` (Teams'
     under ``opsbot serve``) are opened and serve their routes on that loop too."""
     if front is not None:
-        async with _serve_on_ack_loop(
-            app,
-            sock,
-            front,
-            link_callback,
-            routes=routes,
-            middlewares=middlewares,
-            max_body_bytes=max_body_bytes,
-            server_connect=server_connect,
-            fronts=fronts,
-        ) as url:
+        async with _serve_on_ack_loop(app, sock, front, link_callback, fronts, options) as url:
             yield url
         return
-    application = web_application(
-        app,
-        link_callback,
-        routes=routes,
-        middlewares=middlewares,
-        max_body_bytes=max_body_bytes,
-        server_connect=server_connect,
-    )
+    application = web_application(app, link_callback, **options)
     async with serve_aiohttp(application, sock) as url:
         yield url
 
@@ -247,12 +238,8 @@ async def _serve_on_ack_loop(
     sock: socket.socket,
     front: AckFront,
     link_callback: LinkCallback | None,
-    *,
-    routes: Sequence[web.RouteDef],
-    middlewares: Sequence[Middleware],
-    max_body_bytes: int,
-    server_connect: ServerConnectCallback | None = None,
-    fronts: Sequence[Front] = (),
+    fronts: Sequence[Front],
+    options: WebOptions,
 ) -> AsyncIterator[str]:
     main = asyncio.get_running_loop()
 
@@ -267,8 +254,7 @@ async def _serve_on_ack_loop(
             return await on_loop(main, linked(state, code, iss))  # type: ignore[arg-type]
 
     connect: ServerConnectCallback | None = None
-    if server_connect is not None:
-        finish = server_connect
+    if (finish := options.get("server_connect")) is not None:
 
         async def connect(
             state: str, code: str, iss: str | None
@@ -278,25 +264,18 @@ async def _serve_on_ack_loop(
     # A GET handler reads only the request's URL: safe to run on the main loop.
     forwarded_routes = [
         web.RouteDef(r.method, r.path, on_main(main, r.handler), r.kwargs)
-        for r in routes
+        for r in options.get("routes", ())
         if isinstance(r, web.RouteDef)
     ]
+    # The same options, with the routes and the connect callback reaching the main loop.
+    forwarded: WebOptions = {**options, "routes": forwarded_routes, "server_connect": connect}
 
     async def start(stack: contextlib.AsyncExitStack) -> str:
         await stack.enter_async_context(front.opened(main))
         for other in fronts:
             await stack.enter_async_context(other.opened(main))
             forwarded_routes.extend(other.routes())
-        application = web_application(
-            app,
-            callback,
-            routes=forwarded_routes,
-            middlewares=middlewares,
-            max_body_bytes=max_body_bytes,
-            front=front,
-            dispatch=dispatch,
-            server_connect=connect,
-        )
+        application = web_application(app, callback, front=front, dispatch=dispatch, **forwarded)
         return await stack.enter_async_context(serve_aiohttp(application, sock))
 
     async with on_ack_thread("slack-ack", sock, start) as url:
