@@ -34,6 +34,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from infra.clock import Clock, utc_now
+from infra.jobs.inbox_pg import store_on_postgres
 from infra.jobs.queue import JobStatus
 from infra.lifecycle import Background
 from infra.storage.engine import SQLITE_BUSY_TIMEOUT_MS
@@ -153,8 +154,9 @@ class JobInbox(Background):
             done.set_result(first)
 
     async def _write(self, deliveries: Sequence[Delivery]) -> list[bool]:
-        """One transaction, two statements whatever the batch size: each round trip to the
-        database waits for the GIL again on a busy process."""
+        """One transaction whatever the batch size: two statements on SQLite, one on
+        PostgreSQL (``inbox_pg``): each round trip to the database waits for the GIL again
+        on a busy process."""
         if self._sqlite:
             firsts = await self._on_sqlite(deliveries)
         else:
@@ -179,10 +181,13 @@ class JobInbox(Background):
 
     async def _attempt(self, deliveries: Sequence[Delivery]) -> list[bool]:
         """The batch in one transaction: on the ``writer``'s connection, on this loop, when
-        there is one; else on the engine."""
+        there is one; on PostgreSQL one statement; else on the engine."""
         if self._writer is not None:
             with self._writer.begin() as conn:
                 return self._store_here(conn, deliveries)
+        if not self._sqlite:
+            new = await store_on_postgres(self.engine, deliveries, self._clock())
+            return _firsts(deliveries, new)
         async with self.engine.begin() as conn:
             return await self._store(conn, deliveries)
 

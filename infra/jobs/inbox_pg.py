@@ -1,0 +1,84 @@
+"""``JobInbox``'s batch on PostgreSQL in one round trip: claim the delivery ids and queue the
+jobs of those claimed just now, in one statement run in autocommit.
+
+Why: BEGIN, the two INSERTs and COMMIT were four round trips per batch, each one waiting for
+the GIL again on the ack thread while agents compute. A single statement is atomic by
+itself (both INSERTs of a data-modifying CTE commit or neither does), so autocommit keeps
+"acked ⇒ stored" and the dedup of the two-statement version:
+
+- ``claimed``: each batch delivery id once (the first delivery's platform), ON CONFLICT DO
+  NOTHING, so ``RETURNING`` names only the ids nobody stored before;
+- ``queued``: the jobs of deliveries without an id or whose id is in ``claimed``, each job id
+  once (the first delivery's row), ON CONFLICT DO NOTHING; ``RETURNING`` names the new jobs.
+
+A concurrent writer inserting the same id waits on its row lock and then does nothing, as
+in the transaction. The rows travel as arrays (``unnest``), so the SQL text is the same for
+every batch size and asyncpg prepares it once per connection, not once per size.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import bindparam, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from infra.jobs.queue import JobStatus
+from infra.storage.schema import UtcDateTime
+
+if TYPE_CHECKING:
+    from infra.jobs.inbox import Delivery
+
+_STORE = text(
+    """
+WITH batch AS (
+    SELECT * FROM unnest(
+        CAST(:ords AS integer[]), CAST(:event_ids AS text[]), CAST(:platforms AS text[]),
+        CAST(:job_ids AS text[]), CAST(:kinds AS text[]), CAST(:user_keys AS text[]),
+        CAST(:payloads AS text[])
+    ) AS b(ord, event_id, platform, job_id, kind, user_key, payload)
+),
+claimed AS (
+    INSERT INTO processed_events (event_id, platform, received_at)
+    SELECT DISTINCT ON (event_id) event_id, platform, :now
+    FROM batch WHERE event_id IS NOT NULL
+    ORDER BY event_id, ord
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id
+),
+queued AS (
+    INSERT INTO run_jobs (job_id, kind, user_key, payload, status, attempts, created_at)
+    SELECT DISTINCT ON (job_id) job_id, kind, user_key, CAST(payload AS json), :status, 0, :now
+    FROM batch
+    WHERE event_id IS NULL OR event_id IN (SELECT event_id FROM claimed)
+    ORDER BY job_id, ord
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING job_id
+)
+SELECT job_id FROM queued
+"""
+).bindparams(bindparam("now", type_=UtcDateTime()))
+
+
+async def store_on_postgres(
+    engine: AsyncEngine, deliveries: Sequence[Delivery], now: datetime
+) -> set[str]:
+    """The batch's job ids stored now (not those a delivery before had stored)."""
+    params = {
+        "ords": list(range(len(deliveries))),
+        "event_ids": [d.event_id or None for d in deliveries],
+        "platforms": [d.platform for d in deliveries],
+        "job_ids": [d.job_id for d in deliveries],
+        "kinds": [d.kind for d in deliveries],
+        "user_keys": [d.user_key for d in deliveries],
+        # What SQLAlchemy's JSON type sends (json.dumps, the engine has no serializer of its own).
+        "payloads": [json.dumps(dict(d.payload)) for d in deliveries],
+        "status": JobStatus.QUEUED.value,
+        "now": now,
+    }
+    async with engine.connect() as conn:
+        auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        return {str(j) for (j,) in (await auto.execute(_STORE, params)).all()}
