@@ -12,8 +12,9 @@ itself (both INSERTs of a data-modifying CTE commit or neither does), so autocom
   once (the first delivery's row), ON CONFLICT DO NOTHING; ``RETURNING`` names the new jobs.
 
 A concurrent writer inserting the same id waits on its row lock and then does nothing, as
-in the transaction. The rows travel as arrays (``unnest``), so the SQL text is the same for
-every batch size and asyncpg prepares it once per connection, not once per size.
+in the transaction. The rows travel as one JSON document (``json_to_recordset``), so the SQL
+text is the same for every batch size: psycopg prepares it on the server after a few uses
+(one text per size before, each prepared again).
 """
 
 from __future__ import annotations
@@ -35,11 +36,10 @@ if TYPE_CHECKING:
 _STORE = text(
     """
 WITH batch AS (
-    SELECT * FROM unnest(
-        CAST(:ords AS integer[]), CAST(:event_ids AS text[]), CAST(:platforms AS text[]),
-        CAST(:job_ids AS text[]), CAST(:kinds AS text[]), CAST(:user_keys AS text[]),
-        CAST(:payloads AS text[])
-    ) AS b(ord, event_id, platform, job_id, kind, user_key, payload)
+    SELECT * FROM json_to_recordset(CAST(:batch AS json)) AS b(
+        ord integer, event_id text, platform text, job_id text, kind text, user_key text,
+        payload json
+    )
 ),
 claimed AS (
     INSERT INTO processed_events (event_id, platform, received_at)
@@ -51,7 +51,7 @@ claimed AS (
 ),
 queued AS (
     INSERT INTO run_jobs (job_id, kind, user_key, payload, status, attempts, created_at)
-    SELECT DISTINCT ON (job_id) job_id, kind, user_key, CAST(payload AS json), :status, 0, :now
+    SELECT DISTINCT ON (job_id) job_id, kind, user_key, payload, :status, 0, :now
     FROM batch
     WHERE event_id IS NULL OR event_id IN (SELECT event_id FROM claimed)
     ORDER BY job_id, ord
@@ -67,18 +67,21 @@ async def store_on_postgres(
     engine: AsyncEngine, deliveries: Sequence[Delivery], now: datetime
 ) -> set[str]:
     """The batch's job ids stored now (not those a delivery before had stored)."""
-    params = {
-        "ords": list(range(len(deliveries))),
-        "event_ids": [d.event_id or None for d in deliveries],
-        "platforms": [d.platform for d in deliveries],
-        "job_ids": [d.job_id for d in deliveries],
-        "kinds": [d.kind for d in deliveries],
-        "user_keys": [d.user_key for d in deliveries],
-        # What SQLAlchemy's JSON type sends (json.dumps, the engine has no serializer of its own).
-        "payloads": [json.dumps(dict(d.payload)) for d in deliveries],
-        "status": JobStatus.QUEUED.value,
-        "now": now,
-    }
+    # The rows as one JSON document (json.dumps, as SQLAlchemy's JSON type sends a payload):
+    # one text parameter to send, where arrays of text had psycopg quote each element.
+    rows = [
+        {
+            "ord": n,
+            "event_id": d.event_id or None,
+            "platform": d.platform,
+            "job_id": d.job_id,
+            "kind": d.kind,
+            "user_key": d.user_key,
+            "payload": dict(d.payload),
+        }
+        for n, d in enumerate(deliveries)
+    ]
+    params = {"batch": json.dumps(rows), "status": JobStatus.QUEUED.value, "now": now}
     async with engine.connect() as conn:
         auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
         return {str(j) for (j,) in (await auto.execute(_STORE, params)).all()}
