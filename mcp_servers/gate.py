@@ -122,7 +122,8 @@ class AuthGate:
             await _send_json(send, 503, {"error": "temporarily_unavailable"})
             return
         if scope["method"] != "POST":
-            await self.app(scope, receive, send)
+            with self.verifier.verified(token, claims):
+                await self.app(scope, receive, send)
             return
         body = await _read_body(receive)
         if body is None:
@@ -138,7 +139,8 @@ class AuthGate:
                 scope_needed=missing,
             )
             return
-        await self.app(scope, _replay(body, receive), send)
+        with self.verifier.verified(token, claims):
+            await self.app(scope, _replay(body, receive), send)
 
     def _missing_scope(self, body: bytes, granted: set[str]) -> str | None:
         try:

@@ -136,3 +136,37 @@ async def test_concurrent_first_requests_fetch_the_jwks_once(mcp_test_issuer: Te
     await asyncio.gather(*(verifier.verify(token) for _ in range(20)))
     assert http.requests == 1
     await http.aclose()
+
+
+async def test_the_sdk_check_reuses_the_gates_verification_of_the_same_token_only(
+    mcp_test_issuer: TestIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = ManualClock()
+    jwks = JwksClient(issuer=mcp_test_issuer.issuer, jwks_url=mcp_test_issuer.jwks_url)
+    verifier = JwtVerifier(issuer=mcp_test_issuer.issuer, audience=AUD, jwks=jwks, clock=clock)
+    other = JwtVerifier(issuer=mcp_test_issuer.issuer, audience=AUD, jwks=jwks, clock=clock)
+    token = mcp_test_issuer.mint(sub="alice", aud=AUD, scope="tickets:read", expires_in=60)
+    forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+    claims = await verifier.verify(token)
+    full: list[str] = []
+    for checker in (verifier, other):
+        real = checker.verify
+
+        async def counted(t: str, real: object = real) -> dict[str, object]:
+            full.append(t)
+            return await real(t)  # type: ignore[operator,no-any-return]
+
+        monkeypatch.setattr(checker, "verify", counted)
+    with verifier.verified(token, claims):
+        seen = await verifier.verify_token(token)
+        assert seen is not None
+        assert seen.subject == "alice"
+        assert full == []  # the gate's check of this very token stands
+        assert await verifier.verify_token(forged) is None  # any other token: checked in full
+        assert await other.verify_token(token) is not None  # another server's verifier too
+        assert full == [forged, token]
+        clock.now += timedelta(seconds=61)
+        assert await verifier.verify_token(token) is None  # still expires on time
+    clock.now -= timedelta(seconds=61)
+    assert await verifier.verify_token(token) is not None  # outside the request: in full
+    assert full == [forged, token, token]
