@@ -20,9 +20,9 @@ text is the same for every batch size: psycopg prepares it on the server after a
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from sqlalchemy import bindparam, text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -30,8 +30,24 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from infra.jobs.queue import JobStatus
 from infra.storage.schema import UtcDateTime
 
-if TYPE_CHECKING:
-    from infra.jobs.inbox import Delivery
+
+class Delivery(Protocol):
+    """What a batch row needs of ``infra.jobs.inbox.Delivery`` (named here, not imported:
+    ``inbox`` imports this module)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def user_key(self) -> str: ...
+    @property
+    def payload(self) -> Mapping[str, Any]: ...
+    @property
+    def event_id(self) -> str | None: ...
+    @property
+    def platform(self) -> str: ...
+
 
 _STORE = text(
     """
