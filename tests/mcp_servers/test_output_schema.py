@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import jsonschema
@@ -35,16 +36,19 @@ def test_a_result_that_breaks_the_schema_is_refused_with_the_sdks_message(bad: o
 def test_the_schema_is_checked_once_per_tool_and_good_results_pass(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # A schema of this test's own: validators are compiled once per process
+    # (infra.json_schema), so one another test compiled would not be checked here at all.
+    schema = {**SCHEMA, "title": f"once-{uuid.uuid4()}"}
     checked: list[object] = []
-    cls = jsonschema.validators.validator_for(SCHEMA)
+    cls = jsonschema.validators.validator_for(schema)
     original = cls.check_schema
     monkeypatch.setattr(cls, "check_schema", lambda s: (checked.append(s), original(s))[1])
     validators = OutputValidators()
     for n in range(5):
-        validators.check("t", SCHEMA, {"key": "PAY-1", "n": n})
-    assert checked == [SCHEMA]
+        validators.check("t", schema, {"key": "PAY-1", "n": n})
+    assert checked == [schema]
     with pytest.raises(ToolError):
-        validators.check("t", SCHEMA, {"key": "PAY-1", "n": "x"})
+        validators.check("t", schema, {"key": "PAY-1", "n": "x"})
 
 
 def test_a_broken_schema_is_still_refused() -> None:
