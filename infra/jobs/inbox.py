@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.clock import Clock, utc_now
 from infra.jobs.inbox_pg import store_on_postgres
@@ -189,23 +189,13 @@ class JobInbox(Background):
             new = await store_on_postgres(self.engine, deliveries, self._clock())
             return _firsts(deliveries, new)
         async with self.engine.begin() as conn:
-            return await self._store(conn, deliveries)
-
-    async def _store(self, conn: AsyncConnection, deliveries: Sequence[Delivery]) -> list[bool]:
-        """The delivery ids first: a delivery whose id was seen before (its job may have
-        moved on, from the SQLite spool, or finished) is a redelivery and stores no job."""
-        now = self._clock()
-        fresh: set[str] = set()
-        if claims := _claim_rows(deliveries, now):
-            fresh = {str(e) for (e,) in (await conn.execute(self._claim, claims)).all()}
-        new: set[str] = set()
-        if jobs := _job_rows(deliveries, fresh, now):
-            new = {str(j) for (j,) in (await conn.execute(self._queue, jobs)).all()}
-        return _firsts(deliveries, new)
+            return await conn.run_sync(self._store_here, deliveries)
 
     def _store_here(self, conn: Connection, deliveries: Sequence[Delivery]) -> list[bool]:
-        """``_store`` on the writer's own connection, on this loop (``JobInbox``'s
-        ``writer``)."""
+        """The delivery ids first: a delivery whose id was seen before (its job may have
+        moved on, from the SQLite spool, or finished) is a redelivery and stores no job.
+        Sync, for the ``writer``'s own connection on this loop; the engine's path runs it
+        with ``run_sync``."""
         now = self._clock()
         fresh: set[str] = set()
         if claims := _claim_rows(deliveries, now):
