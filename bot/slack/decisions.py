@@ -48,44 +48,21 @@ class DecisionViews(HomeViews):
         self,
         approval_id: str,
         team_id: str,
-        requester_channel: str,
-        requester_thread_ts: str,
+        requester_channel: str = "",
+        requester_thread_ts: str = "",
         note_ts: str | None = None,
     ) -> None:
+        """The approval's one card on Slack, in its current state (a mirrored approval may be
+        decided already); no requester thread for a copy of another platform's approval.
+
+        A run retried after its card was posted (a job taken over, a connection lost after
+        the post) or a notice delivered twice finds the card saved and posts nothing; two
+        attempts at once both post, the first save wins and the other deletes its copy."""
+        if await self.approval_messages.get(approval_id) is not None:
+            return
         view = await self.assistant.approval_view(approval_id)
         if view is None:
             log.error("approval %s vanished before its card was posted", approval_id)
-            return
-        card = approval_card(view)
-        response = await self.client.chat_postMessage(
-            channel=self.config.approvals_channel, text=card.text, blocks=card.blocks
-        )
-        await self.approval_messages.save(
-            approval_id,
-            team_id,
-            (str(response["channel"]), str(response["ts"])),
-            (requester_channel, requester_thread_ts),
-            note_ts,
-        )
-
-    async def on_notice(self, notice: ApprovalNotice) -> None:
-        """An approval handled on another platform (Teams): post Slack's copy of its card, or
-        show the decision taken there on it. Raising makes the core deliver it again later."""
-        if notice.kind == "post":
-            await self.post_mirror_card(notice.approval_id)
-        elif notice.kind == "decided" and notice.decided is not None:
-            await self.announce(notice.decided)
-        else:
-            log.warning("unknown approval notice %s ignored", notice.kind)
-
-    async def post_mirror_card(self, approval_id: str) -> None:
-        """Slack's copy of a card for an approval requested on another platform: its current
-        state (it may be decided already), no requester thread here."""
-        if await self.approval_messages.get(approval_id) is not None:
-            return  # posted before (a notice delivered twice)
-        view = await self.assistant.approval_view(approval_id)
-        if view is None:
-            log.warning("approval %s vanished before its Slack copy was posted", approval_id)
             return
         if view.status == "pending":
             card = approval_card(view)
@@ -102,12 +79,22 @@ class DecisionViews(HomeViews):
         response = await self.client.chat_postMessage(
             channel=self.config.approvals_channel, text=card.text, blocks=card.blocks
         )
-        await self.approval_messages.save(
-            approval_id,
-            self.home_team or "",
-            (str(response["channel"]), str(response["ts"])),
-            ("", ""),
-        )
+        posted = (str(response["channel"]), str(response["ts"]))
+        if not await self.approval_messages.save(
+            approval_id, team_id, posted, (requester_channel, requester_thread_ts), note_ts
+        ):
+            log.info("approval %s had its card already: this copy is deleted", approval_id)
+            await self.client.chat_delete(channel=posted[0], ts=posted[1])
+
+    async def on_notice(self, notice: ApprovalNotice) -> None:
+        """An approval handled on another platform (Teams): post Slack's copy of its card, or
+        show the decision taken there on it. Raising makes the core deliver it again later."""
+        if notice.kind == "post":
+            await self.post_card(notice.approval_id, self.home_team or "")
+        elif notice.kind == "decided" and notice.decided is not None:
+            await self.announce(notice.decided)
+        else:
+            log.warning("unknown approval notice %s ignored", notice.kind)
 
     async def show_deciding(
         self,

@@ -110,11 +110,12 @@ class SqlApprovalMessages:
         note_ts: str | None = None,
         *,
         service_url: str | None = None,
-    ) -> None:
+    ) -> bool:
         """Remember the card (channel, ts), the requester thread (channel, thread_ts; empty
         for a card mirrored from another platform) and the "needs approval" note in it; the
-        first save wins, so a retried post never points the approval at a second card."""
-        await save_first_card(
+        first save wins (``False``: one was saved before), so a retried post never points the
+        approval at a second card."""
+        return await save_first_card(
             self._engine,
             approval_id=approval_id,
             platform=self._platform,

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from assistant.types import ApprovalRequested, PlatformRef
+from bot.slack import open_bot
 from bot.slack.store import SqlApprovalMessages, SqlProcessedEvents
 from infra.jobs import spool_url
 from infra.storage import create_engine
 from testing.fake_assistant import FakeAssistant
-from testing.slack import mention
-from tests.bot.conftest import ALICE, RunApp
+from testing.slack import APPROVALS_CHANNEL_ID, FakeSlack, mention
+from tests.bot.conftest import ALICE, RunApp, slack_config
 from tests.bot.test_slack_db_down import the_retry_is_answered
 
 
@@ -100,3 +103,42 @@ async def test_a_database_outage_answers_5xx_and_slacks_retry_is_answered_once(
         await the_retry_is_answered(env, "EvDOWN")
     assert len(fake_assistant.messages) == 1
     assert len(env.fake.calls_to("chat.update")) == 1
+
+
+async def test_a_card_posted_again_for_one_approval_leaves_one_card(
+    fake_slack: FakeSlack, fake_assistant: FakeAssistant, sqlite_url: str
+) -> None:
+    """A run retried after its card was posted (its job taken over under load, a connection
+    lost after the post) posts no second card; two attempts at once leave one card."""
+    ref = PlatformRef("slack", ALICE.team_id, "C0GENERAL", "1700000000.000100")
+    engine = create_engine(sqlite_url)
+    try:
+        async with open_bot(slack_config(fake_slack), fake_assistant, engine) as bot:
+            adapter = bot.adapter
+            for _ in range(2):  # the first attempt, then its retry
+                retried = await fake_assistant.handle_message(ALICE, ref, "update PAY-1 x=1")
+                assert isinstance(retried, ApprovalRequested)
+            first = retried.approval.approval_id
+            await adapter.post_card(first, ALICE.team_id, "C0GENERAL", ref.thread_ts)
+            await adapter.post_card(first, ALICE.team_id, "C0GENERAL", ref.thread_ts)
+            assert len(_cards(fake_slack)) == 1
+
+            concurrent = await fake_assistant.handle_message(ALICE, ref, "update PAY-2 x=1")
+            assert isinstance(concurrent, ApprovalRequested)
+            second = concurrent.approval.approval_id
+            await asyncio.gather(
+                *(
+                    adapter.post_card(second, ALICE.team_id, "C0GENERAL", ref.thread_ts)
+                    for _ in range(3)
+                )
+            )
+            assert len(_cards(fake_slack)) == 2
+            saved = await SqlApprovalMessages(engine).get(second)
+            assert saved is not None
+            assert (saved.card_channel_id, saved.card_ts) in fake_slack.messages
+    finally:
+        await engine.dispose()
+
+
+def _cards(fake: FakeSlack) -> list[dict[str, Any]]:
+    return [m for (channel, _ts), m in fake.messages.items() if channel == APPROVALS_CHANNEL_ID]
