@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.clock import Clock, utc_now
 from infra.storage.schema import run_jobs
+from infra.storage.store import SqlStore
 
 
 class JobError(Exception):
@@ -59,12 +60,11 @@ class Job:
 MAX_ATTEMPTS = 8
 
 
-class SqlJobQueue:
+class SqlJobQueue(SqlStore):
     def __init__(
         self, engine: AsyncEngine, clock: Clock = utc_now, *, max_attempts: int = MAX_ATTEMPTS
     ) -> None:
-        self._engine = engine
-        self._clock = clock
+        super().__init__(engine, clock)
         self.max_attempts = max_attempts
 
     @property
