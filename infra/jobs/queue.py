@@ -41,11 +41,20 @@ class JobStatus(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Job:
+class JobSpec:
+    """What a job is asked to do: its id, its kind, whose runs it counts against
+    (``user_key``) and its payload."""
+
     job_id: str
     kind: str
     user_key: str
     payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Job(JobSpec):
+    """A stored job, as a worker claims it."""
+
     attempts: int
     created_at: datetime
     max_attempts: int = 1
