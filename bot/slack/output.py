@@ -17,6 +17,7 @@ from bot.slack.core import (
 from bot.slack.once import OnceAtATime
 from bot.slack.render import (
     Message,
+    connect_prompt,
 )
 from bot.slack.store import SqlApprovalMessages
 from bot.slack.streaming import AgentSessions
@@ -108,6 +109,11 @@ class SlackOutput:
             )
         except SlackApiError as exc:
             log.warning("could not %s: %s", what, exc.response.get("error"))
+
+    def link_prompt(self, login_url: str) -> Message:
+        """The Connect prompt for ``login_url`` in this app's style (``user_connections``:
+        Slack's standard app authentication)."""
+        return connect_prompt(login_url, standard=self.config.user_connections)
 
     async def ephemeral(self, channel: str | None, user: str, message: Message) -> None:
         """Only ``user`` sees it; without a channel (App Home), a DM instead."""
