@@ -32,7 +32,7 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -186,6 +186,7 @@ class SqlApprovalNotices:
 NoticeHandler = Callable[[ApprovalNotice], Awaitable[None]]
 
 
+@dataclass(eq=False)
 class ApprovalFanout:
     """Publishes notices for the other platforms and delivers a platform's own.
 
@@ -193,19 +194,13 @@ class ApprovalFanout:
     serving Slack and Teams lists both); the requester's platform always shows it.
     """
 
-    def __init__(
-        self,
-        store: SqlApprovalNotices,
-        *,
-        card_platforms: frozenset[str] = frozenset(),
-        clock: Clock = utc_now,
-        worker: str | None = None,
-    ) -> None:
-        self.store = store
-        self.card_platforms = card_platforms
-        self._clock = clock
-        self._worker = worker or f"notices-{secrets.token_hex(6)}"
-        self._wake: dict[str, asyncio.Event] = {}
+    store: SqlApprovalNotices
+    _: KW_ONLY
+    card_platforms: frozenset[str] = frozenset()
+    clock: Clock = utc_now
+    # Who claims notices: each instance its own name.
+    worker: str = field(default_factory=lambda: f"notices-{secrets.token_hex(6)}")
+    _wake: dict[str, asyncio.Event] = field(default_factory=dict, init=False)
 
     # --- publishing -------------------------------------------------------------------
 
@@ -251,12 +246,12 @@ class ApprovalFanout:
         """Claim and hand ``platform``'s notices to ``handle``, oldest first; returns how many
         were delivered. A failing notice is retried with back-off, then given up (logged)."""
         delivered = 0
-        for row in await self.store.claim(platform, self._worker, limit=limit):
+        for row in await self.store.claim(platform, self.worker, limit=limit):
             try:
                 notice = _notice(row)
             except ValueError:
                 log.error("approval notice %s is unreadable: dropped", row.notice_id)
-                await self.store.finish(row.notice_id, self._worker, failed=True)
+                await self.store.finish(row.notice_id, self.worker, failed=True)
                 continue
             try:
                 await handle(notice)
@@ -268,7 +263,7 @@ class ApprovalFanout:
                         row.attempts,
                         type(exc).__name__,
                     )
-                    await self.store.finish(row.notice_id, self._worker, failed=True)
+                    await self.store.finish(row.notice_id, self.worker, failed=True)
                 else:
                     log.warning(
                         "approval notice %s not delivered (%s): retrying",
@@ -276,9 +271,9 @@ class ApprovalFanout:
                         type(exc).__name__,
                     )
                     delay = timedelta(seconds=min(2.0 ** (row.attempts - 1), 60.0))
-                    await self.store.retry(row.notice_id, self._worker, delay)
+                    await self.store.retry(row.notice_id, self.worker, delay)
                 continue
-            await self.store.finish(row.notice_id, self._worker)
+            await self.store.finish(row.notice_id, self.worker)
             delivered += 1
         return delivered
 
