@@ -53,7 +53,7 @@ class ClientCredentials:
     method: ClientAuthMethod = "client_secret_basic"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class TokenEndpointClient:
     """Calls the token endpoint of ``provider`` as the confidential client ``credentials``."""
 

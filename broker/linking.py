@@ -48,7 +48,7 @@ class LinkResult:
     groups: frozenset[str]
 
 
-@dataclass(eq=False, kw_only=True)
+@dataclass(eq=False, repr=False, kw_only=True)
 class LinkingService:
     """Starts and completes account-linking logins; unlinks."""
 

@@ -56,7 +56,7 @@ def message_job(message: UserMessage, delivery_id: str) -> Delivery:
     )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class DurableSlackAdapter(SlackAdapter):
     queue: SqlJobQueue
     runner: JobRunner | None = field(default=None, init=False)

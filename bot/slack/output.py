@@ -36,7 +36,7 @@ DATABASE_DOWN_TEXT = (
 )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class SlackOutput:
     """What every part of the Slack adapter shares: its config, the core, the Web API client
     and where approval messages are."""

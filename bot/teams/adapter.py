@@ -89,7 +89,7 @@ def is_stop(text: str) -> bool:
     return text.strip().lower() in STOP_WORDS
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class TeamsAdapter:
     config: TeamsBotConfig
     assistant: AssistantPort

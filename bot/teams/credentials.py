@@ -38,7 +38,7 @@ class OutboundAuthError(Exception):
     """The token endpoint refused the bot's credentials or could not be reached."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class ClientCredentials(AccessTokenProviderBase):
     token_url: str
     client_id: str

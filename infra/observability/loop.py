@@ -33,7 +33,7 @@ DEFAULT_INTERVAL = 0.02
 KEEP_SAMPLES = 15_000
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class LoopLagMonitor(Background):
     """Samples the running loop's lag every ``interval`` seconds while the block runs.
 
