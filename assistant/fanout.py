@@ -43,6 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from assistant.types import ApprovalNotice, Decided
 from infra.clock import Clock, utc_now
+from infra.storage.lease import take_lease
 from infra.storage.schema import approval_notices, chat_approval_messages
 
 log = logging.getLogger(__name__)
@@ -130,18 +131,16 @@ class SqlApprovalNotices:
             m = found_row._mapping
             same = [c.notice_id == m["notice_id"], c.status == m["status"]]
             same.append(c.attempts == m["attempts"])
-            async with self._engine.begin() as conn:
-                result = await conn.execute(
-                    update(approval_notices)
-                    .where(*same)
-                    .values(
-                        status=CLAIMED,
-                        owner=worker,
-                        lease_until=now + LEASE,
-                        attempts=m["attempts"] + 1,
-                    )
-                )
-            if result.rowcount == 1:
+            taken = await take_lease(
+                self._engine,
+                approval_notices,
+                same,
+                status=CLAIMED,
+                owner=worker,
+                lease_until=now + LEASE,
+                attempts=m["attempts"] + 1,
+            )
+            if taken:
                 claimed.append(
                     NoticeRow(
                         m["notice_id"],

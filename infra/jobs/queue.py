@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.clock import Clock, utc_now
+from infra.storage.lease import take_lease
 from infra.storage.schema import run_jobs
 from infra.storage.store import SqlStore
 
@@ -168,18 +169,15 @@ class SqlJobQueue(SqlStore):
         same.append(c.owner.is_(None) if row["owner"] is None else c.owner == row["owner"])
         if row["lease_until"] is not None:
             same.append(c.lease_until == row["lease_until"])
-        async with self._engine.begin() as conn:
-            result = await conn.execute(
-                update(run_jobs)
-                .where(*same)
-                .values(
-                    status=JobStatus.RUNNING.value,
-                    owner=worker,
-                    lease_until=lease_until,
-                    attempts=row["attempts"] + 1,
-                )
-            )
-        return result.rowcount == 1
+        return await take_lease(
+            self._engine,
+            run_jobs,
+            same,
+            status=JobStatus.RUNNING.value,
+            owner=worker,
+            lease_until=lease_until,
+            attempts=row["attempts"] + 1,
+        )
 
     async def renew(self, worker: str, job_ids: Sequence[str], lease: timedelta) -> None:
         if not job_ids:
