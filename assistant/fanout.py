@@ -39,12 +39,12 @@ from typing import Any
 from pydantic import TypeAdapter
 from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from assistant.types import ApprovalNotice, Decided
 from infra.clock import Clock, utc_now
 from infra.storage.lease import take_lease
 from infra.storage.schema import approval_notices, chat_approval_messages
+from infra.storage.store import SqlStore
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +72,8 @@ class NoticeRow:
     attempts: int
 
 
-class SqlApprovalNotices:
+class SqlApprovalNotices(SqlStore):
     """The ``approval_notices`` table, plus which platforms hold a card for an approval."""
-
-    def __init__(self, engine: AsyncEngine, clock: Clock = utc_now) -> None:
-        self._engine = engine
-        self._clock = clock
 
     async def publish(self, rows: Iterable[NoticeRow]) -> int:
         """Insert each notice unless its id exists (idempotent); returns how many are new."""
