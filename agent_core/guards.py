@@ -80,6 +80,20 @@ def has_answer(messages: list[AnyMessage], tool_call_id: str | None) -> bool:
     )
 
 
+def _unanswered_calls(state: AgentState[Any]) -> list[tuple[int, ToolCall]]:
+    """The latest model step's tool calls that nothing has answered yet, each with its place
+    in the step (the caps count calls in the model's order)."""
+    messages = list(state["messages"])
+    last = _last_ai(messages)
+    if last is None:
+        return []
+    return [
+        (index, call)
+        for index, call in enumerate(last.tool_calls)
+        if not has_answer(messages, call.get("id"))
+    ]
+
+
 def not_already_answered(request: ToolCallRequest) -> bool:
     """``interrupt_on[...]["when"]``: review only calls nothing has answered yet."""
     messages = list(request.state.get("messages", []))
@@ -188,12 +202,8 @@ class BulkWriteFlag(AgentMiddleware[Any, Any, Any]):
     async def aafter_model(
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        messages = list(state["messages"])
-        last = _last_ai(messages)
         writes = [
-            c
-            for c in (last.tool_calls if last is not None else [])
-            if self.policy.classify(c["name"]).is_write and not has_answer(messages, c.get("id"))
+            c for _, c in _unanswered_calls(state) if self.policy.classify(c["name"]).is_write
         ]
         flag: dict[str, Any] | None = None
         if len(writes) >= self.threshold:
@@ -224,15 +234,9 @@ class CallCap(AgentMiddleware[Any, Any, Any]):
     async def aafter_model(
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        messages = list(state["messages"])
-        last = _last_ai(messages)
-        if last is None:
-            return None
         answers: list[ToolMessage] = []
         writes = 0
-        for index, call in enumerate(last.tool_calls):
-            if has_answer(messages, call.get("id")):
-                continue
+        for index, call in _unanswered_calls(state):
             is_write = self.policy.classify(call["name"]).is_write
             if index >= self.max_calls:
                 text = (

@@ -123,6 +123,17 @@ IdentityLookup = Callable[[str], Awaitable[Identity]]
 """The requester's current identity (groups from the IdP directory) by subject."""
 
 
+def _audit_subject(approval: Approval, tool: str) -> dict[str, Any]:
+    """What every audit row about ``approval`` names: whose request it is, its thread, the
+    tool and the approval."""
+    return {
+        "requester": approval.requester_subject,
+        "thread_id": approval.thread_id,
+        "tool": tool,
+        "approval_id": approval.approval_id,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class DecisionReport:
     """What happened: the approval in its final state and the requester's resumed result."""
@@ -206,10 +217,7 @@ class ApprovalService:
             self.changes.changed(approval_id)
             await self.audit.record(
                 EventKind.APPROVAL_REQUESTED,
-                requester=requester.subject,
-                thread_id=approval.thread_id,
-                tool=action.tool,
-                approval_id=approval.approval_id,
+                **_audit_subject(approval, action.tool),
                 args=action.args,
                 model_used=interrupt.model_used or None,
                 detail={"reads": [f"{r.tool} {r.ref_id}" for r in reads]},
@@ -576,10 +584,7 @@ class ApprovalService:
             kind = label or ("expired" if approval.decided_by == EXPIRY_DECIDER else decision.type)
             await self.audit.record(
                 EventKind.DECISION,
-                requester=approval.requester_subject,
-                thread_id=approval.thread_id,
-                tool=action.tool,
-                approval_id=approval.approval_id,
+                **_audit_subject(approval, action.tool),
                 approver=approval.decided_by,
                 decision=kind,
                 args=action.args,
@@ -591,10 +596,7 @@ class ApprovalService:
     async def _record_finished(self, done: Approval) -> None:
         await self.audit.record(
             EventKind.APPROVAL_FINISHED,
-            requester=done.requester_subject,
-            thread_id=done.thread_id,
-            tool=done.actions[0].tool,
-            approval_id=done.approval_id,
+            **_audit_subject(done, done.actions[0].tool),
             approver=done.decided_by,
             outcome=done.status.value,
             detail={"reason": done.outcome_reason} if done.outcome_reason else None,

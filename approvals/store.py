@@ -1,4 +1,4 @@
-"""Where approvals live: the ``ApprovalStore`` protocol, in memory and in SQL.
+"""Where approvals live: the ``ApprovalStore`` rules, in memory and in SQL.
 
 The one operation that matters is :meth:`ApprovalStore.claim`: ``pending → deciding`` as a
 single conditional write, so exactly one of any number of concurrent decisions wins — across
@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NotRequired, TypedDict
 
 from sqlalchemy import RowMapping, Update, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -36,12 +38,45 @@ from approvals.records import (
 from broker.types import ChatUser
 from infra.storage.schema import approvals as approvals_table
 
+Decisions = tuple[ActionDecision, ...]
 
-class ApprovalStore(Protocol):
+
+class Move(TypedDict):
+    """What a conditional move writes: the new status and, when finishing, the outcome."""
+
+    status: ApprovalStatus
+    outcome: NotRequired[dict[str, Any]]
+    outcome_reason: NotRequired[str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalFilter:
+    """What ``find`` selects; ``matches`` is its meaning, which the SQL query mirrors."""
+
+    statuses: tuple[ApprovalStatus, ...] = ()
+    requester_subject: str | None = None
+    expired_at: datetime | None = None
+    batch: str | None = None
+
+    def matches(self, a: Approval) -> bool:
+        return (
+            (not self.statuses or a.status in self.statuses)
+            and (self.requester_subject is None or a.requester_subject == self.requester_subject)
+            and (self.expired_at is None or a.expires_at <= self.expired_at)
+            and (self.batch is None or a.batch == self.batch)
+        )
+
+
+class ApprovalStore(ABC):
+    """Where approvals live. The lifecycle's rules are written once, here: which moves are
+    allowed and why one is refused. A backend supplies the storage and its conditional
+    writes (the ``_``-prefixed hooks), so the memory and SQL stores cannot drift apart."""
+
+    @abstractmethod
     async def create(self, approval: Approval) -> None:
         """Store a new pending approval (its id must be new)."""
-        ...
 
+    @abstractmethod
     async def get(self, approval_id: str) -> Approval | None: ...
 
     async def claim(
@@ -57,8 +92,12 @@ class ApprovalStore(Protocol):
         ``ApprovalExpiredError`` (pending but past ``expires_at`` at ``now``).
         The approval with ``decided_by == EXPIRY_DECIDER`` claims an expired one instead.
         """
-        ...
+        claimed = await self._claim(approval_id, decided_by, tuple(decisions), now)
+        if claimed is None:
+            raise _claim_refusal(await self.get(approval_id), approval_id, now)
+        return claimed
 
+    @abstractmethod
     async def reclaim(
         self, approval_id: str, stale_before: datetime, now: datetime
     ) -> Approval | None:
@@ -66,14 +105,13 @@ class ApprovalStore(Protocol):
         decider crashed): one conditional write moves ``decided_at`` to ``now``, so of any
         number of concurrent recoverers exactly one gets the approval; the rest get ``None``,
         as does an approval that is not, or no longer, stale."""
-        ...
 
     async def advance(
         self, approval_id: str, expected: ApprovalStatus, status: ApprovalStatus
     ) -> Approval:
         """Move ``expected → status`` as one conditional write (``deciding → approved``,
         ``approved → executing``); ``AlreadyDecidedError`` if it is not in ``expected``."""
-        ...
+        return await self._move(approval_id, (expected,), Move(status=status))
 
     async def finish(
         self,
@@ -86,7 +124,10 @@ class ApprovalStore(Protocol):
         """Move a decided approval (``deciding``, ``approved``, ``executing``, or ``unknown``
         for the reconciler) to the final ``status`` with a reason for people; raises
         ``AlreadyDecidedError`` if it is in none of these."""
-        ...
+        if not status.is_final:
+            raise ValueError(f"{status} is not a final status")
+        move = Move(status=status, outcome=dict(outcome), outcome_reason=reason)
+        return await self._move(approval_id, FINISHABLE, move)
 
     async def find(
         self,
@@ -99,22 +140,49 @@ class ApprovalStore(Protocol):
     ) -> list[Approval]:
         """Approvals oldest first, by status, requester, ``expires_at <= expired_at`` and
         batch (in batch order)."""
-        ...
+        where = ApprovalFilter(tuple(statuses), requester_subject, expired_at, batch)
+        return await self._find(where, limit)
 
+    @abstractmethod
     async def claim_resume(self, batch: str, now: datetime, stale_before: datetime) -> bool:
         """Claim the resume of ``batch``'s paused run (on its first approval) in one
         conditional write: ``True`` for the one caller that may resume it. A claim older than
         ``stale_before`` whose resume never finished (a crash) may be claimed again."""
-        ...
 
+    @abstractmethod
     async def finish_resume(self, batch: str, now: datetime) -> None:
         """Record that ``batch``'s run was resumed (or needs no resume any more)."""
-        ...
 
+    @abstractmethod
     async def unresumed(self, claimed_before: datetime, limit: int = 100) -> list[Approval]:
         """First approvals of batches that are decided to the end (no open state) and whose
         run was not resumed: never claimed, or claimed before ``claimed_before``."""
-        ...
+
+    async def _move(
+        self, approval_id: str, expected: Sequence[ApprovalStatus], move: Move
+    ) -> Approval:
+        """Apply ``move`` if the approval is in one of ``expected``, else say why not."""
+        moved = await self._conditional_move(approval_id, expected, move)
+        if moved is None:
+            raise _refusal(await self.get(approval_id), approval_id)
+        return moved
+
+    @abstractmethod
+    async def _claim(
+        self, approval_id: str, decided_by: str, decisions: Decisions, now: datetime
+    ) -> Approval | None:
+        """``pending → deciding`` as one conditional write if ``_claimable``, else ``None``."""
+
+    @abstractmethod
+    async def _conditional_move(
+        self, approval_id: str, expected: Sequence[ApprovalStatus], move: Move
+    ) -> Approval | None:
+        """Apply ``move`` as one conditional write if the status is one of ``expected``:
+        the approval as it was left, or ``None`` when it did not match."""
+
+    @abstractmethod
+    async def _find(self, where: ApprovalFilter, limit: int) -> list[Approval]:
+        """``find``: the approvals ``where`` matches, oldest first, at most ``limit``."""
 
 
 def _claim_refusal(current: Approval | None, approval_id: str, now: datetime) -> Exception:
@@ -167,7 +235,7 @@ def _claimable(approval: Approval, decided_by: str, now: datetime) -> bool:
     )
 
 
-class MemoryApprovalStore:
+class MemoryApprovalStore(ApprovalStore):
     """In-process store for unit tests and single-process development."""
 
     def __init__(self) -> None:
@@ -183,23 +251,19 @@ class MemoryApprovalStore:
     async def get(self, approval_id: str) -> Approval | None:
         return self._by_id.get(approval_id)
 
-    async def claim(
-        self,
-        approval_id: str,
-        decided_by: str,
-        decisions: Sequence[ActionDecision],
-        now: datetime,
-    ) -> Approval:
+    async def _claim(
+        self, approval_id: str, decided_by: str, decisions: Decisions, now: datetime
+    ) -> Approval | None:
         async with self._lock:
             current = self._by_id.get(approval_id)
             if current is None or not _claimable(current, decided_by, now):
-                raise _claim_refusal(current, approval_id, now)
+                return None
             claimed = dataclasses.replace(
                 current,
                 status=ApprovalStatus.DECIDING,
                 decided_by=decided_by,
                 decided_at=now,
-                decisions=tuple(decisions),
+                decisions=decisions,
             )
             self._by_id[approval_id] = claimed
             return claimed
@@ -215,55 +279,19 @@ class MemoryApprovalStore:
             self._by_id[approval_id] = taken
             return taken
 
-    async def advance(
-        self, approval_id: str, expected: ApprovalStatus, status: ApprovalStatus
-    ) -> Approval:
-        return await self._move(approval_id, (expected,), status=status)
-
-    async def finish(
-        self,
-        approval_id: str,
-        status: ApprovalStatus,
-        outcome: dict[str, Any],
-        *,
-        reason: str | None = None,
-    ) -> Approval:
-        if not status.is_final:
-            raise ValueError(f"{status} is not a final status")
-        return await self._move(
-            approval_id, FINISHABLE, status=status, outcome=dict(outcome), outcome_reason=reason
-        )
-
-    async def _move(
-        self, approval_id: str, expected: Sequence[ApprovalStatus], **changes: Any
-    ) -> Approval:
-        """The memory twin of ``SqlApprovalStore._moved``: apply ``changes`` if the approval
-        is in one of ``expected``, else say why not (``_refusal``)."""
+    async def _conditional_move(
+        self, approval_id: str, expected: Sequence[ApprovalStatus], move: Move
+    ) -> Approval | None:
         async with self._lock:
             current = self._by_id.get(approval_id)
             if current is None or current.status not in expected:
-                raise _refusal(current, approval_id)
-            moved = dataclasses.replace(current, **changes)
+                return None
+            moved = dataclasses.replace(current, **move)
             self._by_id[approval_id] = moved
             return moved
 
-    async def find(
-        self,
-        *,
-        statuses: Sequence[ApprovalStatus] = (),
-        requester_subject: str | None = None,
-        expired_at: datetime | None = None,
-        batch: str | None = None,
-        limit: int = 100,
-    ) -> list[Approval]:
-        found = [
-            a
-            for a in self._by_id.values()
-            if (not statuses or a.status in statuses)
-            and (requester_subject is None or a.requester_subject == requester_subject)
-            and (expired_at is None or a.expires_at <= expired_at)
-            and (batch is None or a.batch == batch)
-        ]
+    async def _find(self, where: ApprovalFilter, limit: int) -> list[Approval]:
+        found = [a for a in self._by_id.values() if where.matches(a)]
         found.sort(key=lambda a: (a.created_at, a.batch_index, a.approval_id))
         return found[:limit]
 
@@ -299,7 +327,7 @@ class MemoryApprovalStore:
         return found[:limit]
 
 
-class SqlApprovalStore:
+class SqlApprovalStore(ApprovalStore):
     """Approvals in the project's database (SQLite or PostgreSQL); safe across instances."""
 
     def __init__(self, engine: AsyncEngine) -> None:
@@ -318,13 +346,9 @@ class SqlApprovalStore:
             ).first()
         return None if row is None else _from_row(row._mapping)
 
-    async def claim(
-        self,
-        approval_id: str,
-        decided_by: str,
-        decisions: Sequence[ActionDecision],
-        now: datetime,
-    ) -> Approval:
+    async def _claim(
+        self, approval_id: str, decided_by: str, decisions: Decisions, now: datetime
+    ) -> Approval | None:
         c = approvals_table.c
         age = c.expires_at <= now if decided_by == EXPIRY_DECIDER else c.expires_at > now
         statement = (
@@ -337,10 +361,7 @@ class SqlApprovalStore:
                 decisions=[_decision_to_json(d) for d in decisions],
             )
         )
-        current = await self._update(approval_id, statement)
-        if current is None:
-            raise _claim_refusal(await self.get(approval_id), approval_id, now)
-        return current
+        return await self._update(approval_id, statement)
 
     async def reclaim(
         self, approval_id: str, stale_before: datetime, now: datetime
@@ -355,43 +376,17 @@ class SqlApprovalStore:
         )
         return await self._update(approval_id, statement)
 
-    async def advance(
-        self, approval_id: str, expected: ApprovalStatus, status: ApprovalStatus
-    ) -> Approval:
-        c = approvals_table.c
-        statement = (
-            update(approvals_table)
-            .where(c.approval_id == approval_id, c.status == expected.value)
-            .values(status=status.value)
-        )
-        return await self._moved(approval_id, statement)
-
-    async def finish(
-        self,
-        approval_id: str,
-        status: ApprovalStatus,
-        outcome: dict[str, Any],
-        *,
-        reason: str | None = None,
-    ) -> Approval:
-        if not status.is_final:
-            raise ValueError(f"{status} is not a final status")
+    async def _conditional_move(
+        self, approval_id: str, expected: Sequence[ApprovalStatus], move: Move
+    ) -> Approval | None:
         c = approvals_table.c
         statement = (
             update(approvals_table)
             .where(c.approval_id == approval_id)
-            .where(c.status.in_([s.value for s in FINISHABLE]))
-            .values(status=status.value, outcome=dict(outcome), outcome_reason=reason)
+            .where(c.status.in_([s.value for s in expected]))
+            .values({**move, "status": move["status"].value})
         )
-        return await self._moved(approval_id, statement)
-
-    async def _moved(self, approval_id: str, statement: Update) -> Approval:
-        """Run one conditional UPDATE of ``approval_id``: the approval as it is now, or why
-        it did not move (``_refusal``)."""
-        current = await self._update(approval_id, statement)
-        if current is None:
-            raise _refusal(await self.get(approval_id), approval_id)
-        return current
+        return await self._update(approval_id, statement)
 
     async def _update(self, approval_id: str, statement: Update) -> Approval | None:
         """Run one conditional UPDATE of ``approval_id``: the row as it was left, or ``None``
@@ -407,30 +402,22 @@ class SqlApprovalStore:
             moved = (await conn.execute(statement)).rowcount == 1
         return await self.get(approval_id) if moved else None
 
-    async def find(
-        self,
-        *,
-        statuses: Sequence[ApprovalStatus] = (),
-        requester_subject: str | None = None,
-        expired_at: datetime | None = None,
-        batch: str | None = None,
-        limit: int = 100,
-    ) -> list[Approval]:
+    async def _find(self, where: ApprovalFilter, limit: int) -> list[Approval]:
         c = approvals_table.c
         query = select(approvals_table)
-        if batch is not None:
-            query = query.where(or_(c.batch_id == batch, c.approval_id == batch))
-        if statuses:
-            query = query.where(c.status.in_([s.value for s in statuses]))
-        if requester_subject is not None:
-            query = query.where(c.requester_subject == requester_subject)
-        if expired_at is not None:
-            query = query.where(c.expires_at <= expired_at)
+        if where.batch is not None:
+            query = query.where(or_(c.batch_id == where.batch, c.approval_id == where.batch))
+        if where.statuses:
+            query = query.where(c.status.in_([s.value for s in where.statuses]))
+        if where.requester_subject is not None:
+            query = query.where(c.requester_subject == where.requester_subject)
+        if where.expired_at is not None:
+            query = query.where(c.expires_at <= where.expired_at)
         query = query.order_by(c.created_at, c.batch_index, c.approval_id).limit(limit)
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         found = [_from_row(r._mapping) for r in rows]
-        return [a for a in found if batch is None or a.batch == batch]
+        return [a for a in found if where.batch is None or a.batch == where.batch]
 
     async def claim_resume(self, batch: str, now: datetime, stale_before: datetime) -> bool:
         c = approvals_table.c

@@ -32,18 +32,19 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
 from pydantic import TypeAdapter
 from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from assistant.types import ApprovalNotice, Decided
 from infra.clock import Clock, utc_now
+from infra.storage.lease import take_lease
 from infra.storage.schema import approval_notices, chat_approval_messages
+from infra.storage.store import SqlStore
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +72,8 @@ class NoticeRow:
     attempts: int
 
 
-class SqlApprovalNotices:
+class SqlApprovalNotices(SqlStore):
     """The ``approval_notices`` table, plus which platforms hold a card for an approval."""
-
-    def __init__(self, engine: AsyncEngine, clock: Clock = utc_now) -> None:
-        self._engine = engine
-        self._clock = clock
 
     async def publish(self, rows: Iterable[NoticeRow]) -> int:
         """Insert each notice unless its id exists (idempotent); returns how many are new."""
@@ -130,18 +127,16 @@ class SqlApprovalNotices:
             m = found_row._mapping
             same = [c.notice_id == m["notice_id"], c.status == m["status"]]
             same.append(c.attempts == m["attempts"])
-            async with self._engine.begin() as conn:
-                result = await conn.execute(
-                    update(approval_notices)
-                    .where(*same)
-                    .values(
-                        status=CLAIMED,
-                        owner=worker,
-                        lease_until=now + LEASE,
-                        attempts=m["attempts"] + 1,
-                    )
-                )
-            if result.rowcount == 1:
+            taken = await take_lease(
+                self._engine,
+                approval_notices,
+                same,
+                status=CLAIMED,
+                owner=worker,
+                lease_until=now + LEASE,
+                attempts=m["attempts"] + 1,
+            )
+            if taken:
                 claimed.append(
                     NoticeRow(
                         m["notice_id"],
@@ -186,6 +181,7 @@ class SqlApprovalNotices:
 NoticeHandler = Callable[[ApprovalNotice], Awaitable[None]]
 
 
+@dataclass(eq=False)
 class ApprovalFanout:
     """Publishes notices for the other platforms and delivers a platform's own.
 
@@ -193,19 +189,13 @@ class ApprovalFanout:
     serving Slack and Teams lists both); the requester's platform always shows it.
     """
 
-    def __init__(
-        self,
-        store: SqlApprovalNotices,
-        *,
-        card_platforms: frozenset[str] = frozenset(),
-        clock: Clock = utc_now,
-        worker: str | None = None,
-    ) -> None:
-        self.store = store
-        self.card_platforms = card_platforms
-        self._clock = clock
-        self._worker = worker or f"notices-{secrets.token_hex(6)}"
-        self._wake: dict[str, asyncio.Event] = {}
+    store: SqlApprovalNotices
+    _: KW_ONLY
+    card_platforms: frozenset[str] = frozenset()
+    clock: Clock = utc_now
+    # Who claims notices: each instance its own name.
+    worker: str = field(default_factory=lambda: f"notices-{secrets.token_hex(6)}")
+    _wake: dict[str, asyncio.Event] = field(default_factory=dict, init=False)
 
     # --- publishing -------------------------------------------------------------------
 
@@ -251,12 +241,12 @@ class ApprovalFanout:
         """Claim and hand ``platform``'s notices to ``handle``, oldest first; returns how many
         were delivered. A failing notice is retried with back-off, then given up (logged)."""
         delivered = 0
-        for row in await self.store.claim(platform, self._worker, limit=limit):
+        for row in await self.store.claim(platform, self.worker, limit=limit):
             try:
                 notice = _notice(row)
             except ValueError:
                 log.error("approval notice %s is unreadable: dropped", row.notice_id)
-                await self.store.finish(row.notice_id, self._worker, failed=True)
+                await self.store.finish(row.notice_id, self.worker, failed=True)
                 continue
             try:
                 await handle(notice)
@@ -268,7 +258,7 @@ class ApprovalFanout:
                         row.attempts,
                         type(exc).__name__,
                     )
-                    await self.store.finish(row.notice_id, self._worker, failed=True)
+                    await self.store.finish(row.notice_id, self.worker, failed=True)
                 else:
                     log.warning(
                         "approval notice %s not delivered (%s): retrying",
@@ -276,9 +266,9 @@ class ApprovalFanout:
                         type(exc).__name__,
                     )
                     delay = timedelta(seconds=min(2.0 ** (row.attempts - 1), 60.0))
-                    await self.store.retry(row.notice_id, self._worker, delay)
+                    await self.store.retry(row.notice_id, self.worker, delay)
                 continue
-            await self.store.finish(row.notice_id, self._worker)
+            await self.store.finish(row.notice_id, self.worker)
             delivered += 1
         return delivered
 

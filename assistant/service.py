@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -164,6 +164,7 @@ class AgentPort(Protocol):
     def tool_schema(self, name: str) -> dict[str, Any] | None: ...
 
 
+@dataclass(eq=False, repr=False)
 class Assistant:
     """The one object a chat adapter talks to. Implements ``AssistantPort``.
 
@@ -172,60 +173,38 @@ class Assistant:
     trust but the (verified) chat user id.
     """
 
-    def __init__(
-        self,
-        identities: IdentityService,
-        threads: ThreadStore,
-        agent: AgentPort,
-        approvals: ApprovalService,
-        *,
-        clock: Clock = utc_now,
-        memory: MemoryCommands | None = None,
-        recovery: Recovery | None = None,
-        links: LinkCompleter | None = None,
-        people: Callable[[], Awaitable[list[ChatUser]]] | None = None,
-        fanout: ApprovalFanout | None = None,
-        servers: ServerConnector | None = None,
-        exchange_servers: Sequence[str] = (),
-        oauth_servers: Sequence[str] = (),
-        runs: RunRegistry | None = None,
-        sso: SsoCompleter | None = None,
-    ) -> None:
-        # Links Teams users from their client's SSO token (the IdP is Entra); None: off.
-        self._sso = sso
-        # Cross-platform approvals: cards mirrored on other platforms, decisions shown on
-        # every platform's copy. None: each approval lives on its requester's platform only.
-        self._fanout = fanout
-        # Where Stop finds a working run (any instance); None: Stop only withdraws approvals.
-        self._runs = runs
-        self._identities = identities
-        # Finishes connections to ``auth: oauth`` MCP servers; None: no such server here.
-        self._servers = servers
-        # The MCP servers reached with the user's exchanged token (App Home's connections).
-        self._exchange_servers = tuple(exchange_servers)
-        # The MCP servers each user connects with their own sign-in (``auth: oauth``).
-        self._oauth_servers = tuple(oauth_servers)
-        self._links = links  # finishes account links (/oauth/callback); None: served elsewhere
-        # Every linked chat user (to find an approval's eligible approvers for App Home).
-        self._people = people
-        self._recovery = recovery
-        self._memory = memory  # user memory (``/ops memory``, App Home); None when disabled
-        self._threads = threads
-        # Where each thread lives (its ref never changes): every card update and App Home
-        # item shows it, and a burst of decisions asked the database for it hundreds of times.
-        self._thread_refs: dict[str, PlatformRef] = {}
-        self._agent = agent
-        self._approvals = approvals
-        self._clock = clock
+    identities: IdentityService
+    threads: ThreadStore
+    agent: AgentPort
+    # The approval service (for operations too: ``opsbot sweep``, ``opsbot reconcile``).
+    approvals: ApprovalService
+    _: KW_ONLY
+    clock: Clock = utc_now
+    memory: MemoryCommands | None = None  # user memory (``/ops memory``, App Home); None: off
+    recovery: Recovery | None = None
+    links: LinkCompleter | None = None  # finishes account links (/oauth/callback); None: elsewhere
+    # Every linked chat user (to find an approval's eligible approvers for App Home).
+    people: Callable[[], Awaitable[list[ChatUser]]] | None = None
+    # Cross-platform approvals: cards mirrored on other platforms, decisions shown on
+    # every platform's copy. None: each approval lives on its requester's platform only.
+    fanout: ApprovalFanout | None = None
+    # Finishes connections to ``auth: oauth`` MCP servers; None: no such server here.
+    servers: ServerConnector | None = None
+    # The MCP servers reached with the user's exchanged token (App Home's connections).
+    exchange_servers: Sequence[str] = ()
+    # The MCP servers each user connects with their own sign-in (``auth: oauth``).
+    oauth_servers: Sequence[str] = ()
+    # Where Stop finds a working run (any instance); None: Stop only withdraws approvals.
+    runs: RunRegistry | None = None
+    # Links Teams users from their client's SSO token (the IdP is Entra); None: off.
+    sso: SsoCompleter | None = None
+    # Where each thread lives (its ref never changes): every card update and App Home
+    # item shows it, and a burst of decisions asked the database for it hundreds of times.
+    _thread_refs: dict[str, PlatformRef] = field(default_factory=dict, init=False)
 
-    @property
-    def approvals(self) -> ApprovalService:
-        """The approval service (for operations: ``opsbot sweep``, ``opsbot reconcile``)."""
-        return self._approvals
-
-    @property
-    def identities(self) -> IdentityService:
-        return self._identities
+    def __post_init__(self) -> None:
+        self.exchange_servers = tuple(self.exchange_servers)
+        self.oauth_servers = tuple(self.oauth_servers)
 
     # --- messages -------------------------------------------------------------------
 
@@ -248,14 +227,14 @@ class Assistant:
         relay = ProgressRelay(events)
         stop = None
         try:
-            thread = await self._threads.get_or_create(ref, identity.subject)
+            thread = await self.threads.get_or_create(ref, identity.subject)
             if thread.owner_subject != identity.subject:
                 raise NotThreadOwnerError("this conversation belongs to another user")
-            stop = await self._runs.start(thread.thread_id) if self._runs is not None else None
+            stop = await self.runs.start(thread.thread_id) if self.runs is not None else None
             try:
                 # The answer's text is streamed only to an adapter that listens: the plain
                 # run stays the cheaper ``ainvoke``.
-                result = await self._agent.run(
+                result = await self.agent.run(
                     identity,
                     thread.thread_id,
                     text,
@@ -264,8 +243,8 @@ class Assistant:
                     answer=relay.answer_text if relay.listening else None,
                 )
             finally:
-                if stop is not None and self._runs is not None:
-                    await self._runs.finish(stop.run_id)
+                if stop is not None and self.runs is not None:
+                    await self.runs.finish(stop.run_id)
         except NotThreadOwnerError:
             return Refused("This conversation belongs to another user: start your own thread.")
         except (AgentError, ThreadError, BrokerError) as exc:
@@ -308,7 +287,7 @@ class Assistant:
                 call_title(r.server or "", r.name, r.args) for r in result.action_requests
             )
             try:
-                await self._agent.resume(identity, thread_id, rejects, stop=ALREADY_STOPPED)
+                await self.agent.resume(identity, thread_id, rejects, stop=ALREADY_STOPPED)
             except (AgentError, ThreadError, BrokerError) as exc:
                 log.warning("closing a stopped run failed: %s", type(exc).__name__)
         done, skipped = tuple(relay.started), tuple(dict.fromkeys(relay.not_started))
@@ -326,17 +305,17 @@ class Assistant:
             return StopResult(refused="Connect your account first (`/ops link`).")
         if isinstance(identity, Refused):
             return StopResult(refused=identity.reason)
-        thread = await self._threads.find(ref)
+        thread = await self.threads.find(ref)
         if thread is None:
             return StopResult()
         if thread.owner_subject != identity.subject:
             return StopResult(refused="Only the person who asked can stop this request.")
-        runs = await self._runs.stop(thread.thread_id, identity.subject) if self._runs else 0
-        reports = await self._approvals.withdraw(identity, thread.thread_id)
+        runs = await self.runs.stop(thread.thread_id, identity.subject) if self.runs else 0
+        reports = await self.approvals.withdraw(identity, thread.thread_id)
         withdrawn = tuple([await self._decided(r) for r in reports])
         # The stopper's adapter updates its own cards; every other platform's copy is told.
         await self._publish_decided(list(withdrawn), origin=chat_user.platform)
-        await self._approvals.audit.record(
+        await self.approvals.audit.record(
             EventKind.RUN_STOPPED,
             requester=identity.subject,
             thread_id=thread.thread_id,
@@ -350,11 +329,11 @@ class Assistant:
         return StopResult(run_stopped=runs > 0, withdrawn=withdrawn)
 
     async def record_feedback(self, chat_user: ChatUser, ref: PlatformRef, positive: bool) -> None:
-        identity = await self._identities.resolve(chat_user)
-        thread = await self._threads.find(ref)
+        identity = await self.identities.resolve(chat_user)
+        thread = await self.threads.find(ref)
         rating = "positive" if positive else "negative"
         who = identity.subject if identity is not None else f"{chat_user.platform}:unlinked"
-        await self._approvals.audit.record(
+        await self.approvals.audit.record(
             EventKind.FEEDBACK,
             requester=who,
             thread_id=None if thread is None else thread.thread_id,
@@ -381,7 +360,7 @@ class Assistant:
             case Reject(reason=reason):
                 action = ActionDecision("reject", message=reason or "Rejected by the approver.")
         try:
-            report = await self._approvals.decide(identity, approval_id, action)
+            report = await self.approvals.decide(identity, approval_id, action)
         except AlreadyDecidedError as exc:
             return AlreadyDecided(_who(exc.decided_by))
         except ApprovalExpiredError:
@@ -400,7 +379,7 @@ class Assistant:
     async def sweep(self) -> list[Decided]:
         """Expire overdue approvals, then finish those a crash interrupted (see ``recover``);
         each result is to be posted in the requester's thread."""
-        decided = [await self._decided(report) for report in await self._approvals.sweep()]
+        decided = [await self._decided(report) for report in await self.approvals.sweep()]
         try:
             decided += (await self.recover()).finished
         except Exception as exc:  # the expiries above must still be announced
@@ -410,12 +389,12 @@ class Assistant:
     async def recover(self) -> Recovered:
         """Settle unrecorded writes, then finish approvals a crash left deciding (each once,
         whichever instance's sweeper gets it). Nothing to do without a ``Recovery``."""
-        if self._recovery is None:
+        if self.recovery is None:
             return Recovered(ReconcileReport(), [])
-        reconciled = await self._recovery.reconciler.run()
+        reconciled = await self.recovery.reconciler.run()
         # Approvals whose outcome was unknown, now that the reconciler found their writes.
-        reports = await self._approvals.settle_unknown()
-        reports += await self._approvals.finish_interrupted(self._recovery.grace)
+        reports = await self.approvals.settle_unknown()
+        reports += await self.approvals.finish_interrupted(self.recovery.grace)
         return Recovered(reconciled, [await self._decided(r) for r in reports])
 
     async def sweep_forever(
@@ -455,9 +434,9 @@ class Assistant:
     async def deliver_notices(
         self, platform: str, handle: Callable[[ApprovalNotice], Awaitable[None]]
     ) -> int:
-        if self._fanout is None:
+        if self.fanout is None:
             return 0
-        return await self._fanout.deliver(platform, handle)
+        return await self.fanout.deliver(platform, handle)
 
     async def notices_forever(
         self,
@@ -465,48 +444,48 @@ class Assistant:
         interval: float,
         handle: Callable[[ApprovalNotice], Awaitable[None]],
     ) -> None:
-        if self._fanout is None:
+        if self.fanout is None:
             await asyncio.Event().wait()  # nothing will ever come: wait to be cancelled
             return
-        await self._fanout.forever(platform, interval, handle)
+        await self.fanout.forever(platform, interval, handle)
 
     async def _publish_decided(self, decided: list[Decided], origin: str | None) -> None:
-        if self._fanout is None or not decided:
+        if self.fanout is None or not decided:
             return
         try:
-            await self._fanout.decided(decided, origin)
+            await self.fanout.decided(decided, origin)
         except Exception as exc:  # the decision stands; its other cards stay stale (logged)
             log.error("decision not announced to other platforms: %s", type(exc).__name__)
 
     async def _publish_requested(self, approval_ids: list[str], requester: Identity) -> None:
-        if self._fanout is None:
+        if self.fanout is None:
             return
         origin = requester.chat_user.platform if requester.chat_user is not None else ""
         try:
-            await self._fanout.requested(approval_ids, origin)
+            await self.fanout.requested(approval_ids, origin)
         except Exception as exc:  # the requester's own card is still posted
             log.error("approval not mirrored to other platforms: %s", type(exc).__name__)
 
     async def approval_view(self, approval_id: str) -> ApprovalView | None:
-        approval = await self._approvals.store.get(approval_id)
+        approval = await self.approvals.store.get(approval_id)
         return None if approval is None else await self._view(approval)
 
     async def pending_for(self, chat_user: ChatUser) -> list[ApprovalView]:
-        identity = await self._identities.resolve(chat_user)
+        identity = await self.identities.resolve(chat_user)
         if identity is None:
             return []
-        found = await self._approvals.store.find(
+        found = await self.approvals.store.find(
             statuses=[ApprovalStatus.PENDING], requester_subject=identity.subject
         )
         return [await self._view(a) for a in found]
 
     async def awaiting_approver(self, chat_user: ChatUser) -> list[ApprovalView]:
-        identity = await self._identities.resolve(chat_user)
+        identity = await self.identities.resolve(chat_user)
         if identity is None:
             return []
-        now = self._clock()
+        now = self.clock()
         mine = []
-        for approval in await self._approvals.store.find(
+        for approval in await self.approvals.store.find(
             statuses=[ApprovalStatus.PENDING], limit=500
         ):
             try:
@@ -517,28 +496,28 @@ class Assistant:
         return mine
 
     async def my_requests(self, chat_user: ChatUser, limit: int = 10) -> list[ApprovalView]:
-        identity = await self._identities.resolve(chat_user)
+        identity = await self.identities.resolve(chat_user)
         if identity is None:
             return []
-        found = await self._approvals.store.find(
+        found = await self.approvals.store.find(
             requester_subject=identity.subject, limit=MY_REQUESTS_SCANNED
         )
         return [await self._view(a) for a in reversed(found[-limit:])]
 
     async def connections(self, chat_user: ChatUser) -> list[ServerConnection]:
-        identity = await self._identities.resolve(chat_user)
+        identity = await self.identities.resolve(chat_user)
         if identity is None:
             return []
         shown = [
             await _connection(
                 server,
-                self._identities.get_token(identity, server),
+                self.identities.get_token(identity, server),
                 AccessRevokedError,
                 "access revoked: connect again",
             )
-            for server in self._exchange_servers
+            for server in self.exchange_servers
         ]
-        connector = self._servers
+        connector = self.servers
         if connector is not None:
             shown += [
                 await _connection(
@@ -547,28 +526,28 @@ class Assistant:
                     ConnectRequired,
                     "not connected: ask opsbot to use it",
                 )
-                for server in self._oauth_servers
+                for server in self.oauth_servers
             ]
         return shown
 
     def on_approval_change(self, listener: Callable[[str], Awaitable[None]]) -> Callable[[], None]:
-        return self._approvals.changes.listen(listener)
+        return self.approvals.changes.listen(listener)
 
     async def home_audience(self, approval_id: str) -> list[ChatUser]:
         """The requester and every linked person who may decide ``approval_id`` now (or, once
         decided, could have): whose App Home lists it."""
-        approval = await self._approvals.store.get(approval_id)
+        approval = await self.approvals.store.get(approval_id)
         if approval is None:
             return []
         audience = [approval.requester_chat_user] if approval.requester_chat_user else []
         pending = dataclasses.replace(
             approval, status=ApprovalStatus.PENDING, expires_at=approval.created_at + _FAR
         )
-        for chat_user in await self._people() if self._people is not None else []:
+        for chat_user in await self.people() if self.people is not None else []:
             if chat_user in audience:
                 continue
             try:
-                identity = await self._identities.resolve(chat_user)
+                identity = await self.identities.resolve(chat_user)
             except BrokerError:
                 continue  # a broken link: not an approver now
             if identity is None:
@@ -583,24 +562,24 @@ class Assistant:
     # --- account --------------------------------------------------------------------
 
     async def link_url(self, chat_user: ChatUser) -> str:
-        return await self._identities.link_url(chat_user)
+        return await self.identities.link_url(chat_user)
 
     async def unlink(self, chat_user: ChatUser) -> bool:
-        return await self._identities.unlink(chat_user)
+        return await self.identities.unlink(chat_user)
 
     async def complete_link(self, state: str, code: str, *, iss: str | None = None) -> Linked:
-        if self._links is None:
+        if self.links is None:
             raise LinkingError("account links are not completed by this process")
-        identity = await self._links.complete_link(state, code, iss=iss)
+        identity = await self.links.complete_link(state, code, iss=iss)
         if identity.chat_user is None:  # a link always names its chat account
             raise LinkingError("the completed link names no chat account")
         return Linked(identity.chat_user, identity.email or identity.subject)
 
     async def link_sso(self, chat_user: ChatUser, token: str) -> Linked | Refused:
-        if self._sso is None:
+        if self.sso is None:
             return Refused("Single sign-on is not enabled here; sign in with the link instead.")
         try:
-            identity = await self._sso.complete_sso(chat_user, token)
+            identity = await self.sso.complete_sso(chat_user, token)
         except BrokerError as exc:  # a refused token or exchange: one line, never the token
             log.warning("SSO link refused for a %s user: %s", chat_user.platform, exc)
             return Refused("Single sign-on did not work; sign in with the link instead.")
@@ -609,10 +588,10 @@ class Assistant:
     async def complete_server_connect(
         self, state: str, code: str, *, iss: str | None = None
     ) -> ServerConnected | ConnectRefused:
-        if self._servers is None:
+        if self.servers is None:
             return ConnectRefused("No MCP server here uses per-user sign-in.", stale=False)
         try:
-            done = await self._servers.complete_server_connect(state, code, iss=iss)
+            done = await self.servers.complete_server_connect(state, code, iss=iss)
         except InvalidStateError:
             return ConnectRefused(STALE_CONNECT_TEXT, stale=True)
         except BrokerError as exc:
@@ -623,7 +602,7 @@ class Assistant:
         """What opsbot knows of ``chat_user``; a link the IdP no longer honours (revoked)
         or cannot be checked is a status with a ``problem``, not an error."""
         try:
-            identity = await self._identities.resolve(chat_user, fresh=fresh)
+            identity = await self.identities.resolve(chat_user, fresh=fresh)
         except LinkBrokenError:
             # Recorded when a refresh was refused (a click, a write): reconnect.
             return UserStatus(
@@ -644,18 +623,18 @@ class Assistant:
     # --- user memory ------------------------------------------------------------------
 
     async def memory_command(self, chat_user: ChatUser, text: str) -> str:
-        if self._memory is None:
+        if self.memory is None:
             return MEMORY_DISABLED
-        return await self._memory.handle(chat_user, text)
+        return await self.memory.handle(chat_user, text)
 
     async def remembered(self, chat_user: ChatUser) -> Remembered | None:
-        if self._memory is None:
+        if self.memory is None:
             return None
-        prefs = await self._memory.preferences(chat_user)
+        prefs = await self.memory.preferences(chat_user)
         return None if prefs is None else Remembered(describe(prefs), prefs.is_empty())
 
     async def forget_memory(self, chat_user: ChatUser) -> bool:
-        return self._memory is not None and await self._memory.forget_all(chat_user)
+        return self.memory is not None and await self.memory.forget_all(chat_user)
 
     # --- helpers --------------------------------------------------------------------
 
@@ -663,14 +642,14 @@ class Assistant:
         self, chat_user: ChatUser, *, fresh: bool = False
     ) -> Identity | LinkRequired | Refused:
         try:
-            identity = await self._identities.resolve(chat_user, fresh=fresh)
+            identity = await self.identities.resolve(chat_user, fresh=fresh)
             if identity is None:
-                return LinkRequired(await self._identities.link_url(chat_user))
+                return LinkRequired(await self.identities.link_url(chat_user))
         except AccessRevokedError:
             # The IdP no longer honours this sign-in: nothing is decided; reconnect.
             log.info("sign-in refused by the IdP for a %s user", chat_user.platform)
             try:
-                return LinkRequired(await self._identities.link_url(chat_user))
+                return LinkRequired(await self.identities.link_url(chat_user))
             except BrokerError:
                 return Refused("Your company sign-in is no longer valid: connect again.")
         except BrokerError as exc:
@@ -679,7 +658,7 @@ class Assistant:
 
     async def _reply(self, result: Any, requester: Identity) -> Reply:
         if isinstance(result, core.Interrupt):
-            opened = await self._approvals.open_all(result, requester)
+            opened = await self.approvals.open_all(result, requester)
             await self._publish_requested([a.approval_id for a in opened], requester)
             summaries = tuple(
                 ApprovalSummary(a.approval_id, a.actions[0].tool, a.actions[0].server, a.expires_at)
@@ -736,7 +715,7 @@ class Assistant:
 
     async def _requester(self, approval: Approval) -> Identity:
         try:
-            return await self._identities.resolve_subject(approval.requester_subject)
+            return await self.identities.resolve_subject(approval.requester_subject)
         except BrokerError:
             return Identity(approval.requester_subject, approval.requester_chat_user)
 
@@ -744,7 +723,7 @@ class Assistant:
         """The thread's place on its platform; only found ones are kept (a bounded few)."""
         ref = self._thread_refs.get(thread_id)
         if ref is None:
-            thread = await self._threads.get(thread_id)
+            thread = await self.threads.get(thread_id)
             if thread is None:
                 return None
             if len(self._thread_refs) >= THREAD_REFS_KEPT:
@@ -772,7 +751,7 @@ class Assistant:
             requester_ref=thread_ref,
             reads=[f"{r.tool} {r.ref_id}" for r in approval.reads],
             expires_at=approval.expires_at,
-            input_schema=self._agent.tool_schema(first.tool) or dict(first.input_schema),
+            input_schema=self.agent.tool_schema(first.tool) or dict(first.input_schema),
             status=state_of(approval),
             description=first.description,
             decided_by=approval.decided_by,

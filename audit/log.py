@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, NotRequired, Protocol, TypedDict, Unpack
@@ -157,21 +157,15 @@ _CARRIED_TO_OUTCOME = (
 )
 
 
+@dataclass(eq=False)
 class AuditLog:
     """Builds redacted events and appends them to a sink."""
 
-    def __init__(
-        self,
-        sink: AuditSink,
-        *,
-        clock: Clock = utc_now,
-        new_id: IdFactory = random_id,
-        max_payload_bytes: int = DEFAULT_MAX_BYTES,
-    ) -> None:
-        self.sink = sink
-        self._clock = clock
-        self._new_id = new_id
-        self._max = max_payload_bytes
+    sink: AuditSink
+    _: KW_ONLY
+    clock: Clock = utc_now
+    new_id: IdFactory = random_id
+    max_payload_bytes: int = DEFAULT_MAX_BYTES
 
     async def record(
         self,
@@ -186,14 +180,15 @@ class AuditLog:
         for key in ("requester", "approver", "outcome", "decision", "model_used"):
             if isinstance(fields.get(key), str):
                 fields[key] = redact_text(fields[key])
+        limit = self.max_payload_bytes
         event = AuditEvent(
-            event_id=self._new_id(),
-            at=self._clock(),
+            event_id=self.new_id(),
+            at=self.clock(),
             kind=kind,
-            args_summary=None if args is None else summarise(args, max_bytes=self._max),
+            args_summary=None if args is None else summarise(args, max_bytes=limit),
             edited_args_summary=None
             if edited_args is None
-            else summarise(edited_args, max_bytes=self._max),
+            else summarise(edited_args, max_bytes=limit),
             detail=redact(detail or {}),
             **fields,
         )

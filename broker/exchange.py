@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -53,21 +53,15 @@ class ClientCredentials:
     method: ClientAuthMethod = "client_secret_basic"
 
 
+@dataclass(eq=False, repr=False)
 class TokenEndpointClient:
     """Calls the token endpoint of ``provider`` as the confidential client ``credentials``."""
 
-    def __init__(
-        self,
-        provider: OidcProvider,
-        http: httpx.AsyncClient,
-        credentials: ClientCredentials,
-        *,
-        target_param: TargetParam = "audience",
-    ) -> None:
-        self.provider = provider
-        self._http = http
-        self.credentials = credentials
-        self.target_param = target_param
+    provider: OidcProvider
+    http: httpx.AsyncClient
+    credentials: ClientCredentials
+    _: KW_ONLY
+    target_param: TargetParam = "audience"
 
     @property
     def client_id(self) -> str:
@@ -117,7 +111,7 @@ class TokenEndpointClient:
             return
         form, headers = self._authenticate({"token": token, "token_type_hint": "refresh_token"})
         await request(
-            self._http,
+            self.http,
             "POST",
             meta.revocation_endpoint,
             "identity provider",
@@ -140,7 +134,7 @@ class TokenEndpointClient:
         meta = await self.provider.metadata()
         data, headers = self._authenticate(form)
         status, body = await post_token_form(
-            self._http, meta.token_endpoint, data, headers, "identity provider"
+            self.http, meta.token_endpoint, data, headers, "identity provider"
         )
         if not isinstance(body, dict):
             raise TokenEndpointError(

@@ -21,7 +21,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import InitVar, dataclass, field, replace
 from datetime import timedelta
 from urllib.parse import urlencode
 
@@ -48,68 +48,51 @@ class LinkResult:
     groups: frozenset[str]
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class LinkingService:
     """Starts and completes account-linking logins; unlinks."""
 
-    def __init__(
-        self,
-        *,
-        links: LinkStore,
-        client: TokenEndpointClient,
-        cipher: TokenCipher,
-        redirect_uri: str,
-        clock: Clock = utc_now,
-        state_ttl: timedelta = timedelta(minutes=10),
-        scope: str = LOGIN_SCOPE,
-        prompt: str | None = None,
-        claims: ClaimNames = ClaimNames(),  # noqa: B008 (frozen)
-        userinfo_fallback: bool = True,
-    ) -> None:
-        self.links = links
-        self._client = client
+    links: LinkStore
+    client: TokenEndpointClient
+    cipher: InitVar[TokenCipher]
+    redirect_uri: str
+    clock: Clock = utc_now
+    state_ttl: timedelta = timedelta(minutes=10)  # how long a login link works
+    scope: str = LOGIN_SCOPE
+    prompt: str | None = None
+    claims: ClaimNames = ClaimNames()  # noqa: RUF009 (frozen)
+    userinfo_fallback: bool = True
+    _states: LoginStates = field(init=False)
+
+    def __post_init__(self, cipher: TokenCipher) -> None:
         self._states = LoginStates(
-            links, cipher, b"opsbot link state v1", state_ttl, clock, "login link"
+            self.links, cipher, b"opsbot link state v1", self.state_ttl, self.clock, "login link"
         )
-        self.redirect_uri = redirect_uri
-        self._clock = clock
-        self._scope = scope
-        self._prompt = prompt
-        self._claims = claims
-        self._userinfo_fallback = userinfo_fallback
-
-    @property
-    def client(self) -> TokenEndpointClient:
-        return self._client
-
-    @property
-    def state_ttl(self) -> timedelta:
-        """How long a login link works."""
-        return self._states.ttl
 
     async def start(self, chat_user: ChatUser) -> str:
         """The URL that signs the chat user in at the IdP and comes back to our callback."""
-        meta = await self._client.provider.metadata()
+        meta = await self.client.provider.metadata()
         if meta.authorization_endpoint is None:
             raise LinkingError("the identity provider has no authorization endpoint")
         asker = {"p": chat_user.platform, "t": chat_user.team_id, "u": chat_user.user_id}
         started = await self._states.start(chat_user, asker)
         query = {
             "response_type": "code",
-            "client_id": self._client.client_id,
+            "client_id": self.client.client_id,
             "redirect_uri": self.redirect_uri,
-            "scope": self._scope,
+            "scope": self.scope,
             "state": started.state,
             "nonce": started.nonce,
             "code_challenge": started.code_challenge,
             "code_challenge_method": "S256",
         }
-        if self._prompt:
-            query["prompt"] = self._prompt
+        if self.prompt:
+            query["prompt"] = self.prompt
         return f"{meta.authorization_endpoint}?{urlencode(query)}"
 
     async def _check_iss(self, iss: str | None) -> None:
         """RFC 9207: the response must come from our issuer (checked before the code is used)."""
-        provider = self._client.provider
+        provider = self.client.provider
         if iss is None:
             if (await provider.metadata()).iss_parameter_supported:
                 raise LinkingError(
@@ -141,7 +124,7 @@ class LinkingService:
             raise InvalidStateError("login state belongs to another chat user")
         await self._check_iss(iss)  # after the login is spent: a refused response burns it
         try:
-            tokens = await self._client.authorization_code(
+            tokens = await self.client.authorization_code(
                 code, self.redirect_uri, pending.code_verifier
             )
         except TokenEndpointError as exc:
@@ -154,14 +137,14 @@ class LinkingService:
         the same as a login's (same subject, same refresh, same groups). The caller checks
         the subject token first (``broker.sso``)."""
         try:
-            issued = await self._client.exchange(
+            issued = await self.client.exchange(
                 subject_token,
-                self._client.client_id,
-                self._scope.split(),
+                self.client.client_id,
+                self.scope.split(),
                 requested_token_type=REFRESH_TOKEN_TYPE,
             )
             # RFC 8693 puts the issued token in ``access_token``; some IdPs also name it.
-            tokens = await self._client.refresh(issued.refresh_token or issued.access_token)
+            tokens = await self.client.refresh(issued.refresh_token or issued.access_token)
         except TokenEndpointError as exc:
             raise LinkingError(f"the identity provider refused the sign-in: {exc.error}") from None
         if tokens.refresh_token is None:
@@ -175,9 +158,9 @@ class LinkingService:
         if tokens.id_token is None or tokens.refresh_token is None:
             raise LinkingError("the identity provider returned no ID token or refresh token")
         try:
-            claims = await self._client.provider.verify(
+            claims = await self.client.provider.verify(
                 tokens.id_token,
-                audience=self._client.client_id,
+                audience=self.client.client_id,
                 required=("nonce",) if nonce is not None else (),
             )
         except TokenVerificationError as exc:
@@ -185,16 +168,16 @@ class LinkingService:
         if nonce is not None and claims.get("nonce") != nonce:
             raise LinkingError("the ID token does not belong to this login")
         subject = str(claims["sub"])
-        profile = read_profile(claims, self._claims)
-        if profile.missing and self._userinfo_fallback:
+        profile = read_profile(claims, self.claims)
+        if profile.missing and self.userinfo_fallback:
             try:
-                info = await self._client.provider.userinfo(tokens.access_token)
+                info = await self.client.provider.userinfo(tokens.access_token)
             except TokenVerificationError:
                 info = {}  # no userinfo endpoint, or it refused: keep what the ID token had
             # OIDC Core 5.3.2: userinfo about another subject must not be used.
             if info.get("sub") == subject:
-                profile = profile.merged(read_profile(info, self._claims))
-        link = AccountLink(chat_user, subject, profile.email or "", self._clock())
+                profile = profile.merged(read_profile(info, self.claims))
+        link = AccountLink(chat_user, subject, profile.email or "", self.clock())
         await self.links.save(link, tokens.refresh_token)
         return LinkResult(
             link=link, name=profile.name or subject, groups=profile.groups or frozenset()
@@ -207,5 +190,5 @@ class LinkingService:
         if refresh_token is not None:
             # Best effort: the local copy is gone either way.
             with contextlib.suppress(BrokerError):
-                await self._client.revoke(refresh_token)
+                await self.client.revoke(refresh_token)
         return removed

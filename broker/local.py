@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from broker.errors import LinkingError
 from broker.inprocess import InProcessBroker
 from broker.linking import LinkingService
@@ -10,20 +12,14 @@ from broker.sso import SsoLinker
 from broker.types import AccessToken, ChatUser, Identity, ServerConnection
 
 
+@dataclass(eq=False)
 class LocalIdentityService:
     """Tokens, identities and links, all in this process (the embedded default)."""
 
-    def __init__(
-        self,
-        broker: InProcessBroker,
-        linking: LinkingService,
-        mcp_oauth: McpOAuthService | None = None,
-        sso: SsoLinker | None = None,
-    ) -> None:
-        self.broker = broker
-        self.linking = linking
-        self.sso = sso  # Teams SSO (the IdP is Entra); None: links only through a login
-        self.mcp_oauth = mcp_oauth  # servers in `oauth` mode: their tokens go on unlink
+    broker: InProcessBroker
+    linking: LinkingService
+    mcp_oauth: McpOAuthService | None = None  # servers in `oauth` mode: their tokens go on unlink
+    sso: SsoLinker | None = None  # Teams SSO (the IdP is Entra); None: links only through a login
 
     async def oauth_token(self, identity: Identity, server: str) -> str:
         """The user's token for ``server`` in ``oauth`` mode; ``ConnectRequired`` if none."""

@@ -9,11 +9,10 @@ from __future__ import annotations
 from typing import Protocol
 
 from sqlalchemy import and_, delete, select
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
 
-from infra.clock import Clock, utc_now
 from infra.storage.schema import mcp_oauth_tokens
+from infra.storage.store import SqlStore
 
 
 class McpTokenStore(Protocol):
@@ -46,12 +45,8 @@ def _key(subject: str, server: str) -> ColumnElement[bool]:
     return and_(mcp_oauth_tokens.c.subject == subject, mcp_oauth_tokens.c.server == server)
 
 
-class SqlMcpTokenStore:
+class SqlMcpTokenStore(SqlStore):
     """Sealed grants in the ``mcp_oauth_tokens`` table (SQLite or PostgreSQL)."""
-
-    def __init__(self, engine: AsyncEngine, clock: Clock = utc_now) -> None:
-        self._engine = engine
-        self._clock = clock
 
     async def get(self, subject: str, server: str) -> str | None:
         async with self._engine.connect() as conn:

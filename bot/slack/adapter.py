@@ -35,7 +35,6 @@ from bot.slack.output import DATABASE_DOWN_TEXT, FAILURE_TEXT
 from bot.slack.render import (
     Message,
     answer_messages,
-    connect_prompt,
     escape,
     server_connect_prompt,
     slack_date,
@@ -298,7 +297,7 @@ class SlackAdapter(DecisionViews):
         if isinstance(reply, LinkRequired):
             if not await live.finish(LINK_FIRST_TEXT):
                 return False
-            prompt = connect_prompt(reply.login_url, standard=self.config.user_connections)
+            prompt = self.link_prompt(reply.login_url)
             await self.ephemeral(live.channel, chat_user.user_id, prompt)
             return True
         if isinstance(reply, ServerConnectRequired):
@@ -385,11 +384,7 @@ class SlackAdapter(DecisionViews):
         if isinstance(reply, LinkRequired):
             if indicator:
                 await self.stop_working(indicator)
-            await self.ephemeral(
-                channel,
-                chat_user.user_id,
-                connect_prompt(reply.login_url, standard=self.config.user_connections),
-            )
+            await self.ephemeral(channel, chat_user.user_id, self.link_prompt(reply.login_url))
             return
         if isinstance(reply, ServerConnectRequired):
             # What could be answered goes in the thread; the Connect button only to the

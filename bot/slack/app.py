@@ -14,7 +14,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import aiohttp
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
@@ -150,15 +150,22 @@ class SlackBot:
     adapter: SlackAdapter
 
 
+class BotOptions(TypedDict, total=False):
+    """How every way of opening the Slack bot runs it: ``clock`` (default: the wall clock)
+    and ``socket_mode`` (Socket Mode instead of signed HTTP requests; default: off)."""
+
+    clock: Clock
+    socket_mode: bool
+
+
 @contextlib.asynccontextmanager
 async def open_bot(
     config: SlackBotConfig,
     assistant: AssistantPort,
     engine: AsyncEngine,
     *,
-    clock: Clock = utc_now,
-    socket_mode: bool = False,
     make_adapter: AdapterFactory | None = None,
+    **options: Unpack[BotOptions],
 ) -> AsyncIterator[SlackBot]:
     """The app and its adapter, with one pooled HTTP session for the Web API, closed on exit.
 
@@ -166,7 +173,7 @@ async def open_bot(
     messages (``bot.slack.durable`` adds its job queue); default: ``SlackAdapter``."""
     async with aiohttp.ClientSession() as session:
         client = make_web_client(config, session)
-        messages = SqlApprovalMessages(engine, clock)
+        messages = SqlApprovalMessages(engine, options.get("clock", utc_now))
         adapter = (
             make_adapter(client, messages)
             if make_adapter is not None
@@ -176,15 +183,7 @@ async def open_bot(
         # Homes follow each approval's state as the core changes it (created, decided,
         # executing, finished), not only once a decision's run has resumed.
         stop_listening = assistant.on_approval_change(adapter.approval_changed)
-        app = build_app(
-            config,
-            assistant,
-            engine,
-            client=client,
-            clock=clock,
-            socket_mode=socket_mode,
-            adapter=adapter,
-        )
+        app = build_app(config, assistant, engine, client=client, adapter=adapter, **options)
         try:
             yield SlackBot(app, adapter)
         finally:
@@ -196,12 +195,10 @@ async def open_app(
     config: SlackBotConfig,
     assistant: AssistantPort,
     engine: AsyncEngine,
-    *,
-    clock: Clock = utc_now,
-    socket_mode: bool = False,
+    **options: Unpack[BotOptions],
 ) -> AsyncIterator[AsyncApp]:
     """``build_app`` with one pooled HTTP session for the Web API, closed on exit."""
-    async with open_bot(config, assistant, engine, clock=clock, socket_mode=socket_mode) as bot:
+    async with open_bot(config, assistant, engine, **options) as bot:
         yield bot.app
 
 

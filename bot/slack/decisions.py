@@ -34,7 +34,6 @@ from bot.slack.homes import HomeViews
 from bot.slack.output import FAILURE_TEXT
 from bot.slack.render import (
     answer_messages,
-    connect_prompt,
     escape,
     text_message,
 )
@@ -175,11 +174,7 @@ class DecisionViews(HomeViews):
             # it now is (an expired one is shown as such below).
             await self.restore_card(approval_id, channel, card_ts)
         if isinstance(outcome, LinkRequired):
-            await self.ephemeral(
-                channel,
-                clicker.user_id,
-                connect_prompt(outcome.login_url, standard=self.config.user_connections),
-            )
+            await self.ephemeral(channel, clicker.user_id, self.link_prompt(outcome.login_url))
             return
         if isinstance(outcome, AlreadyDecided):
             text = f":information_source: This request was already decided by {escape(outcome.by)}."

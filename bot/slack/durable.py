@@ -22,6 +22,7 @@ import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Unpack
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -55,18 +56,10 @@ def message_job(message: UserMessage, delivery_id: str) -> Delivery:
     )
 
 
+@dataclass(eq=False, repr=False)
 class DurableSlackAdapter(SlackAdapter):
-    def __init__(
-        self,
-        config: SlackBotConfig,
-        assistant: AssistantPort,
-        client: AsyncWebClient,
-        approval_messages: SqlApprovalMessages,
-        queue: SqlJobQueue,
-    ) -> None:
-        super().__init__(config, assistant, client, approval_messages)
-        self.queue = queue
-        self.runner: JobRunner | None = None
+    queue: SqlJobQueue
+    runner: JobRunner | None = field(default=None, init=False)
 
     async def accept(self, message: UserMessage, delivery_id: str) -> bool:
         """Persist the message as a job before Slack is acknowledged (if this raises, Slack

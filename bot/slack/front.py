@@ -30,20 +30,19 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.front import AckFrontBase
 from bot.slack.durable import DurableSlackAdapter, message_job
 from bot.slack.incoming import user_message
 from bot.slack.listeners import title_thread
 from infra.ack import not_stored
 from infra.clock import Clock, utc_now
-from infra.jobs import JobInbox, open_ack_inbox
-from infra.observability.loop import LoopLagMonitor
 
 log = logging.getLogger(__name__)
 
 ACK_LOOP = "ack"
 
 
-class AckFront:
+class AckFront(AckFrontBase):
     """What the ``slack-ack`` loop needs to accept a message without the main loop."""
 
     def __init__(
@@ -54,28 +53,14 @@ class AckFront:
         pool_size: int = 2,
         clock: Clock = utc_now,
     ) -> None:
+        super().__init__(database_url, pool_size, clock)
         self._adapter = adapter
-        self._url = database_url
-        self._pool_size = max(1, pool_size)
-        self._clock = clock
-        self._inbox: JobInbox | None = None
-        self._main: asyncio.AbstractEventLoop | None = None
-        self.monitor: LoopLagMonitor | None = None
-        self.accepted = 0  # messages this front stored and acked (tests and benches read it)
 
     @contextlib.asynccontextmanager
     async def opened(self, main: asyncio.AbstractEventLoop) -> AsyncIterator[AckFront]:
         """Open the front's engine, inbox and lag monitor on the running (ack) loop."""
-        self._main = main
-        try:
-            async with (
-                open_ack_inbox(self._url, self._pool_size, self._clock) as inbox,
-                LoopLagMonitor(ACK_LOOP) as monitor,
-            ):
-                self._inbox, self.monitor = inbox, monitor
-                yield self
-        finally:
-            self._inbox = None
+        async with self._opened_on(main, ACK_LOOP):
+            yield self
 
     async def try_accept(self, body: Mapping[str, Any]) -> web.Response | None:
         """Accept an Events API message here and answer Slack; ``None``: Bolt's to handle."""

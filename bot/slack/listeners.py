@@ -44,7 +44,6 @@ from bot.slack.render import (
     CONNECT_SERVER_ACTION_ID,
     Message,
     approval_line,
-    connect_prompt,
     escape,
     section,
     status_text,
@@ -316,9 +315,7 @@ async def _subcommand(adapter: SlackAdapter, chat_user: ChatUser, verb: str, res
     """The private answer to an /ops subcommand that is not a question."""
     assistant = adapter.assistant
     if verb == "link":
-        return connect_prompt(
-            await assistant.link_url(chat_user), standard=adapter.config.user_connections
-        )
+        return adapter.link_prompt(await assistant.link_url(chat_user))
     if verb == "unlink":
         removed = await assistant.unlink(chat_user)
         await report_connection(adapter, chat_user, connected=False)
@@ -527,10 +524,7 @@ async def _refusal(adapter: SlackAdapter, clicker: ChatUser, approval_id: str) -
     """Why ``clicker`` may not decide ``approval_id`` (per the core), or ``None``."""
     status = await adapter.assistant.status(clicker)
     if not status.linked:
-        return connect_prompt(
-            status.login_url or await adapter.assistant.link_url(clicker),
-            standard=adapter.config.user_connections,
-        )
+        return adapter.link_prompt(status.login_url or await adapter.assistant.link_url(clicker))
     waiting = await adapter.assistant.awaiting_approver(clicker)
     if any(v.approval_id == approval_id for v in waiting):
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -16,6 +17,7 @@ from bot.slack.core import (
 from bot.slack.once import OnceAtATime
 from bot.slack.render import (
     Message,
+    connect_prompt,
 )
 from bot.slack.store import SqlApprovalMessages
 from bot.slack.streaming import AgentSessions
@@ -34,43 +36,47 @@ DATABASE_DOWN_TEXT = (
 )
 
 
+@dataclass(eq=False, repr=False)
 class SlackOutput:
     """What every part of the Slack adapter shares: its config, the core, the Web API client
     and where approval messages are."""
 
-    def __init__(
-        self,
-        config: SlackBotConfig,
-        assistant: AssistantPort,
-        client: AsyncWebClient,
-        approval_messages: SqlApprovalMessages,
-    ) -> None:
-        self.config = config
-        self.assistant = assistant
-        self.client = client
-        self.approval_messages = approval_messages
-        # response_urls of Connect prompts a user clicked, newest last: replaced with
-        # "Connected as …" once the link completes (Slack keeps them valid for 30 minutes).
-        self._connect_prompts: dict[ChatUser, list[tuple[float, str]]] = {}
-        # The same for *Connect <server>* prompts (MCP servers in ``auth: oauth`` mode).
-        self._server_prompts: dict[tuple[ChatUser, str], list[tuple[float, str]]] = {}
-        # App Home publishes started per user: only the latest may publish (see publish_home).
-        self._home_publishes: dict[ChatUser, int] = {}
-        # Each user's servers as last asked (opening the tab, Refresh): a republished Home
-        # shows them again without minting a token for every reader.
-        self._home_servers: dict[ChatUser, tuple[ServerConnection, ...]] = {}
-        # Homes republished once at a time per user, and the changed approvals' audiences
-        # asked by one round at a time for all that changed since the last round: twenty
-        # clicks' changes (decided, executing, finished) are a few rounds, each republishing
-        # a user's Home once, not a round per change per approval.
-        self._home_runs: OnceAtATime[ChatUser] = OnceAtATime()
-        self._audience_runs: OnceAtATime[str] = OnceAtATime()
-        self._homes_due: dict[str, None] = {}  # approval ids changed since the last round
-        # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
-        self.home_team: str | None = None
-        self._home_team_asked_at: float | None = None
-        # The threads' agent session status (processing, suspended, active, closed).
-        self.sessions = AgentSessions(client)
+    config: SlackBotConfig
+    assistant: AssistantPort
+    client: AsyncWebClient
+    approval_messages: SqlApprovalMessages
+    # response_urls of Connect prompts a user clicked, newest last: replaced with
+    # "Connected as …" once the link completes (Slack keeps them valid for 30 minutes).
+    _connect_prompts: dict[ChatUser, list[tuple[float, str]]] = field(
+        default_factory=dict, init=False
+    )
+    # The same for *Connect <server>* prompts (MCP servers in ``auth: oauth`` mode).
+    _server_prompts: dict[tuple[ChatUser, str], list[tuple[float, str]]] = field(
+        default_factory=dict, init=False
+    )
+    # App Home publishes started per user: only the latest may publish (see publish_home).
+    _home_publishes: dict[ChatUser, int] = field(default_factory=dict, init=False)
+    # Each user's servers as last asked (opening the tab, Refresh): a republished Home
+    # shows them again without minting a token for every reader.
+    _home_servers: dict[ChatUser, tuple[ServerConnection, ...]] = field(
+        default_factory=dict, init=False
+    )
+    # Homes republished once at a time per user, and the changed approvals' audiences
+    # asked by one round at a time for all that changed since the last round: twenty
+    # clicks' changes (decided, executing, finished) are a few rounds, each republishing
+    # a user's Home once, not a round per change per approval.
+    _home_runs: OnceAtATime[ChatUser] = field(default_factory=OnceAtATime, init=False)
+    _audience_runs: OnceAtATime[str] = field(default_factory=OnceAtATime, init=False)
+    # Approval ids changed since the last round.
+    _homes_due: dict[str, None] = field(default_factory=dict, init=False)
+    # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
+    home_team: str | None = field(default=None, init=False)
+    _home_team_asked_at: float | None = field(default=None, init=False)
+    # The threads' agent session status (processing, suspended, active, closed).
+    sessions: AgentSessions = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sessions = AgentSessions(self.client)
 
     async def post(
         self,
@@ -103,6 +109,11 @@ class SlackOutput:
             )
         except SlackApiError as exc:
             log.warning("could not %s: %s", what, exc.response.get("error"))
+
+    def link_prompt(self, login_url: str) -> Message:
+        """The Connect prompt for ``login_url`` in this app's style (``user_connections``:
+        Slack's standard app authentication)."""
+        return connect_prompt(login_url, standard=self.config.user_connections)
 
     async def ephemeral(self, channel: str | None, user: str, message: Message) -> None:
         """Only ``user`` sees it; without a channel (App Home), a DM instead."""

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from infra.clock import Clock, utc_now
 from infra.storage.card_rows import card_row, save_first_card
 from infra.storage.schema import processed_events
+from infra.storage.store import SqlStore
 
 PLATFORM = "slack"
 
@@ -90,15 +91,14 @@ class ApprovalMessages:
 _MESSAGE_FIELDS = tuple(field.name for field in dataclasses.fields(ApprovalMessages))
 
 
-class SqlApprovalMessages:
+class SqlApprovalMessages(SqlStore):
     """Card locations of one platform (one row per approval and platform: an approval shown
     on Slack and on Teams has a row for each)."""
 
     def __init__(
         self, engine: AsyncEngine, clock: Clock = utc_now, *, platform: str = PLATFORM
     ) -> None:
-        self._engine = engine
-        self._clock = clock
+        super().__init__(engine, clock)
         self._platform = platform
 
     async def save(

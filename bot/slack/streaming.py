@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -124,6 +125,7 @@ def closing_blocks(answer: Answer) -> list[Block]:
     return [*blocks[:49], feedback_block()]
 
 
+@dataclass(eq=False)
 class LiveAnswer:
     """One streamed answer in ``channel``'s thread ``thread_ts``, for ``user`` of ``team``.
 
@@ -132,29 +134,21 @@ class LiveAnswer:
     never slows the run. ``finish`` sends the text and closes the stream (``False`` if the
     stream broke on the way: the caller posts the reply as ordinary messages)."""
 
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        channel: str,
-        thread_ts: str,
-        team: str,
-        user: str,
-        approvals_channel: str,
-        ts: str | None = None,
-    ) -> None:
-        self.client = client
-        self.channel = channel
-        self.thread_ts = thread_ts
-        self.team = team
-        self.user = user
-        self.approvals_channel = approvals_channel
-        self.ts = ts
-        self.broken = False
-        self.unavailable = False  # the workspace refused the feature itself
-        self.shown = ""  # the answer's text streamed so far (the core's, before escaping)
-        self._titles: dict[str, str] = {}
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._writer: asyncio.Task[None] | None = None
+    client: AsyncWebClient
+    channel: str
+    thread_ts: str
+    team: str
+    user: str
+    approvals_channel: str
+    ts: str | None = None
+    broken: bool = field(default=False, init=False)
+    # The workspace refused the feature itself.
+    unavailable: bool = field(default=False, init=False)
+    # The answer's text streamed so far (the core's, before escaping).
+    shown: str = field(default="", init=False)
+    _titles: dict[str, str] = field(default_factory=dict, init=False)
+    _queue: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue, init=False)
+    _writer: asyncio.Task[None] | None = field(default=None, init=False)
 
     async def start(self) -> bool:
         try:

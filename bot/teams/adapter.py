@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable
+from dataclasses import dataclass, field
 from typing import Any
 
 from bot.failures import answer_failed
@@ -88,30 +89,26 @@ def is_stop(text: str) -> bool:
     return text.strip().lower() in STOP_WORDS
 
 
+@dataclass(eq=False, repr=False)
 class TeamsAdapter:
-    def __init__(
-        self,
-        config: TeamsBotConfig,
-        assistant: AssistantPort,
-        outbound: TeamsOutbound,
-        processed: SqlProcessedActivities,
-        approvals: TeamsApprovals,
-    ) -> None:
-        self.config = config
-        self.assistant = assistant
-        self.outbound = outbound
-        self.processed = processed
-        self.approvals = approvals
-        self._tasks: set[asyncio.Task[None]] = set()
+    config: TeamsBotConfig
+    assistant: AssistantPort
+    outbound: TeamsOutbound
+    processed: SqlProcessedActivities
+    approvals: TeamsApprovals
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    sso: TeamsSso | None = field(init=False)
+
+    def __post_init__(self) -> None:
         self.sso = (
             TeamsSso(
-                config.sso_connection_name,
-                config.sso_audience,
-                assistant,
-                processed,
+                self.config.sso_connection_name,
+                self.config.sso_audience,
+                self.assistant,
+                self.processed,
                 self._sso_linked,
             )
-            if config.sso_connection_name
+            if self.config.sso_connection_name
             else None
         )
 

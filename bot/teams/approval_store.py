@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from bot.teams.incoming import PLATFORM
-from infra.clock import Clock, utc_now
 from infra.storage.card_rows import card_row, save_first_card
+from infra.storage.store import SqlStore
 
 _MESSAGE_ID = ";messageid="
 
@@ -57,11 +55,7 @@ class TeamsCard:
         }
 
 
-class SqlTeamsCards:
-    def __init__(self, engine: AsyncEngine, clock: Clock = utc_now) -> None:
-        self._engine = engine
-        self._clock = clock
-
+class SqlTeamsCards(SqlStore):
     async def save(self, card: TeamsCard) -> bool:
         """Remember the card; the first save wins (``False``: one was saved before, so a
         retried post never points the approval at a second card)."""

@@ -26,6 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from microsoft_agents.activity import (
@@ -89,29 +90,20 @@ DECIDE_WAIT_SECONDS = 4.0
 ROSTER_TTL_SECONDS = 300.0
 
 
+@dataclass(eq=False)
 class TeamsApprovals:
-    def __init__(
-        self,
-        outbound: TeamsOutbound,
-        approvals_conversation_id: str | None,
-        *,
-        assistant: AssistantPort | None = None,
-        cards: SqlTeamsCards | None = None,
-        tenant_id: str = "",
-        service_url: str | None = None,
-        decide_wait: float = DECIDE_WAIT_SECONDS,
-    ) -> None:
-        self.outbound = outbound
-        self.approvals_conversation_id = approvals_conversation_id
-        self.assistant = assistant
-        self.cards = cards
-        self.tenant_id = tenant_id
-        # Where the approvals channel is served from: configured, else the latest serviceUrl
-        # a Teams activity showed (every conversation of a tenant shares it).
-        self.service_url = service_url
-        self.decide_wait = decide_wait
-        self._roster: tuple[float, dict[str, str]] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+    outbound: TeamsOutbound
+    approvals_conversation_id: str | None
+    _: KW_ONLY
+    assistant: AssistantPort | None = None
+    cards: SqlTeamsCards | None = None
+    tenant_id: str = ""
+    # Where the approvals channel is served from: configured, else the latest serviceUrl
+    # a Teams activity showed (every conversation of a tenant shares it).
+    service_url: str | None = None
+    decide_wait: float = DECIDE_WAIT_SECONDS
+    _roster: tuple[float, dict[str, str]] | None = field(default=None, init=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     # --- wiring -----------------------------------------------------------------------
 

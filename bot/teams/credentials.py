@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import aiohttp
@@ -37,27 +38,23 @@ class OutboundAuthError(Exception):
     """The token endpoint refused the bot's credentials or could not be reached."""
 
 
+@dataclass(eq=False, repr=False)
 class ClientCredentials(AccessTokenProviderBase):
-    def __init__(
-        self,
-        token_url: str,
-        client_id: str,
-        client_secret: str,
-        default_scope: str,
-        session: aiohttp.ClientSession,
-        *,
-        tenant_id: str = "",
-    ) -> None:
-        self._token_url = token_url
-        self._client_id = client_id
-        self._secret = client_secret
-        self._default_scope = default_scope
-        self._session = session
+    token_url: str
+    client_id: str
+    client_secret: str = field(repr=False)
+    default_scope: str
+    session: aiohttp.ClientSession
+    _: KW_ONLY
+    tenant_id: str = ""
+    _config: AgentAuthConfiguration = field(init=False)
+    _cache: dict[str, tuple[str, float]] = field(default_factory=dict, init=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+
+    def __post_init__(self) -> None:
         self._config = AgentAuthConfiguration(
-            CLIENTID=client_id, TENANTID=tenant_id, CONNECTIONNAME="SERVICE_CONNECTION"
+            CLIENTID=self.client_id, TENANTID=self.tenant_id, CONNECTIONNAME="SERVICE_CONNECTION"
         )
-        self._cache: dict[str, tuple[str, float]] = {}
-        self._lock = asyncio.Lock()
 
     @property
     def configuration(self) -> AgentAuthConfiguration:
@@ -66,7 +63,7 @@ class ClientCredentials(AccessTokenProviderBase):
     async def get_access_token(
         self, resource_url: str, scopes: list[str], force_refresh: bool = False
     ) -> str:
-        scope = " ".join(scopes) if scopes else self._default_scope
+        scope = " ".join(scopes) if scopes else self.default_scope
         cached = self._cache.get(scope)
         if cached and not force_refresh and cached[1] > time.monotonic():
             return cached[0]
@@ -84,13 +81,13 @@ class ClientCredentials(AccessTokenProviderBase):
     async def _fetch(self, scope: str) -> tuple[str, float]:
         form = {
             "grant_type": "client_credentials",
-            "client_id": self._client_id,
-            "client_secret": self._secret,
+            "client_id": self.client_id,
+            "client_secret": self.client_secret,
             "scope": scope,
         }
         try:
-            async with self._session.post(
-                self._token_url, data=form, timeout=aiohttp.ClientTimeout(total=15)
+            async with self.session.post(
+                self.token_url, data=form, timeout=aiohttp.ClientTimeout(total=15)
             ) as response:
                 body: Any = await response.json(content_type=None)
                 status = response.status

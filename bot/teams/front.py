@@ -33,6 +33,7 @@ import aiohttp
 from aiohttp import web
 from microsoft_agents.activity import Activity
 
+from bot.front import AckFrontBase
 from bot.teams.adapter import is_stop
 from bot.teams.app import TeamsBot, message_from
 from bot.teams.auth import ConnectorAuth
@@ -40,16 +41,15 @@ from bot.teams.durable import JOB_KIND, DurableTeamsAdapter
 from bot.teams.server import MESSAGES_PATH, authenticate, process_with_sdk
 from infra.ack import not_stored
 from infra.clock import Clock, utc_now
-from infra.jobs import Delivery, JobInbox, open_ack_inbox
+from infra.jobs import Delivery
 from infra.loop_thread import on_loop
-from infra.observability.loop import LoopLagMonitor
 
 log = logging.getLogger(__name__)
 
 TEAMS_ACK_LOOP = "teams-ack"
 
 
-class TeamsAckFront:
+class TeamsAckFront(AckFrontBase):
     """What the ack loop needs to accept a Teams message without the main loop.
 
     ``lag_loop`` names the loop in ``opsbot_event_loop_lag_seconds``; ``None`` when the loop
@@ -66,35 +66,21 @@ class TeamsAckFront:
     ) -> None:
         if not isinstance(bot.adapter, DurableTeamsAdapter):
             raise TypeError("the Teams ack front stores jobs: it needs durable runs")
+        super().__init__(database_url, pool_size, clock)
         self._bot = bot
         self._adapter = bot.adapter
-        self._url = database_url
-        self._pool_size = max(1, pool_size)
         self._lag_loop = lag_loop
-        self._clock = clock
-        self._inbox: JobInbox | None = None
         self._auth: ConnectorAuth | None = None
-        self._main: asyncio.AbstractEventLoop | None = None
-        self.monitor: LoopLagMonitor | None = None
-        self.accepted = 0  # messages this front stored and acked (tests and benches read it)
 
     @contextlib.asynccontextmanager
     async def opened(self, main: asyncio.AbstractEventLoop) -> AsyncIterator[TeamsAckFront]:
         """Open the front's engine, inbox, key cache and lag monitor on the running loop."""
-        self._main = main
-        try:
-            async with (
-                aiohttp.ClientSession() as session,
-                open_ack_inbox(self._url, self._pool_size, self._clock) as inbox,
-                contextlib.AsyncExitStack() as stack,
-            ):
-                if self._lag_loop is not None:
-                    self.monitor = await stack.enter_async_context(LoopLagMonitor(self._lag_loop))
-                self._auth = ConnectorAuth(self._bot.config.auth_config(), session)
-                self._inbox = inbox
+        async with aiohttp.ClientSession() as session, self._opened_on(main, self._lag_loop):
+            self._auth = ConnectorAuth(self._bot.config.auth_config(), session)
+            try:
                 yield self
-        finally:
-            self._inbox = self._auth = None
+            finally:
+                self._auth = None
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post(MESSAGES_PATH, self.messages)]

@@ -26,7 +26,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from microsoft_agents.activity import Activity, ActivityTypes, InvokeResponse
@@ -64,30 +64,22 @@ class _Pending:
     until: float
 
 
+@dataclass(eq=False)
 class TeamsSso:
-    def __init__(
-        self,
-        connection_name: str,
-        resource: str,
-        assistant: AssistantPort,
-        processed: SqlProcessedActivities,
-        linked: Callable[[SsoLinked], Awaitable[None]],
-        *,
-        now: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.connection_name = connection_name
-        self.resource = resource
-        self.assistant = assistant
-        self.processed = processed
-        self._linked = linked
-        self._now = now
-        # The question that brought each card, by the card's exchange id (this instance's
-        # memory: an exchange reaching another instance links, then says "ask again").
-        self._pending: dict[str, _Pending] = {}
+    connection_name: str
+    resource: str
+    assistant: AssistantPort
+    processed: SqlProcessedActivities
+    linked: Callable[[SsoLinked], Awaitable[None]]
+    _: KW_ONLY
+    now: Callable[[], float] = time.monotonic
+    # The question that brought each card, by the card's exchange id (this instance's
+    # memory: an exchange reaching another instance links, then says "ask again").
+    _pending: dict[str, _Pending] = field(default_factory=dict, init=False)
 
     def sign_in_card(self, message: TeamsMessage, login_url: str) -> dict[str, Any]:
         """The OAuthCard for ``message``'s sender: silent SSO, else the IdP login button."""
-        now = self._now()
+        now = self.now()
         self._pending = {k: p for k, p in self._pending.items() if p.until > now}
         exchange_id = secrets.token_urlsafe(18)
         self._pending[exchange_id] = _Pending(message, now + PENDING_SECONDS)
@@ -127,7 +119,7 @@ class TeamsSso:
         question = pending.message if pending and pending.message.chat_user == chat_user else None
         sender = activity.get("from") or {}
         # Started, not awaited: the invoke is answered now.
-        await self._linked(
+        await self.linked(
             SsoLinked(
                 chat_user,
                 outcome.who,

@@ -28,6 +28,7 @@ from bot.teams.core import PlatformRef
 from bot.teams.incoming import PLATFORM
 from infra.clock import Clock, utc_now
 from infra.storage.schema import processed_events, teams_conversations
+from infra.storage.store import SqlStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +131,7 @@ async def save_conversation(
             )
 
 
-class SqlConversations:
-    def __init__(self, engine: AsyncEngine, clock: Clock = utc_now) -> None:
-        self._engine = engine
-        self._clock = clock
-
+class SqlConversations(SqlStore):
     async def save(self, conversation: Conversation) -> None:
         """Insert or refresh (Teams may move a conversation to another ``serviceUrl``)."""
         async with write_lock(self._engine), self._engine.begin() as conn:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.clock import Clock, utc_now
 from infra.jobs.inbox_pg import store_on_postgres
-from infra.jobs.queue import JobStatus
+from infra.jobs.queue import JobSpec, JobStatus
 from infra.lifecycle import Background
 from infra.storage.engine import SQLITE_BUSY_TIMEOUT_MS
 from infra.storage.faults import is_connection_error
@@ -55,13 +55,9 @@ def _no_busy_wait(dbapi_connection: Any, _record: Any) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(JobSpec):
     """One accepted request: the job to run and, for an event, the delivery id to remember."""
 
-    job_id: str
-    kind: str
-    user_key: str
-    payload: Mapping[str, Any]
     event_id: str | None = None
     platform: str = "slack"
 

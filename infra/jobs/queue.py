@@ -21,7 +21,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.clock import Clock, utc_now
+from infra.storage.lease import take_lease
 from infra.storage.schema import run_jobs
+from infra.storage.store import SqlStore
 
 
 class JobError(Exception):
@@ -40,11 +42,20 @@ class JobStatus(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Job:
+class JobSpec:
+    """What a job is asked to do: its id, its kind, whose runs it counts against
+    (``user_key``) and its payload."""
+
     job_id: str
     kind: str
     user_key: str
     payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Job(JobSpec):
+    """A stored job, as a worker claims it."""
+
     attempts: int
     created_at: datetime
     max_attempts: int = 1
@@ -59,12 +70,11 @@ class Job:
 MAX_ATTEMPTS = 8
 
 
-class SqlJobQueue:
+class SqlJobQueue(SqlStore):
     def __init__(
         self, engine: AsyncEngine, clock: Clock = utc_now, *, max_attempts: int = MAX_ATTEMPTS
     ) -> None:
-        self._engine = engine
-        self._clock = clock
+        super().__init__(engine, clock)
         self.max_attempts = max_attempts
 
     @property
@@ -159,18 +169,15 @@ class SqlJobQueue:
         same.append(c.owner.is_(None) if row["owner"] is None else c.owner == row["owner"])
         if row["lease_until"] is not None:
             same.append(c.lease_until == row["lease_until"])
-        async with self._engine.begin() as conn:
-            result = await conn.execute(
-                update(run_jobs)
-                .where(*same)
-                .values(
-                    status=JobStatus.RUNNING.value,
-                    owner=worker,
-                    lease_until=lease_until,
-                    attempts=row["attempts"] + 1,
-                )
-            )
-        return result.rowcount == 1
+        return await take_lease(
+            self._engine,
+            run_jobs,
+            same,
+            status=JobStatus.RUNNING.value,
+            owner=worker,
+            lease_until=lease_until,
+            attempts=row["attempts"] + 1,
+        )
 
     async def renew(self, worker: str, job_ids: Sequence[str], lease: timedelta) -> None:
         if not job_ids:

@@ -21,6 +21,9 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, InitVar, dataclass, field
+
+from prometheus_client import Histogram
 
 from infra.lifecycle import Background
 from infra.observability import metrics as m
@@ -30,28 +33,26 @@ DEFAULT_INTERVAL = 0.02
 KEEP_SAMPLES = 15_000
 
 
+@dataclass(eq=False, repr=False)
 class LoopLagMonitor(Background):
     """Samples the running loop's lag every ``interval`` seconds while the block runs.
 
     ``clock`` and ``sleep`` are injectable so a test can drive the monitor without real
     waits (the defaults are the loop's own: monotonic time and ``asyncio.sleep``)."""
 
-    def __init__(
-        self,
-        loop_name: str,
-        *,
-        interval: float = DEFAULT_INTERVAL,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        keep: int = KEEP_SAMPLES,
-    ) -> None:
-        self.loop_name = loop_name
-        self._interval = interval
-        self._clock = clock
-        self._sleep = sleep
-        self._histogram = m.LOOP_LAG.labels(loop=loop_name)
-        self.samples: deque[float] = deque(maxlen=keep)
-        self._task: asyncio.Task[None] | None = None
+    loop_name: str
+    _: KW_ONLY
+    interval: float = DEFAULT_INTERVAL
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    keep: InitVar[int] = KEEP_SAMPLES
+    samples: deque[float] = field(init=False)
+    _histogram: Histogram = field(init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+
+    def __post_init__(self, keep: int) -> None:
+        self.samples = deque(maxlen=keep)
+        self._histogram = m.LOOP_LAG.labels(loop=self.loop_name)
 
     def record(self, lag: float) -> None:
         lag = max(lag, 0.0)
@@ -60,9 +61,9 @@ class LoopLagMonitor(Background):
 
     async def sample_once(self) -> float:
         """Sleep one interval; the lag seen (also recorded)."""
-        started = self._clock()
-        await self._sleep(self._interval)
-        lag = self._clock() - started - self._interval
+        started = self.clock()
+        await self.sleep(self.interval)
+        lag = self.clock() - started - self.interval
         self.record(lag)
         return lag
 

@@ -94,7 +94,7 @@ async def test_a_response_from_another_issuer_is_refused() -> None:
 
 async def test_a_response_without_iss_is_refused_when_the_provider_promises_one() -> None:
     async with start_dev_idp() as idp, open_broker(idp) as harness:
-        assert (await harness.linking._client.provider.metadata()).iss_parameter_supported
+        assert (await harness.linking.client.provider.metadata()).iss_parameter_supported
         async with httpx.AsyncClient() as http:
             reply = await sign_in_at_login_page(http, await harness.linking.start(CAROL), "carol")
         with pytest.raises(LinkingError, match="does not name its issuer"):

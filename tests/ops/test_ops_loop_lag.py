@@ -30,7 +30,7 @@ async def test_the_monitor_records_how_late_the_loop_woke_it() -> None:
     async def on_time(seconds: float) -> None:
         now[0] += seconds
 
-    monitor._sleep = on_time
+    monitor.sleep = on_time
     assert await monitor.sample_once() == pytest.approx(0.0)
     assert monitor.percentile(1.0) == pytest.approx(0.3)
     assert monitor.percentile(0.0) == pytest.approx(0.0)
