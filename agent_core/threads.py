@@ -13,11 +13,12 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from sqlalchemy import RowMapping, select
+from sqlalchemy import Insert, RowMapping, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -143,25 +144,20 @@ class SqlThreadStore(SqlStore):
         thread = Thread(self._new_id(), owner_subject, ref, self._clock())
         # One statement for a new conversation (no read before the write); a conflict on
         # the platform reference means the thread exists (or another instance just made
-        # it): that one wins, read back with its original owner.
-        insert = sqlite.insert if self._engine.dialect.name == "sqlite" else postgresql.insert
-        statement = (
-            insert(threads_table)
-            .values(
-                thread_id=thread.thread_id,
-                owner_subject=owner_subject,
-                platform=ref.platform,
-                team_id=ref.team_id,
-                channel_id=ref.channel_id,
-                thread_ts=ref.thread_ts,
-                created_at=thread.created_at,
-            )
-            .on_conflict_do_nothing(index_elements=_REF_COLUMNS)
-            # A row back means it was inserted (asyncpg reports no row count).
-            .returning(threads_table.c.thread_id)
-        )
+        # it): that one wins, read back with its original owner. The row goes as
+        # parameters beside a statement built once: ``.values(...)`` per call rebuilt it
+        # and made SQLAlchemy derive its cache key again on every new conversation.
+        row = {
+            "thread_id": thread.thread_id,
+            "owner_subject": owner_subject,
+            "platform": ref.platform,
+            "team_id": ref.team_id,
+            "channel_id": ref.channel_id,
+            "thread_ts": ref.thread_ts,
+            "created_at": thread.created_at,
+        }
         async with self._engine.begin() as conn:
-            created = (await conn.execute(statement)).first() is not None
+            created = (await conn.execute(_insert_new(conn.dialect.name), row)).first() is not None
         if created:
             return self._remember(thread)
         found = await self._get_by_ref(ref)
@@ -198,6 +194,18 @@ class SqlThreadStore(SqlStore):
         async with self._engine.connect() as conn:
             row = (await conn.execute(query)).first()
         return None if row is None else self._remember(_row_to_thread(row._mapping))
+
+
+@functools.cache
+def _insert_new(dialect: str) -> Insert:
+    """INSERT of a new thread that does nothing on a taken platform reference, returning
+    the id when it inserted (asyncpg reports no row count); built once per dialect."""
+    insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
+    return (
+        insert(threads_table)
+        .on_conflict_do_nothing(index_elements=_REF_COLUMNS)
+        .returning(threads_table.c.thread_id)
+    )
 
 
 def _row_to_thread(m: RowMapping) -> Thread:
