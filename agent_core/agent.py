@@ -245,6 +245,10 @@ class Agent:
         told the answer's text as the model writes it (``agent_core.answer_stream``); the
         result still carries the whole checked answer."""
         await self._threads.require_owner(thread_id, identity.subject)
+        # A thread created for this very message has no checkpoint yet: no interrupted turn
+        # of it to look for, so no read of the state before the run (once per new thread;
+        # a retried run reads it).
+        fresh = self._threads.take_new(thread_id)
         payload = {"messages": [HumanMessage(content=message)]}
         # A first run only reads (every write waits for review), and the message it answers
         # is already durable in the job that runs it: a crash mid-run re-runs the reads, so
@@ -255,7 +259,7 @@ class Agent:
             thread_id,
             lambda: payload,
             None,
-            continues=message,
+            continues=None if fresh else message,
             durability="exit",
             progress=progress,
             stop=stop,

@@ -13,11 +13,12 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from sqlalchemy import RowMapping, select
+from sqlalchemy import Insert, RowMapping, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -77,6 +78,14 @@ class ThreadStore(Protocol):
         """
         ...
 
+    def take_new(self, thread_id: str) -> bool:
+        """Whether this store created ``thread_id`` and nobody took that news yet (once).
+
+        A thread this store just created (a fresh random id) has no checkpoint: its first
+        run has no interrupted turn to look for. Only the first caller is told.
+        """
+        ...
+
 
 def _check_owner(thread: Thread | None, thread_id: str, subject: str) -> Thread:
     if thread is None:
@@ -84,6 +93,27 @@ def _check_owner(thread: Thread | None, thread_id: str, subject: str) -> Thread:
     if thread.owner_subject != subject:
         raise NotThreadOwnerError("this conversation belongs to another user")
     return thread
+
+
+# Threads remembered per store (created here, or read once), and new threads not yet run.
+KNOWN_THREADS = 4096
+
+
+class NewThreads:
+    """Ids of threads a store created that no run took yet, the oldest dropped past
+    ``limit`` (a dropped one only costs its first run one checkpoint read)."""
+
+    def __init__(self, limit: int = KNOWN_THREADS) -> None:
+        self._limit = limit
+        self._ids: dict[str, bool] = {}
+
+    def add(self, thread_id: str) -> None:
+        if len(self._ids) >= self._limit:
+            del self._ids[next(iter(self._ids))]
+        self._ids[thread_id] = True
+
+    def take(self, thread_id: str) -> bool:
+        return self._ids.pop(thread_id, False)
 
 
 class MemoryThreadStore:
@@ -95,6 +125,7 @@ class MemoryThreadStore:
         self._by_id: dict[str, Thread] = {}
         self._by_ref: dict[PlatformRef, str] = {}
         self._lock = asyncio.Lock()
+        self._new = NewThreads()
 
     async def get_or_create(self, ref: PlatformRef, owner_subject: str) -> Thread:
         async with self._lock:
@@ -104,6 +135,7 @@ class MemoryThreadStore:
             thread = Thread(self._new_id(), owner_subject, ref, self._clock())
             self._by_id[thread.thread_id] = thread
             self._by_ref[ref] = thread.thread_id
+            self._new.add(thread.thread_id)
             return thread
 
     async def get(self, thread_id: str) -> Thread | None:
@@ -116,10 +148,10 @@ class MemoryThreadStore:
     async def require_owner(self, thread_id: str, subject: str) -> Thread:
         return _check_owner(await self.get(thread_id), thread_id, subject)
 
+    def take_new(self, thread_id: str) -> bool:
+        return self._new.take(thread_id)
 
-# Threads remembered by id per store: a thread row is never updated or deleted (its owner is
-# fixed at creation), so a row read once answers every later owner check without a query.
-KNOWN_THREADS = 4096
+
 # The unique index ``uq_threads_platform_ref``: one thread per platform conversation.
 _REF_COLUMNS = ["platform", "team_id", "channel_id", "thread_ts"]
 
@@ -131,7 +163,10 @@ class SqlThreadStore(SqlStore):
         self, engine: AsyncEngine, clock: Clock = utc_now, new_id: IdFactory = random_id
     ) -> None:
         super().__init__(engine, clock, new_id)
+        # A thread row is never updated or deleted (its owner is fixed at creation), so a
+        # row read once answers every later owner check without a query.
         self._known: dict[str, Thread] = {}
+        self._new = NewThreads()
 
     def _remember(self, thread: Thread) -> Thread:
         if len(self._known) >= KNOWN_THREADS:
@@ -143,26 +178,22 @@ class SqlThreadStore(SqlStore):
         thread = Thread(self._new_id(), owner_subject, ref, self._clock())
         # One statement for a new conversation (no read before the write); a conflict on
         # the platform reference means the thread exists (or another instance just made
-        # it): that one wins, read back with its original owner.
-        insert = sqlite.insert if self._engine.dialect.name == "sqlite" else postgresql.insert
-        statement = (
-            insert(threads_table)
-            .values(
-                thread_id=thread.thread_id,
-                owner_subject=owner_subject,
-                platform=ref.platform,
-                team_id=ref.team_id,
-                channel_id=ref.channel_id,
-                thread_ts=ref.thread_ts,
-                created_at=thread.created_at,
-            )
-            .on_conflict_do_nothing(index_elements=_REF_COLUMNS)
-            # A row back means it was inserted (asyncpg reports no row count).
-            .returning(threads_table.c.thread_id)
-        )
+        # it): that one wins, read back with its original owner. The row goes as
+        # parameters beside a statement built once: ``.values(...)`` per call rebuilt it
+        # and made SQLAlchemy derive its cache key again on every new conversation.
+        row = {
+            "thread_id": thread.thread_id,
+            "owner_subject": owner_subject,
+            "platform": ref.platform,
+            "team_id": ref.team_id,
+            "channel_id": ref.channel_id,
+            "thread_ts": ref.thread_ts,
+            "created_at": thread.created_at,
+        }
         async with self._engine.begin() as conn:
-            created = (await conn.execute(statement)).first() is not None
+            created = (await conn.execute(_insert_new(conn.dialect.name), row)).first() is not None
         if created:
+            self._new.add(thread.thread_id)
             return self._remember(thread)
         found = await self._get_by_ref(ref)
         if found is None:  # pruned between the two statements: nothing to continue
@@ -184,6 +215,9 @@ class SqlThreadStore(SqlStore):
     async def require_owner(self, thread_id: str, subject: str) -> Thread:
         return _check_owner(await self.get(thread_id), thread_id, subject)
 
+    def take_new(self, thread_id: str) -> bool:
+        return self._new.take(thread_id)
+
     async def find(self, ref: PlatformRef) -> Thread | None:
         return await self._get_by_ref(ref)
 
@@ -198,6 +232,18 @@ class SqlThreadStore(SqlStore):
         async with self._engine.connect() as conn:
             row = (await conn.execute(query)).first()
         return None if row is None else self._remember(_row_to_thread(row._mapping))
+
+
+@functools.cache
+def _insert_new(dialect: str) -> Insert:
+    """INSERT of a new thread that does nothing on a taken platform reference, returning
+    the id when it inserted (asyncpg reports no row count); built once per dialect."""
+    insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
+    return (
+        insert(threads_table)
+        .on_conflict_do_nothing(index_elements=_REF_COLUMNS)
+        .returning(threads_table.c.thread_id)
+    )
 
 
 def _row_to_thread(m: RowMapping) -> Thread:

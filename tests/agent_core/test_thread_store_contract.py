@@ -11,6 +11,7 @@ import pytest
 
 from agent_core.threads import (
     MemoryThreadStore,
+    NewThreads,
     NotThreadOwnerError,
     PlatformRef,
     SqlThreadStore,
@@ -78,3 +79,21 @@ async def test_concurrent_creation_yields_one_thread(store: ThreadStore) -> None
     threads = await asyncio.gather(*(store.get_or_create(REF, next(users)) for _ in range(20)))
     assert len({t.thread_id for t in threads}) == 1
     assert len({t.owner_subject for t in threads}) == 1
+
+
+async def test_a_created_thread_is_new_once_and_only_to_its_creator(store: ThreadStore) -> None:
+    """``take_new`` tells the first caller that this store just created the thread (so it
+    has no checkpoint); never twice, never for a thread it found already there."""
+    thread = await store.get_or_create(REF, "alice")
+    assert store.take_new(thread.thread_id)
+    assert not store.take_new(thread.thread_id)
+    again = await store.get_or_create(REF, "alice")  # found, not created
+    assert not store.take_new(again.thread_id)
+    assert not store.take_new("no-such-thread")
+
+
+def test_new_threads_forget_the_oldest_past_their_limit() -> None:
+    new = NewThreads(limit=2)
+    for thread_id in ("a", "b", "c"):
+        new.add(thread_id)
+    assert [new.take(t) for t in ("a", "b", "c")] == [False, True, True]

@@ -6,7 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agent_core import validation
@@ -26,6 +31,11 @@ class CountingSaver(InMemorySaver):
         super().__init__()
         self.steps: list[int] = []
         self.write_batches = 0
+        self.reads = 0
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        self.reads += 1
+        return await super().aget_tuple(config)
 
     async def aput(
         self,
@@ -63,6 +73,21 @@ async def test_a_one_read_turn_is_at_most_eight_supersteps_and_one_checkpoint_wr
     second_turn = saver.steps[1] - saver.steps[0] - 1
     assert first_turn == second_turn
     assert first_turn <= MAX_SUPERSTEPS, saver.steps
+
+
+async def test_a_new_threads_first_run_reads_its_checkpoint_once(agent_env: AgentEnv) -> None:
+    """A thread the store just created has no checkpoint: its first run does not look for
+    an interrupted turn before it starts (the graph's own read is the one read); a later
+    run on it, or a run again after a failure, does."""
+    saver = CountingSaver()
+    agent = agent_env.agent(FunctionChatModel(fn=reads_then_answer(1)), checkpointer=saver)
+    alice = await agent_env.user("alice")
+    thread = await new_thread(agent, alice)
+
+    assert (await agent.run(alice, thread, "show PAY-101")).kind == "answer"
+    assert saver.reads == 1
+    assert (await agent.run(alice, thread, "show PAY-102")).kind == "answer"
+    assert saver.reads == 3  # the look for an interrupted turn, then the graph's own
 
 
 async def test_each_further_read_adds_the_tool_step_and_one_model_step(
