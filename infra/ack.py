@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from infra.gc_pacing import FullCollections, Traffic
 from infra.loop_thread import LoopThread, on_loop
 from infra.serving import serve_aiohttp
 from infra.storage.faults import is_connection_error
@@ -93,7 +94,8 @@ async def serve_fronts(
     thread_name: str = "ack",
 ) -> AsyncIterator[str]:
     """Serve HTTP on ``sock`` from a thread and loop of its own: the fronts' routes there,
-    ``routes`` forwarded to this (the calling) loop. Yields the base URL."""
+    ``routes`` forwarded to this (the calling) loop, the process's full garbage collections
+    at that server's quiet moments. Yields the base URL."""
     main = asyncio.get_running_loop()
 
     async def start(stack: contextlib.AsyncExitStack) -> str:
@@ -104,9 +106,13 @@ async def serve_fronts(
         served.extend(
             web.RouteDef(r.method, r.path, on_main(main, r.handler), r.kwargs) for r in routes
         )
-        application = web.Application(middlewares=list(middlewares))
+        traffic = Traffic()
+        application = web.Application(middlewares=[traffic.middleware, *middlewares])
         application.add_routes(served)
-        return await stack.enter_async_context(serve_aiohttp(application, sock))
+        url = await stack.enter_async_context(serve_aiohttp(application, sock))
+        # Full collections between requests rather than in a burst of them (infra.gc_pacing).
+        await stack.enter_async_context(FullCollections(traffic))
+        return url
 
     async with on_ack_thread(thread_name, sock, start) as url:
         yield url
