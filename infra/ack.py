@@ -98,7 +98,7 @@ async def serve_fronts(
     at that server's quiet moments. Yields the base URL."""
     main = asyncio.get_running_loop()
 
-    async def start(stack: contextlib.AsyncExitStack) -> str:
+    async def start(stack: contextlib.AsyncExitStack, traffic: Traffic) -> str:
         served: list[web.RouteDef] = []
         for front in fronts:
             await stack.enter_async_context(front.opened(main))
@@ -106,13 +106,9 @@ async def serve_fronts(
         served.extend(
             web.RouteDef(r.method, r.path, on_main(main, r.handler), r.kwargs) for r in routes
         )
-        traffic = Traffic()
         application = web.Application(middlewares=[traffic.middleware, *middlewares])
         application.add_routes(served)
-        url = await stack.enter_async_context(serve_aiohttp(application, sock))
-        # Full collections between requests rather than in a burst of them (infra.gc_pacing).
-        await stack.enter_async_context(FullCollections(traffic))
-        return url
+        return await stack.enter_async_context(serve_aiohttp(application, sock))
 
     async with on_ack_thread(thread_name, sock, start) as url:
         yield url
@@ -122,14 +118,23 @@ async def serve_fronts(
 async def on_ack_thread(
     thread_name: str,
     sock: socket.socket,
-    start: Callable[[contextlib.AsyncExitStack], Coroutine[Any, Any, str]],
+    start: Callable[[contextlib.AsyncExitStack, Traffic], Coroutine[Any, Any, str]],
 ) -> AsyncIterator[str]:
-    """Run ``start`` (it serves ``sock``; what it opens goes on the stack) on a new thread's
-    loop, with the short GIL switch interval; close the stack there and ``sock`` at exit."""
+    """Run ``start`` (it serves ``sock`` with the ``Traffic``'s middleware first; what it
+    opens goes on the stack) on a new thread's loop, with the short GIL switch interval and
+    the process's full garbage collections at that server's quiet moments
+    (``infra.gc_pacing``); close the stack there and ``sock`` at exit."""
+    traffic = Traffic()
+
+    async def begin(stack: contextlib.AsyncExitStack) -> str:
+        url = await start(stack, traffic)
+        await stack.enter_async_context(FullCollections(traffic))
+        return url
+
     async with short_switch_interval(), LoopThread(thread_name) as thread:
         stack = contextlib.AsyncExitStack()
         try:
-            url = await thread.run(start(stack))
+            url = await thread.run(begin(stack))
             freeze_start_up()
             yield url
         finally:
