@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
@@ -94,7 +95,6 @@ class FullCollections(Background):
         self._sleep = sleep
         self._collect = collect
         self._count = count
-        self._previous: tuple[int, int, int] | None = None
         self._task: asyncio.Task[None] | None = None
         self.collections = 0  # full collections run (tests and benches read it)
 
@@ -114,9 +114,7 @@ class FullCollections(Background):
             self.check()
 
     async def _start(self) -> None:
-        self._previous = gc.get_threshold()
-        young, middle, _ = self._previous
-        gc.set_threshold(young, middle, NEVER)
+        _THRESHOLDS.hold()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _stop(self) -> None:
@@ -125,6 +123,32 @@ class FullCollections(Background):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self._previous is not None:
-            gc.set_threshold(*self._previous)
-            self._previous = None
+        _THRESHOLDS.release()
+
+
+class _Thresholds:
+    """CPython's full collections off while at least one pacer runs (two ack servers in one
+    process, as tests and benches start them, may overlap): the first saves the thresholds,
+    the last puts them back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._saved: tuple[int, int, int] = gc.get_threshold()
+
+    def hold(self) -> None:
+        with self._lock:
+            if self._holders == 0:
+                self._saved = gc.get_threshold()
+                young, middle, _ = self._saved
+                gc.set_threshold(young, middle, NEVER)
+            self._holders += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            if self._holders == 0:
+                gc.set_threshold(*self._saved)
+
+
+_THRESHOLDS = _Thresholds()

@@ -98,6 +98,17 @@ async def test_cpythons_own_full_collections_are_off_while_the_block_runs() -> N
     assert gc.get_threshold() == before
 
 
+async def test_two_pacers_overlapping_put_the_thresholds_back_once_both_end() -> None:
+    before = gc.get_threshold()
+    first, second = FullCollections(Traffic()), FullCollections(Traffic())
+    await first.__aenter__()
+    await second.__aenter__()
+    await first.__aexit__(None, None, None)
+    assert gc.get_threshold()[2] == NEVER  # the second still paces them
+    await second.__aexit__(None, None, None)
+    assert gc.get_threshold() == before
+
+
 class _Hello:
     @contextlib.asynccontextmanager
     async def opened(self, _main: object) -> AsyncIterator[None]:
