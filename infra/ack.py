@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from infra.gc_pacing import FullCollections, Traffic
 from infra.loop_thread import LoopThread, on_loop
 from infra.serving import serve_aiohttp
 from infra.storage.faults import is_connection_error
@@ -93,10 +94,11 @@ async def serve_fronts(
     thread_name: str = "ack",
 ) -> AsyncIterator[str]:
     """Serve HTTP on ``sock`` from a thread and loop of its own: the fronts' routes there,
-    ``routes`` forwarded to this (the calling) loop. Yields the base URL."""
+    ``routes`` forwarded to this (the calling) loop, the process's full garbage collections
+    at that server's quiet moments. Yields the base URL."""
     main = asyncio.get_running_loop()
 
-    async def start(stack: contextlib.AsyncExitStack) -> str:
+    async def start(stack: contextlib.AsyncExitStack, traffic: Traffic) -> str:
         served: list[web.RouteDef] = []
         for front in fronts:
             await stack.enter_async_context(front.opened(main))
@@ -104,7 +106,7 @@ async def serve_fronts(
         served.extend(
             web.RouteDef(r.method, r.path, on_main(main, r.handler), r.kwargs) for r in routes
         )
-        application = web.Application(middlewares=list(middlewares))
+        application = web.Application(middlewares=[traffic.middleware, *middlewares])
         application.add_routes(served)
         return await stack.enter_async_context(serve_aiohttp(application, sock))
 
@@ -116,14 +118,23 @@ async def serve_fronts(
 async def on_ack_thread(
     thread_name: str,
     sock: socket.socket,
-    start: Callable[[contextlib.AsyncExitStack], Coroutine[Any, Any, str]],
+    start: Callable[[contextlib.AsyncExitStack, Traffic], Coroutine[Any, Any, str]],
 ) -> AsyncIterator[str]:
-    """Run ``start`` (it serves ``sock``; what it opens goes on the stack) on a new thread's
-    loop, with the short GIL switch interval; close the stack there and ``sock`` at exit."""
+    """Run ``start`` (it serves ``sock`` with the ``Traffic``'s middleware first; what it
+    opens goes on the stack) on a new thread's loop, with the short GIL switch interval and
+    the process's full garbage collections at that server's quiet moments
+    (``infra.gc_pacing``); close the stack there and ``sock`` at exit."""
+    traffic = Traffic()
+
+    async def begin(stack: contextlib.AsyncExitStack) -> str:
+        url = await start(stack, traffic)
+        await stack.enter_async_context(FullCollections(traffic))
+        return url
+
     async with short_switch_interval(), LoopThread(thread_name) as thread:
         stack = contextlib.AsyncExitStack()
         try:
-            url = await thread.run(start(stack))
+            url = await thread.run(begin(stack))
             freeze_start_up()
             yield url
         finally:

@@ -23,6 +23,7 @@ from infra.jobs import (
 )
 from infra.jobs.spool import open_spool
 from infra.storage import create_engine
+from infra.storage.engine import application_name
 from infra.storage.schema import processed_events, run_jobs
 
 BOUND = 30.0
@@ -246,3 +247,37 @@ async def test_a_mixed_batch_keeps_its_dedup_and_is_one_statement_on_postgres(
         ("slack-Ev2", {"text": "q2"}),
     ]
     assert await SqlJobQueue(engine).status("cli-1") == (JobStatus.QUEUED, 0)
+
+
+async def test_the_ack_engine_on_postgres_sends_no_ping_and_outlives_a_dead_connection(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No pre-ping round trip per batch (each waits for the GIL again on a busy process); a
+    pooled connection the server dropped (a restart) costs its batch one more try, not a
+    503: the delivery is stored."""
+    ack_engine = await open_ack_engine(postgres_url, 1)
+    pings: list[object] = []
+    ping = ack_engine.dialect.do_ping
+    monkeypatch.setattr(ack_engine.dialect, "do_ping", lambda c: pings.append(c) or ping(c))
+    admin = create_engine(postgres_url)
+    try:
+        async with JobInbox(ack_engine, writers=1) as inbox:
+            assert await asyncio.wait_for(inbox.put(delivery(1)), BOUND) is True
+            async with admin.connect() as conn:
+                killed = await conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE application_name = :name"
+                    ),
+                    {"name": application_name("ack")},
+                )
+                assert killed.all() == [(True,)]  # the ack pool's one connection
+            assert await asyncio.wait_for(inbox.put(delivery(2)), BOUND) is True
+            assert await asyncio.wait_for(inbox.put(delivery(2)), BOUND) is False
+        assert pings == []
+        queue = SqlJobQueue(admin)
+        for n in (1, 2):
+            assert await queue.status(f"slack-Ev{n}") == (JobStatus.QUEUED, 0)
+    finally:
+        await ack_engine.dispose()
+        await admin.dispose()

@@ -48,6 +48,7 @@ from infra.chat_http import (
     read_capped,
     refuse,
 )
+from infra.gc_pacing import Traffic
 from infra.loop_thread import on_loop
 from infra.serving import serve_aiohttp
 
@@ -270,12 +271,16 @@ async def _serve_on_ack_loop(
     # The same options, with the routes and the connect callback reaching the main loop.
     forwarded: WebOptions = {**options, "routes": forwarded_routes, "server_connect": connect}
 
-    async def start(stack: contextlib.AsyncExitStack) -> str:
+    async def start(stack: contextlib.AsyncExitStack, traffic: Traffic) -> str:
         await stack.enter_async_context(front.opened(main))
         for other in fronts:
             await stack.enter_async_context(other.opened(main))
             forwarded_routes.extend(other.routes())
-        application = web_application(app, callback, front=front, dispatch=dispatch, **forwarded)
+        counted: WebOptions = {
+            **forwarded,
+            "middlewares": [traffic.middleware, *forwarded.get("middlewares", ())],
+        }
+        application = web_application(app, callback, front=front, dispatch=dispatch, **counted)
         return await stack.enter_async_context(serve_aiohttp(application, sock))
 
     async with on_ack_thread("slack-ack", sock, start) as url:

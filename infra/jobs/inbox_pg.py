@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from sqlalchemy import bindparam, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.jobs.queue import JobStatus
@@ -98,6 +99,18 @@ async def store_on_postgres(
         for n, d in enumerate(deliveries)
     ]
     params = {"batch": json.dumps(rows), "status": JobStatus.QUEUED.value, "now": now}
+    try:
+        return await _execute(engine, params)
+    except DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+    # The pooled connection was dead (the ack engine does not ping on checkout): the pool
+    # dropped it; once more on a new one. Safe: the statement is atomic, and if it did commit
+    # before the connection broke, the second finds the ids stored (a redelivery, no loss).
+    return await _execute(engine, params)
+
+
+async def _execute(engine: AsyncEngine, params: dict[str, Any]) -> set[str]:
     async with engine.connect() as conn:
         auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
         return {str(j) for (j,) in (await auto.execute(_STORE, params)).all()}

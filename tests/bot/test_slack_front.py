@@ -4,6 +4,7 @@ main loop (where agents run) and without a connection of the pools the agent sid
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import aiohttp
 import pytest
@@ -19,6 +20,7 @@ from infra.storage import create_engine
 from testing.fake_assistant import FakeAssistant
 from testing.slack import FakeSlack, SlackSender, mention
 from tests.bot.conftest import ALICE, slack_config
+from tests.test_gc_pacing import full_collection_thread
 
 BOUND = 20.0
 
@@ -67,6 +69,28 @@ async def test_a_message_is_acked_while_the_main_loop_is_blocked(
     finally:
         await engine.dispose()
     assert [text for _, _, text in fake_assistant.messages] == ["is PAY-102 open?"]
+
+
+async def test_the_slack_ack_loop_runs_the_full_garbage_collections(
+    sqlite_url: str, fake_slack: FakeSlack, fake_assistant: FakeAssistant
+) -> None:
+    """CPython's own full collections (16-55 ms holding the GIL) are off while Slack's ack
+    thread serves; its loop runs them at quiet moments (``infra.gc_pacing``)."""
+    before = gc.get_threshold()
+    engine = create_engine(sqlite_url)
+    try:
+        async with (
+            open_durable_bot(slack_config(fake_slack), fake_assistant, engine) as bot,
+            serve_http(
+                bot.app, bind_socket("127.0.0.1", 0), front=AckFront(bot.adapter, sqlite_url)
+            ) as url,
+        ):
+            assert await _post(url, "EvGC") == 200
+            assert await full_collection_thread() == "slack-ack"
+    finally:
+        gc.unfreeze()
+        await engine.dispose()
+    assert gc.get_threshold() == before
 
 
 @pytest.mark.postgres
