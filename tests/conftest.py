@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import shutil
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -121,12 +122,23 @@ def postgres_url(_postgres_migrated: str) -> str:
     return _postgres_migrated
 
 
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One SQLite file migrated to head per test process; ``sqlite_url`` copies it."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "opsbot.db"
+    run_in_own_loop(_migrate_url(f"sqlite:///{path}"))
+    # The engine is disposed: its last connection checkpointed the WAL into the file.
+    assert not path.with_name(path.name + "-wal").exists()
+    return path
+
+
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    """A fresh, migrated SQLite database file."""
-    url = f"sqlite:///{tmp_path / 'opsbot.db'}"
-    run_in_own_loop(_migrate_url(url))
-    return url
+def sqlite_url(tmp_path: Path, _sqlite_template: Path) -> str:
+    """A fresh, migrated SQLite database file: a copy of the session's migrated template
+    (a byte-for-byte copy of what ``migrate`` leaves; ~70 ms of CPU saved per test)."""
+    path = tmp_path / "opsbot.db"
+    shutil.copyfile(_sqlite_template, path)
+    return f"sqlite:///{path}"
 
 
 @pytest.fixture(params=DATABASE_BACKENDS)

@@ -5,6 +5,7 @@ They run inside the test suite so that the README's one test command checks ever
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -66,11 +67,25 @@ def test_import_contract_catches_a_chat_sdk_import(tmp_path: Path, package: str)
     assert f"{package}.leak -> slack_sdk" in result.stdout
 
 
+def _project_sources() -> list[Path]:
+    """Every ``.py`` file of the checkout outside ``.venv`` and ``tests``. Those two are
+    pruned from the walk, not filtered after it: ``rglob`` walked the virtualenv's ~30,000
+    files (~1-3 s of CPU) only to skip them."""
+    sources = []
+    for directory, subdirectories, files in os.walk(ROOT):
+        if Path(directory) == ROOT:
+            subdirectories[:] = [d for d in subdirectories if d not in {".venv", "tests"}]
+        sources += [Path(directory, name) for name in files if name.endswith(".py")]
+    return sources
+
+
 def test_only_settings_reads_the_environment() -> None:
+    sources = _project_sources()
+    assert ROOT / "infra" / "settings.py" in sources  # the walk reaches the packages
     offenders = []
-    for path in ROOT.rglob("*.py"):
+    for path in sources:
         relative = path.relative_to(ROOT)
-        if relative.parts[0] in {".venv", "tests"} or relative == Path("infra/settings.py"):
+        if relative == Path("infra/settings.py"):
             continue
         text = path.read_text()
         if "os.environ" in text or "getenv(" in text:

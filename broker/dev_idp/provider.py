@@ -126,7 +126,10 @@ class DevIdentityProvider:
         rotate_refresh_tokens: bool = False,
         clamp_exchange_exp: bool = True,
         state_file: Path | None = None,
+        signing_key: rsa.RSAPrivateKey | None = None,
     ) -> None:
+        """``signing_key``: the RSA key tokens are signed with (default: a new 2048-bit
+        key; a saved ``state_file`` wins over both)."""
         self.issuer = issuer.rstrip("/")
         self.directory = directory
         self.clients = {c.client_id: c for c in clients}
@@ -146,7 +149,7 @@ class DevIdentityProvider:
         self._revoked = {u.subject for u in directory.users.values() if u.revoked}
         self._codes: dict[str, _Code] = {}
         self._refresh: dict[str, _Refresh] = {}
-        self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self._key = signing_key or rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self._kid = secrets.token_hex(8)
         self._state_file = state_file
         saved = load_state(state_file) if state_file is not None else None

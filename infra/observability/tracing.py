@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
@@ -45,10 +44,14 @@ class Tracing:
         key = settings.pseudonym_key.get_secret_value()
         if exporter is None and not settings.otlp_endpoint:
             return cls(trace.NoOpTracer(), key)
+        if exporter is None:
+            # Imported only when an endpoint is configured: the exporter pulls in protobuf,
+            # which every process without tracing (the default) paid for at start-up.
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            exporter = OTLPSpanExporter(endpoint=settings.otlp_endpoint)
         provider = TracerProvider(resource=Resource.create({"service.name": settings.service_name}))
-        provider.add_span_processor(
-            BatchSpanProcessor(exporter or OTLPSpanExporter(endpoint=settings.otlp_endpoint))
-        )
+        provider.add_span_processor(BatchSpanProcessor(exporter))
         return cls(provider.get_tracer(TRACER_NAME), key, provider)
 
     @property
