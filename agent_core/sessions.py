@@ -4,11 +4,14 @@ This is the one place opsbot opens an MCP ``ClientSession``. A session is opened
 the run's first call to that server, with the credential the server's auth mode gives
 (``agent_core.credentials``), and closed once the run has returned its result
 (``Agent.settle`` waits for those closes at shutdown). It is never shared with another
-run or user; the credential lives only in this session's HTTP client headers, never in
-graph state. The cached tool definitions are turned into LangChain tools bound to the session
-with ``langchain_mcp_adapters``' ``convert_mcp_tool_to_langchain_tool``; the adapters'
-interceptors carry audit (``AuditInterceptor``) and this module's transport guard (breaker,
-per-call timeout, failure mapping).
+run or user — except that one requester's approved calls (``Agent.execute``) share that
+requester's sessions for a few seconds (``agent_core.shared_sessions``), each putting its
+own fresh credential on them first (``recredential``); the credential lives only in this
+session's HTTP client headers, never in graph state. The cached tool definitions are
+turned into LangChain tools bound to the session with ``langchain_mcp_adapters``'
+``convert_mcp_tool_to_langchain_tool``; the adapters' interceptors carry audit
+(``AuditInterceptor``) and this module's transport guard (breaker, per-call timeout,
+failure mapping).
 
 Each session lives in its own task: the MCP client's anyio task groups must be entered and
 left in one task, while LangGraph calls tools from many.
