@@ -78,6 +78,7 @@ from agent_core.pii import pii_middleware
 from agent_core.policy import ToolPolicy
 from agent_core.results import Results
 from agent_core.sessions import RunSessions, ServerConfig, SessionStats
+from agent_core.shared_sessions import SharedSessions
 from agent_core.stopping import StopCheck, StopGuard
 from agent_core.threads import ThreadStore
 from agent_core.tools import (
@@ -225,6 +226,8 @@ class Agent:
         self._results = Results(list(self._servers), policy, config.bulk_write_threshold)
         # Runs' sessions being ended at their servers (DELETE) after the run answered.
         self._closing: set[asyncio.Task[None]] = set()
+        # Approved calls' sessions, per requester, kept open a few seconds between calls.
+        self._shared = SharedSessions(self._sessions)
 
     # --- public API --------------------------------------------------------------------
 
@@ -340,10 +343,12 @@ class Agent:
             raise InvalidDecisionError(
                 f"{name} is not an approvable write", {"tool": "not an approvable write"}
             )
-        sessions = self._sessions(identity)
-        try:
+        # The requester's sessions, shared with their other approved calls meanwhile.
+        async with self._shared.borrow(identity) as sessions:
             toolset = await self._toolset(sessions)
             definition = toolset.by_name.get(name)
+            if definition is not None:  # this decision's fresh token, on a session kept open
+                await sessions.recredential(definition.server)
             if args != dict(call.get("proposed_args", args)):
                 # Edited: the agent's one rule, against the tool's current schema.
                 args = check_edited_args(
@@ -374,8 +379,6 @@ class Agent:
                     {"callbacks": callbacks, "metadata": {"opsbot.run.kind": "execute"}},
                 )
             return dump_result(message)
-        finally:
-            await sessions.aclose()
 
     async def pending(self, identity: Identity, thread_id: str) -> Interrupt | None:
         """The interrupt the thread is waiting on, if any (owner only)."""
@@ -513,7 +516,9 @@ class Agent:
         task.add_done_callback(self._closing.discard)
 
     async def settle(self) -> None:
-        """Wait until every finished run's MCP sessions are closed (call at shutdown)."""
+        """Close the approved calls' shared sessions and wait until every finished run's MCP
+        sessions are closed (call at shutdown)."""
+        await self._shared.aclose()
         while self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 

@@ -4,11 +4,14 @@ This is the one place opsbot opens an MCP ``ClientSession``. A session is opened
 the run's first call to that server, with the credential the server's auth mode gives
 (``agent_core.credentials``), and closed once the run has returned its result
 (``Agent.settle`` waits for those closes at shutdown). It is never shared with another
-run or user; the credential lives only in this session's HTTP client headers, never in
-graph state. The cached tool definitions are turned into LangChain tools bound to the session
-with ``langchain_mcp_adapters``' ``convert_mcp_tool_to_langchain_tool``; the adapters'
-interceptors carry audit (``AuditInterceptor``) and this module's transport guard (breaker,
-per-call timeout, failure mapping).
+run or user — except that one requester's approved calls (``Agent.execute``) share that
+requester's sessions for a few seconds (``agent_core.shared_sessions``), each putting its
+own fresh credential on them first (``recredential``); the credential lives only in this
+session's HTTP client headers, never in graph state. The cached tool definitions are
+turned into LangChain tools bound to the session with ``langchain_mcp_adapters``'
+``convert_mcp_tool_to_langchain_tool``; the adapters' interceptors carry audit
+(``AuditInterceptor``) and this module's transport guard (breaker, per-call timeout,
+failure mapping).
 
 Each session lives in its own task: the MCP client's anyio task groups must be entered and
 left in one task, while LangGraph calls tools from many.
@@ -99,6 +102,9 @@ class _Held:
         self.http_errors: list[int] = []
         self.failure: Exception | None = None
         self.tools: dict[str, BaseTool] = {}
+        self.client: httpx.AsyncClient | None = None
+        self.calls = 0  # in flight on this session
+        self.retired = False  # replaced: stopped once its last call in flight returns
 
     @property
     def dead(self) -> bool:
@@ -171,6 +177,9 @@ class RunSessions:
         )
         self._held: dict[str, _Held] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # Retired sessions (``recredential``) until they stop, and their stopping tasks.
+        self._retired: set[_Held] = set()
+        self._stopping: set[asyncio.Task[None]] = set()
         self.versions: dict[str, str] = {}
         # ``oauth`` servers this user has not connected, with the URL that connects each:
         # the run's reply asks them to connect (the URL itself is never shown to the model).
@@ -208,6 +217,36 @@ class RunSessions:
             held.tools[name] = bound
         return bound
 
+    async def recredential(self, server: str) -> None:
+        """Send the identity's current credential for ``server`` on its open session from
+        now on (a session kept for several calls, ``agent_core.shared_sessions``). When none
+        can be had, the session is retired: the next call opens one, which fails (or not)
+        as any first call would."""
+        held = self._held.get(server)
+        if held is None or held.dead or held.client is None:
+            return
+        try:
+            headers = await self._credentials.headers(held.config)
+        except ToolCallError:
+            self._retire(server, held)
+            return
+        held.client.headers.update(headers)
+
+    def _retire(self, server: str, held: _Held) -> None:
+        """Take ``held`` out of use; it stops once no call is in flight on it."""
+        if self._held.get(server) is held:
+            del self._held[server]
+        held.retired = True
+        self._retired.add(held)
+        if held.calls == 0:
+            self._stop_soon(held)
+
+    def _stop_soon(self, held: _Held) -> None:
+        task = asyncio.get_running_loop().create_task(_stop(held), name="mcp:retire")
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+        task.add_done_callback(lambda _: self._retired.discard(held))
+
     async def call_again(self, request: MCPToolCallRequest) -> MCPToolCallResult:
         held = await self._live(request.server_name)
 
@@ -240,6 +279,7 @@ class RunSessions:
             await self._health.ensure_closed(server)
             self._stats.tool_calls += 1
             timeout = self._timeout(held.config, request)
+            held.calls += 1
             try:
                 result: MCPToolCallResult = await _call_or_die(held, handler(request), timeout)
             except McpError as exc:
@@ -272,6 +312,10 @@ class RunSessions:
                 failure = classify_failure(server, exc, held.http_errors)
                 await self._health.record(server, failure)
                 raise failure from None
+            finally:
+                held.calls -= 1
+                if held.retired and held.calls == 0:
+                    self._stop_soon(held)
             # Test only: the server answered, the run never sees it (a crash mid-call).
             crash_point("tool_call")
             await self._health.record(server, None)
@@ -314,6 +358,7 @@ class RunSessions:
             # across runs: a run's session costs no TCP connect (agent_core.transport).
             transport=self._pools.for_server(server, shared_ssl_context()),
         )
+        held.client = client
         held.task = asyncio.create_task(self._hold(config, client, held), name=f"mcp:{server}")
         try:
             # A server that accepts the connection and then hangs fails here, in time.
@@ -416,8 +461,9 @@ class RunSessions:
             await _stop(held)
 
     async def aclose(self) -> None:
-        held, self._held = list(self._held.values()), {}
-        await asyncio.gather(*(_stop(h) for h in held), return_exceptions=True)
+        held, self._held = [*self._held.values(), *self._retired], {}
+        self._retired.clear()
+        await asyncio.gather(*(_stop(h) for h in held), *self._stopping, return_exceptions=True)
         if self._own_pools:
             await self._pools.aclose()
 

@@ -8,7 +8,9 @@ task of its own, so a slow or failing listener never delays or fails a decision.
 write competed with the others' follow-up work (resuming the run with a model step, telling
 the requester, republishing Homes), every write waited for all of it. Follow-up work now
 waits (at most ``max_wait`` seconds) while an approved write is on its way to its server
-in this process, so the writes go first and the rest follows.
+in this process, so the writes go first and the rest follows. That includes a write's own
+bookkeeping once it went out (``Writing.done``): reading its outcome back from the audit
+log, finishing the approval and recording that.
 
 Example::
 
@@ -29,6 +31,26 @@ log = logging.getLogger(__name__)
 Listener = Callable[[str], Awaitable[None]]
 
 
+class Writing:
+    """One write's place among those on their way (``WritesFirst.writing``)."""
+
+    def __init__(self, writes: WritesFirst) -> None:
+        self._writes: WritesFirst | None = writes
+
+    def release(self) -> None:
+        """No longer on its way (once; the block's end releases it too)."""
+        writes, self._writes = self._writes, None
+        if writes is not None:
+            writes._release()
+
+    async def done(self) -> None:
+        """The write went out: what follows it waits for the others' writes (bounded)."""
+        writes = self._writes
+        self.release()
+        if writes is not None:
+            await writes.after_writes()
+
+
 class WritesFirst:
     def __init__(self, max_wait: float = 1.0) -> None:
         self._max_wait = max_wait
@@ -37,16 +59,20 @@ class WritesFirst:
         self._idle.set()
 
     @contextlib.asynccontextmanager
-    async def writing(self) -> AsyncIterator[None]:
+    async def writing(self) -> AsyncIterator[Writing]:
         """Around a decision's way to its write (the claim, the checks, the call)."""
         self._writing += 1
         self._idle.clear()
+        place = Writing(self)
         try:
-            yield
+            yield place
         finally:
-            self._writing -= 1
-            if self._writing == 0:
-                self._idle.set()
+            place.release()
+
+    def _release(self) -> None:
+        self._writing -= 1
+        if self._writing == 0:
+            self._idle.set()
 
     async def after_writes(self, max_wait: float | None = None) -> None:
         """Wait until no write is on its way here (bounded: a steady stream of writes never

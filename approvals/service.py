@@ -348,8 +348,9 @@ class ApprovalService:
         approval = claimed
         registered: RunStop | None = None
         try:
-            async with self.writes.writing():
-                approval, registered = await self._carry_out(approval, rerun)
+            async with self.writes.writing() as writing:
+                # Once its calls went out, the rest waits for the other writes on their way
+                approval, registered = await self._carry_out(approval, rerun, writing.done)
         except ApprovalError:
             # Moved on by another instance meanwhile (a recovering sweeper): it carries on.
             return DecisionReport(await self._current(approval))
@@ -360,8 +361,11 @@ class ApprovalService:
             if registered is not None and self._runs is not None:
                 await self._runs.finish(registered.run_id)
 
-    async def _carry_out(self, approval: Approval, rerun: bool) -> tuple[Approval, RunStop | None]:
-        """The decision's part of ``_settle``: final for a rejection, else run the call."""
+    async def _carry_out(
+        self, approval: Approval, rerun: bool, calls_done: Callable[[], Awaitable[None]]
+    ) -> tuple[Approval, RunStop | None]:
+        """The decision's part of ``_settle``: final for a rejection, else run the call
+        (``calls_done`` is awaited once it went out, before the approval is finished)."""
         registered: RunStop | None = None
         try:
             # Decided here (or by a crashed instance) but not yet run: nothing of it left
@@ -393,9 +397,11 @@ class ApprovalService:
                     approval.approval_id, ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING
                 )
                 self.changes.changed(approval.approval_id)
-                approval = await self._run_approved(approval, rerun=False)
+                approval = await self._run_approved(approval, rerun=False, calls_done=calls_done)
             elif approval.status is ApprovalStatus.EXECUTING:
-                approval = await self._run_approved(approval, rerun=rerun and not unsent)
+                approval = await self._run_approved(
+                    approval, rerun=rerun and not unsent, calls_done=calls_done
+                )
         except ApprovalError:
             if registered is not None and self._runs is not None:
                 await self._runs.finish(registered.run_id)
@@ -403,10 +409,16 @@ class ApprovalService:
         return approval, registered
 
     async def _run_approved(
-        self, approval: Approval, *, rerun: bool, retried: bool = False
+        self,
+        approval: Approval,
+        *,
+        rerun: bool,
+        retried: bool = False,
+        calls_done: Callable[[], Awaitable[None]] | None = None,
     ) -> Approval:
         """Run the approved call(s) of ``approval`` now, as the requester, and finish it from
-        what the audit log says each write did; the results are stored for the resume."""
+        what the audit log says each write did; the results are stored for the resume.
+        ``calls_done`` is awaited between the two (other writes first)."""
         failure: str | None = None
         try:
             requester = await self._identities(approval.requester_subject)
@@ -444,6 +456,8 @@ class ApprovalService:
                 except Exception as exc:  # recorded; the outcome comes from the audit log
                     log.warning("approved call %s failed: %s", approval.approval_id, type(exc))
                     run_failure = f"running the call failed ({error_outcome(exc)})"
+        if calls_done is not None:
+            await calls_done()
         reason: str | None
         if failure is not None:
             status, reason = ApprovalStatus.FAILED, failure

@@ -177,7 +177,10 @@ async def cards_bench(
                         bind_socket("127.0.0.1", 0),
                         front=AckFront(bot.adapter, url),  # type: ignore[arg-type]
                     ) as app_url:
-                        yield app_url, log
+                        try:
+                            yield app_url, log
+                        finally:
+                            await agent.settle()  # its sessions end before the servers stop
         finally:
             await engine.dispose()
 

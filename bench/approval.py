@@ -12,6 +12,12 @@ Then, over HTTP through the running Slack app, ``--cards`` (20) approvals clicke
 click → card updated and click → write done (p50/p99), and audit rows == executions
 (``bench/_approval_cards.py``); with ``--paced-ms``, the same cards again clicked one after
 another (under ``paced``).
+
+The dev IdP and the reference MCP servers run in a process of their own, as deployed
+(``bench/_servers_process.py``; ``"servers": "process"``). Until 2026-12-03 they ran on a
+thread of the bench process, sharing its GIL with the app they answer (every token signed
+and tool call served held the app's loop up); ``--servers-in-process`` still measures that
+way (``"servers": "thread"``), to compare with older figures.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import psycopg
 from sqlalchemy.engine import make_url
 
 from bench._approval_cards import cards_bench
+from bench._servers_process import servers_process
 from bench._support import OtherLoop
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -50,6 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--profile", default=None, help="cProfile the app loop during the clicks into this file"
+    )
+    parser.add_argument(
+        "--servers-in-process",
+        action="store_true",
+        help="run the IdP and MCP servers on a thread of this process (before 2026-12-03)",
     )
 
 
@@ -81,22 +93,26 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
 
     clicks = int(getattr(args, "clicks", 0) or 50)
     rounds = int(getattr(args, "rounds", 0) or 20)
+    in_process = bool(getattr(args, "servers_in_process", False))
     with tempfile.TemporaryDirectory() as tmp, _database(Path(tmp)) as url:
         # As in production, the IdP and the MCP servers are not on the app's loop: each
         # runs elsewhere, so their work is not counted as the app's (nor delays it).
         elsewhere = OtherLoop()
         try:
-            idp = await elsewhere.enter(start_dev_idp())
-            servers = await elsewhere.enter(
-                start_reference_servers(
-                    issuer=idp.issuer, jwks_url=idp.jwks_url, data_dir=Path(tmp)
+            if in_process:
+                idp = await elsewhere.enter(start_dev_idp())
+                servers = await elsewhere.enter(
+                    start_reference_servers(
+                        issuer=idp.issuer, jwks_url=idp.jwks_url, data_dir=Path(tmp)
+                    )
                 )
-            )
+            else:
+                idp, servers = await elsewhere.enter(servers_process(Path(tmp)))
             async with open_agent_env(idp, servers) as env:
                 result = await _measure(url, env, servers, elsewhere, clicks, rounds, args)
         finally:
             await elsewhere.aclose()
-    return result
+    return {**result, "servers": "thread" if in_process else "process"}
 
 
 async def _measure(
@@ -161,7 +177,10 @@ async def _measure(
                 service = ApprovalService(
                     SqlApprovalStore(engine), log, agent, agent, lookup, env.harness.broker
                 )
-                yield agent, service, engine.dispose
+                try:
+                    yield agent, service, engine.dispose
+                finally:
+                    await agent.settle()  # its sessions end before the servers stop
         finally:
             await engine.dispose()
 

@@ -1,7 +1,11 @@
 """A single-flight cache: one load per key at a time, values kept until their expiry.
 
-Invalidating a key drops its value and detaches any load in flight, so a load that started
-before ``invalidate`` is never served to callers who arrive after it.
+Invalidating a key drops its value and detaches the load in flight, so a load that started
+before ``invalidate`` is never served to callers who arrive after it. The next load of that
+key starts once the detached one has ended, and serves every caller that arrives until it
+starts: twenty approvals of one requester, each invalidating the requester's token and
+asking for a fresh one at once (a click's "rights now" check), make two loads, not twenty,
+and each caller still gets a value loaded after it asked.
 """
 
 from __future__ import annotations
@@ -25,13 +29,24 @@ class _Entry(Generic[V]):
     fresh_until: datetime
 
 
+@dataclass(slots=True)
+class _Flight(Generic[V]):
+    task: asyncio.Task[tuple[V, datetime | None]] | None = None
+    # Not queued behind a detached load: its loader may run any time, so an invalidation
+    # detaches it (one queued runs its loader only after the invalidations before it).
+    started: bool = True
+
+
 class SingleFlightCache(Generic[K, V]):
     """``get_or_load(key, loader)``: cached value, a load in flight, or a new load."""
 
     def __init__(self, clock: Clock = utc_now) -> None:
         self._clock = clock
         self._values: dict[K, _Entry[V]] = {}
-        self._flights: dict[K, asyncio.Task[tuple[V, datetime | None]]] = {}
+        # The load that serves newcomers, and one still running that an invalidation
+        # detached (the next load waits for it: one load per key at a time).
+        self._flights: dict[K, _Flight[V]] = {}
+        self._detached: dict[K, asyncio.Task[tuple[V, datetime | None]]] = {}
 
     def peek(self, key: K) -> V | None:
         entry = self._values.get(key)
@@ -53,38 +68,52 @@ class SingleFlightCache(Generic[K, V]):
         cached = self.peek(key)
         if cached is not None:
             return cached, True
-        task = self._flights.get(key)
-        if task is None:
-            task = asyncio.create_task(self._load(key, loader))
-            self._flights[key] = task
-            task.add_done_callback(_consume_exception)
+        flight = self._flights.get(key)
+        if flight is None:
+            after = self._detached.get(key)
+            flight = self._flights[key] = _Flight(started=after is None)
+            flight.task = asyncio.create_task(self._load(key, loader, flight, after))
+            flight.task.add_done_callback(_consume_exception)
+        assert flight.task is not None
         # shield: a cancelled waiter must not cancel the load the others wait for.
-        value, _ = await asyncio.shield(task)
+        value, _ = await asyncio.shield(flight.task)
         return value, False
 
     async def _load(
-        self, key: K, loader: Callable[[], Awaitable[tuple[V, datetime | None]]]
+        self,
+        key: K,
+        loader: Callable[[], Awaitable[tuple[V, datetime | None]]],
+        flight: _Flight[V],
+        after: asyncio.Task[tuple[V, datetime | None]] | None,
     ) -> tuple[V, datetime | None]:
-        me = asyncio.current_task()
         try:
+            if after is not None:
+                await asyncio.wait({after})  # its outcome is its own callers'
+            flight.started = True
             value, fresh_until = await loader()
             keep = fresh_until is not None and fresh_until > self._clock()
-            if self._flights.get(key) is me and keep and fresh_until is not None:
+            if self._flights.get(key) is flight and keep and fresh_until is not None:
                 self._values[key] = _Entry(value, fresh_until)
             return value, fresh_until
         finally:
-            if self._flights.get(key) is me:
+            if self._flights.get(key) is flight:
                 del self._flights[key]
+            if self._detached.get(key) is flight.task:
+                del self._detached[key]
 
     def invalidate(self, key: K) -> None:
         self._values.pop(key, None)
-        self._flights.pop(key, None)
+        flight = self._flights.get(key)
+        # A load not started yet will load after this call: it may still serve.
+        if flight is not None and flight.started and flight.task is not None:
+            del self._flights[key]
+            self._detached[key] = flight.task
 
     def invalidate_where(self, predicate: Callable[[K], bool]) -> None:
         for key in [k for k in self._values if predicate(k)]:
             del self._values[key]
         for key in [k for k in self._flights if predicate(k)]:
-            del self._flights[key]
+            self.invalidate(key)
 
     def __len__(self) -> int:
         return len(self._values)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from approval_fakes import Harness, identity, make_interrupt
@@ -497,3 +498,35 @@ async def test_an_approve_click_reaches_its_write_in_three_store_statements() ->
     assert harness.executor.executions == 1
     before_write = [name for name, executions in calls if executions == 0]
     assert before_write == ["get", "claim", "advance"]
+
+
+async def test_a_sent_writes_bookkeeping_waits_for_the_other_writes_on_their_way() -> None:
+    """Twenty clicks share one loop: once a write went out, finishing its approval (reading
+    its outcome back, the state change, its audit row) waits until the other approvals'
+    writes went out too, so those are not queued behind it."""
+    from approval_fakes import build_harness
+
+    harness = build_harness()
+    first = await harness.open("alice", thread_id="t-first")
+    second = await harness.open("alice", thread_id="t-second")
+    may_write = asyncio.Event()
+    execute = harness.resumer.execute
+
+    async def slow_second(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        if args[1] == "t-second":
+            await may_write.wait()
+        return await execute(*args, **kwargs)
+
+    harness.resumer.execute = slow_second  # type: ignore[method-assign]
+    deciding = [
+        asyncio.create_task(harness.service.decide(identity("bob"), a, APPROVE))
+        for a in (first, second)
+    ]
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert harness.executor.executions == 1  # the first write went out
+    status = (await harness.store.get(first)).status  # type: ignore[union-attr]
+    assert status is ApprovalStatus.EXECUTING  # its bookkeeping waits for the second write
+    may_write.set()
+    reports = await asyncio.gather(*deciding)
+    assert [r.approval.status for r in reports] == [ApprovalStatus.SUCCEEDED] * 2

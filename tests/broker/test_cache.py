@@ -108,3 +108,55 @@ async def test_values_that_are_already_stale_are_not_kept() -> None:
     await cache.get_or_load("k", short)
     assert cache.peek("k") is None
     assert len(cache) == 0
+
+
+async def test_fresh_gets_at_once_share_the_load_queued_after_the_detached_one() -> None:
+    """Each caller invalidates, then asks (an approval's "fresh token now"): the first load is
+    detached by the second caller, and every later caller shares the one load queued behind
+    it — which starts after all of them asked, so each still gets a value loaded after."""
+    clock = ManualClock()
+    cache: SingleFlightCache[str, str] = SingleFlightCache(clock)
+    load = Loader(clock)
+    asked: list[int] = []
+
+    async def fresh(i: int) -> str:
+        cache.invalidate("k")
+        asked.append(load.calls)  # loads started before this caller asked
+        value, _ = await cache.get_or_load("k", load)
+        return value
+
+    waiters = []
+    for i in range(20):
+        waiters.append(asyncio.create_task(fresh(i)))
+        await asyncio.sleep(0)
+    assert load.calls == 1  # the queued load waits for the detached one
+    load.release.set()
+    values = await asyncio.gather(*waiters)
+    assert load.calls == 2  # was one per caller
+    assert values == ["value-1"] + ["value-2"] * 19
+    # every caller got a load that started after it asked
+    assert all(int(v.split("-")[1]) > n for v, n in zip(values, asked, strict=True))
+    assert cache.peek("k") == "value-2"
+
+
+async def test_a_queued_load_starts_after_the_detached_one_failed() -> None:
+    clock = ManualClock()
+    cache: SingleFlightCache[str, str] = SingleFlightCache(clock)
+    load = Loader(clock)
+    load.fail = RuntimeError("boom")
+
+    async def once_failing() -> tuple[str, datetime | None]:
+        try:
+            return await load()
+        finally:
+            load.fail = None  # only the first load fails
+
+    first = asyncio.create_task(cache.get_or_load("k", once_failing))
+    await asyncio.sleep(0)
+    cache.invalidate("k")
+    second = asyncio.create_task(cache.get_or_load("k", once_failing))
+    await asyncio.sleep(0)
+    load.release.set()
+    with pytest.raises(RuntimeError):
+        await first
+    assert await second == ("value-2", False)
