@@ -15,6 +15,8 @@ from infra.serving import bind_socket
 
 
 class _Hello:
+    """A front with one route (also used by tests/test_gc_pacing.py)."""
+
     @contextlib.asynccontextmanager
     async def opened(self, _main: object) -> AsyncIterator[None]:
         yield

@@ -94,3 +94,20 @@ async def test_a_connection_killed_right_after_use_fails_once_then_the_pool_reco
         assert await backend_pid(engine) != first
     finally:
         await engine.dispose()
+
+
+async def test_an_engine_without_idle_pings_never_pings(postgres_url: str) -> None:
+    """``ping_after_idle=None``: for a caller that retries a dead connection's statement
+    itself (the ack inbox), however long the connection idled."""
+    clock = Clock()
+    engine = create_engine(
+        postgres_url, pool_size=1, max_overflow=0, monotonic=clock, ping_after_idle=None
+    )
+    pings = counted_pings(engine)
+    try:
+        await backend_pid(engine)
+        clock.now += 3600.0
+        await backend_pid(engine)
+        assert pings == []
+    finally:
+        await engine.dispose()

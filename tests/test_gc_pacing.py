@@ -5,10 +5,8 @@ while, and one is forced after ten times CPython's interval whatever the traffic
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import threading
-from collections.abc import AsyncIterator, Sequence
 
 import aiohttp
 import pytest
@@ -17,6 +15,7 @@ from aiohttp import web
 from infra.ack import serve_fronts
 from infra.gc_pacing import FORCE_AFTER, FULL_AFTER, NEVER, QUIET, FullCollections, Traffic
 from infra.serving import bind_socket
+from tests.test_ack_serving import _Hello
 
 
 class _Clock:
@@ -107,18 +106,6 @@ async def test_two_pacers_overlapping_put_the_thresholds_back_once_both_end() ->
     assert gc.get_threshold()[2] == NEVER  # the second still paces them
     await second.__aexit__(None, None, None)
     assert gc.get_threshold() == before
-
-
-class _Hello:
-    @contextlib.asynccontextmanager
-    async def opened(self, _main: object) -> AsyncIterator[None]:
-        yield
-
-    def routes(self) -> Sequence[web.RouteDef]:
-        async def hello(_request: web.Request) -> web.Response:
-            return web.Response(text="hi")
-
-        return [web.get("/hi", hello)]
 
 
 async def test_the_ack_server_runs_the_full_collections_when_quiet() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import event, select, text
@@ -23,7 +24,7 @@ from infra.jobs import (
 )
 from infra.jobs.spool import open_spool
 from infra.storage import create_engine
-from infra.storage.engine import application_name
+from infra.storage.engine import CHECKED_IN_AT, application_name
 from infra.storage.schema import processed_events, run_jobs
 
 BOUND = 30.0
@@ -252,13 +253,20 @@ async def test_a_mixed_batch_keeps_its_dedup_and_is_one_statement_on_postgres(
 async def test_the_ack_engine_on_postgres_sends_no_ping_and_outlives_a_dead_connection(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No pre-ping round trip per batch (each waits for the GIL again on a busy process); a
+    """No ping round trip per batch, not even after idling (each waits for the GIL again on a
+    busy process, and a lone ack after a quiet spell must be quick); a
     pooled connection the server dropped (a restart) costs its batch one more try, not a
     503: the delivery is stored."""
     ack_engine = await open_ack_engine(postgres_url, 1)
     pings: list[object] = []
     ping = ack_engine.dialect.do_ping
     monkeypatch.setattr(ack_engine.dialect, "do_ping", lambda c: pings.append(c) or ping(c))
+
+    def idle_for_an_hour(_dbapi: object, record: Any) -> None:
+        # As if every check-in were long ago: an engine that pings idle connections would.
+        record.info[CHECKED_IN_AT] = -3600.0
+
+    event.listen(ack_engine.sync_engine.pool, "checkin", idle_for_an_hour)
     admin = create_engine(postgres_url)
     try:
         async with JobInbox(ack_engine, writers=1) as inbox:

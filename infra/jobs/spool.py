@@ -133,15 +133,16 @@ async def open_ack_engine(database_url: str, pool_size: int = 2) -> AsyncEngine:
     url = spool_url(database_url)
     if url is not None:
         return await open_spool(url)
-    # No pre-ping: it was one more round trip per batch, each waiting for the GIL again on a
-    # busy process. A connection that died in the pool (a database restart) fails its batch's
-    # one statement instead, and the batch is sent again once (``inbox_pg``).
+    # No ping, not even after idling: it was one more round trip per batch, each waiting for
+    # the GIL again on a busy process, and a lone ack after a quiet spell is the one that
+    # must be quick. A connection that died in the pool (a database restart) fails its
+    # batch's one statement instead, and the batch is sent again once (``inbox_pg``).
     return create_engine(
         database_url,
         pool_size=max(1, pool_size),
         max_overflow=0,
         pool_name="ack",
-        pool_pre_ping=False,
+        ping_after_idle=None,
     )
 
 

@@ -74,21 +74,23 @@ def application_name(pool: str) -> str:
 
 # A pooled PostgreSQL connection back in the pool for longer than this is pinged before use.
 PING_AFTER_IDLE_S = 1.0
-_CHECKED_IN_AT = "opsbot_checked_in_at"
+# Where a pooled connection's record keeps when it was last checked in.
+CHECKED_IN_AT = "opsbot_checked_in_at"
 
 
 def create_engine(
     url: str,
     *,
     pool_name: str = "app",
-    ping_after_idle: float = PING_AFTER_IDLE_S,
+    ping_after_idle: float | None = PING_AFTER_IDLE_S,
     monotonic: Callable[[], float] = time.monotonic,
     **kwargs: Any,
 ) -> AsyncEngine:
     """An async engine for ``url``; a SQLite file's directory is created on demand.
     On PostgreSQL its connections are named ``application_name(pool_name)``, and a pooled
     connection idle for more than ``ping_after_idle`` seconds is pinged on checkout
-    (``ping_when_idle``); ``pool_size`` and ``max_overflow`` size PostgreSQL's pool only
+    (``ping_when_idle``; ``None``: never, for a caller that retries a dead connection's
+    statement itself); ``pool_size`` and ``max_overflow`` size PostgreSQL's pool only
     (SQLite keeps SQLAlchemy's: its connections are files, not server connections, and one
     writer at a time anyway)."""
     path = sqlite_path(url)
@@ -110,7 +112,7 @@ def create_engine(
     if sqlite:
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         event.listen(engine.sync_engine, "reset", _sqlite_reset)
-    elif not kwargs.get("pool_pre_ping"):
+    elif ping_after_idle is not None and not kwargs.get("pool_pre_ping"):
         ping_when_idle(engine, ping_after_idle, monotonic)
     return engine
 
@@ -133,11 +135,11 @@ def ping_when_idle(
 
     def checked_in(_dbapi: Any, record: Any) -> None:
         if record is not None:
-            record.info[_CHECKED_IN_AT] = monotonic()
+            record.info[CHECKED_IN_AT] = monotonic()
 
     def checked_out(dbapi: Any, record: Any, _proxy: Any) -> None:
         # ``info`` is cleared when a connection is replaced: a new one is not pinged.
-        idle_since = record.info.get(_CHECKED_IN_AT)
+        idle_since = record.info.get(CHECKED_IN_AT)
         if idle_since is None or monotonic() - idle_since <= after:
             return
         try:

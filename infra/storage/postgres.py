@@ -1,10 +1,11 @@
 """The one PostgreSQL connection pool helper, and the lock that serialises schema set-up.
 
 Every psycopg pool in the app comes from ``open_pool``: the checkpointer's, the user-memory
-store's, the database MCP server's. (SQLAlchemy engines get ``pool_pre_ping`` from
-``create_engine``.) A pooled connection is checked on checkout; after a database restart the
-first dead one found makes the whole pool be swept at once, and the pool reconnects in the
-background, so the requests after a restart get live connections instead of errors.
+store's, the database MCP server's. (SQLAlchemy engines get their checkout ping, after an idle
+second, from ``create_engine``.) A pooled connection is checked on checkout; after a database
+restart the first dead one found makes the whole pool be swept at once, and the pool
+reconnects in the background, so the requests after a restart get live connections instead
+of errors.
 
 Example::
 
