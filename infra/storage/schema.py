@@ -1,7 +1,7 @@
 """The tables opsbot owns, defined once for SQLite and PostgreSQL.
 
 Each table arrives with an Alembic migration in ``infra/storage/migrations/versions``;
-``tests/test_migrations.py`` fails when the migrations and this schema disagree.
+``tests/test_storage.py`` fails when the migrations and this schema disagree.
 """
 
 from __future__ import annotations
@@ -75,6 +75,12 @@ def chat_id(name: str, *, nullable: bool = False) -> Column[Any]:
     return Column(name, String(255), nullable=nullable)
 
 
+def dedup_key(name: str, *, primary_key: bool = False, nullable: bool = False) -> Column[Any]:
+    """A key that makes something happen once: a platform's event id (``processed_events``),
+    a job id (``run_jobs``), a write's idempotency key (``audit_events``)."""
+    return Column(name, String(128), primary_key=primary_key, nullable=nullable)
+
+
 def timestamp(name: str, *, nullable: bool = False) -> Column[Any]:
     """A moment, stored as an aware UTC timestamp."""
     return Column(name, UtcDateTime(), nullable=nullable)
@@ -139,7 +145,7 @@ threads = Table(
 processed_events = Table(
     "processed_events",
     metadata,
-    Column("event_id", String(128), primary_key=True),
+    dedup_key("event_id", primary_key=True),
     platform(),
     timestamp("received_at"),
     Index("ix_processed_events_received_at", "received_at"),
@@ -231,7 +237,7 @@ audit_events = Table(
     person("approver", nullable=True),
     Column("decision", String(16), nullable=True),
     document("edited_args_summary", nullable=True),
-    Column("idempotency_key", String(128), nullable=True),
+    dedup_key("idempotency_key", nullable=True),
     document("detail", nullable=True),
     Index("ix_audit_events_requester_at", "requester", "at"),
     Index("ix_audit_events_thread_id_at", "thread_id", "at"),
@@ -271,7 +277,7 @@ link_logins = Table(
 run_jobs = Table(
     "run_jobs",
     metadata,
-    Column("job_id", String(128), primary_key=True),
+    dedup_key("job_id", primary_key=True),
     Column("kind", String(64), nullable=False),
     Column("user_key", String(255), nullable=False),
     document("payload"),

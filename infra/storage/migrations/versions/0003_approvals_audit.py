@@ -1,9 +1,5 @@
 """approvals and the append-only audit_events log
 
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-12-02
-
 On PostgreSQL a trigger refuses UPDATE, DELETE and TRUNCATE on ``audit_events`` for every role
 the application uses; only a superuser can bypass it (``session_replication_role = replica``,
 e.g. for a retention job or to empty a test database). SQLite gets equivalent triggers.
@@ -16,10 +12,7 @@ from alembic import op
 
 from infra.storage.migrations import _ops
 
-revision = "0003"
-down_revision = "0002"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0003", "0002"
 
 _PG_FUNCTION = """
 CREATE OR REPLACE FUNCTION audit_events_append_only() RETURNS trigger
@@ -33,9 +26,9 @@ $$
 
 
 def upgrade() -> None:
-    op.create_table(
+    _ops.create_table(
         "approvals",
-        _ops.ident("approval_id"),
+        [_ops.ident("approval_id")],
         _ops.ident("thread_id"),
         _ops.person("requester_subject"),
         _ops.document("requester_chat_user", nullable=True),
@@ -48,15 +41,14 @@ def upgrade() -> None:
         _ops.timestamp("decided_at", nullable=True),
         _ops.document("decisions"),
         _ops.document("outcome"),
-        sa.PrimaryKeyConstraint("approval_id", name="pk_approvals"),
     )
     op.create_index("ix_approvals_status_expires_at", "approvals", ["status", "expires_at"])
     op.create_index("ix_approvals_requester_subject", "approvals", ["requester_subject"])
     op.create_index("ix_approvals_thread_id", "approvals", ["thread_id"])
 
-    op.create_table(
+    _ops.create_table(
         "audit_events",
-        sa.Column("seq", sa.Integer(), autoincrement=True, nullable=False),
+        [sa.Column("seq", sa.Integer(), autoincrement=True, nullable=False)],
         _ops.ident("event_id"),
         _ops.timestamp("at"),
         sa.Column("kind", sa.String(32), nullable=False),
@@ -71,9 +63,8 @@ def upgrade() -> None:
         _ops.person("approver", nullable=True),
         sa.Column("decision", sa.String(16), nullable=True),
         _ops.document("edited_args_summary", nullable=True),
-        sa.Column("idempotency_key", sa.String(128), nullable=True),
+        _ops.dedup_key("idempotency_key", nullable=True),
         _ops.document("detail", nullable=True),
-        sa.PrimaryKeyConstraint("seq", name="pk_audit_events"),
         sa.UniqueConstraint("event_id", name="uq_audit_events_event_id"),
     )
     op.create_index("ix_audit_events_requester_at", "audit_events", ["requester", "at"])

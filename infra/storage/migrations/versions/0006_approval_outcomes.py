@@ -5,10 +5,6 @@ One approval per write call: the calls of one model step share ``batch_id``.
 Rows decided before this revision said ``approved``/``edited`` whether or not the write
 worked; their outcome was never recorded on the approval, so they become ``unknown`` with
 a reason pointing at the audit log (which has each write's own outcome).
-
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-12-03
 """
 
 from __future__ import annotations
@@ -18,10 +14,7 @@ from alembic import op
 
 from infra.storage.migrations import _ops
 
-revision = "0006"
-down_revision = "0005"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0006", "0005"
 
 LEGACY_REASON = "decided before opsbot recorded write outcomes; see the audit log"
 

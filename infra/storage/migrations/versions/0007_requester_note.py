@@ -1,8 +1,5 @@
 """chat_approval_messages.requester_note_ts: the requester's "needs approval" note, so the
 decision can update it in place.
-
-Revision ID: 0006
-Revises: 0005
 """
 
 from __future__ import annotations
@@ -11,10 +8,7 @@ from alembic import op
 
 from infra.storage.migrations import _ops
 
-revision = "0007"
-down_revision = "0006"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0007", "0006"
 
 
 def upgrade() -> None:

@@ -6,9 +6,6 @@ of the step is decided, exactly once (``resume_claimed_at`` is the claim, ``resu
 it finished). Rows decided before this revision were resumed by the old flow: they count as
 resumed. ``broken_at`` marks a link the IdP refused at a click, so ``/ops status`` and App
 Home say "reconnect" until the person links again.
-
-Revision ID: 0009
-Revises: 0008
 """
 
 from __future__ import annotations
@@ -18,10 +15,7 @@ from alembic import op
 
 from infra.storage.migrations import _ops
 
-revision = "0009"
-down_revision = "0008"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0009", "0008"
 
 OPEN = ("pending", "deciding", "approved", "executing")
 

@@ -1,8 +1,5 @@
 """Cross-platform approvals: one card row per approval *and platform*, and approval_notices,
 the durable queue through which a decision taken on one platform reaches the others.
-
-Revision ID: 0011
-Revises: 0010 (written against 0008; chained after the teams branch's 0010 at its merge)
 """
 
 from __future__ import annotations
@@ -13,10 +10,8 @@ from alembic.operations import BatchOperations
 
 from infra.storage.migrations import _ops
 
-revision = "0011"
-down_revision = "0010"
-branch_labels = None
-depends_on = None
+# Written against 0008; chained after the teams branch's 0010 at its merge.
+revision, down_revision = "0011", "0010"
 
 _WIDENED = (
     "card_channel_id",
@@ -43,16 +38,15 @@ def upgrade() -> None:
         batch.create_primary_key("pk_chat_approval_messages", ["approval_id", "platform"])
         _resize(batch, 64, 255)
         batch.add_column(sa.Column("service_url", sa.String(512), nullable=True))
-    op.create_table(
+    _ops.create_table(
         "approval_notices",
-        sa.Column("notice_id", sa.String(191), nullable=False),
+        [sa.Column("notice_id", sa.String(191), nullable=False)],
         _ops.ident("approval_id"),
         _ops.platform(),
         sa.Column("kind", sa.String(16), nullable=False),
         _ops.document("payload", nullable=True),
         *_ops.lease_columns(),
         _ops.timestamp("done_at", nullable=True),
-        sa.PrimaryKeyConstraint("notice_id", name="pk_approval_notices"),
     )
     op.create_index(
         "ix_approval_notices_platform_status",
