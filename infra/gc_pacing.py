@@ -33,7 +33,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import threading
 import time
@@ -41,7 +40,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from infra.lifecycle import Background
+from infra.lifecycle import Background, cancel_and_wait
 
 # Generation-1 collections since the last full one: due (CPython's default third threshold)
 # and forced (ten times that, whatever the traffic).
@@ -119,10 +118,7 @@ class FullCollections(Background):
 
     async def _stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         _THRESHOLDS.release()
 
 

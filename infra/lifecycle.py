@@ -6,8 +6,20 @@ this shape; the exit runs even when the block raised, so nothing they started ou
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
+
+
+async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:
+    """Cancel ``task`` (``None``: nothing runs) and wait until it has ended, so nothing it
+    does outlives the caller; the ``CancelledError`` it ends with is the expected end."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 class Background:

@@ -54,6 +54,7 @@ from bot.teams.render import (
 from bot.teams.sso import SsoLinked, TeamsSso
 from bot.teams.store import Conversation, SqlProcessedActivities
 from bot.teams.streaming import TeamsStream
+from infra.lifecycle import cancel_and_wait
 from infra.storage.faults import is_connection_error
 
 log = logging.getLogger(__name__)
@@ -200,7 +201,7 @@ class TeamsAdapter:
             if retry_on_connection_error and is_connection_error(exc):
                 raise
             lost = answer_failed(exc, "teams", message.chat_user.user_id)
-            await _stop(typing)
+            await cancel_and_wait(typing)
             failure = DATABASE_DOWN_TEXT if lost else FAILURE_TEXT
             if (
                 stream is None
@@ -209,7 +210,7 @@ class TeamsAdapter:
             ):
                 await self._post(conversation, [note_activity(failure)])
             return
-        await _stop(typing)
+        await cancel_and_wait(typing)
         if (
             stream is not None
             and stream.started
@@ -381,9 +382,3 @@ def conversation_of(message: TeamsMessage) -> Conversation:
         service_url=message.service_url,
         reference=message.reference,
     )
-
-
-async def _stop(task: asyncio.Future[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

@@ -17,7 +17,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -25,7 +24,7 @@ from dataclasses import KW_ONLY, InitVar, dataclass, field
 
 from prometheus_client import Histogram
 
-from infra.lifecycle import Background
+from infra.lifecycle import Background, cancel_and_wait
 from infra.observability import metrics as m
 
 DEFAULT_INTERVAL = 0.02
@@ -89,10 +88,7 @@ class LoopLagMonitor(Background):
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def _start(self) -> None:
         self.start()
