@@ -353,7 +353,13 @@ async def _run_backend(
 async def _serve_idp(
     settings: Settings, sock: socket.socket, state_file: Path | None
 ) -> AsyncIterator[str]:
-    from broker.dev_idp import DevClient, DevIdentityProvider, build_app, load_directory
+    from broker.dev_idp import (
+        DevClient,
+        DevIdentityProvider,
+        TokenRules,
+        build_app,
+        load_directory,
+    )
 
     admin = settings.idp.dev_admin_token
     provider = DevIdentityProvider(
@@ -362,7 +368,7 @@ async def _serve_idp(
         clients=[DevClient(settings.idp.client_id, settings.idp.client_secret.get_secret_value())],
         audiences=settings.exchange_audiences,
         admin_token=admin.get_secret_value() if admin else None,
-        exchange_ttl=timedelta(seconds=settings.broker.token_ttl_seconds),
+        rules=TokenRules(exchange_ttl=timedelta(seconds=settings.broker.token_ttl_seconds)),
         state_file=state_file,
     )
     app: Any = build_app(provider)

@@ -34,6 +34,7 @@ from broker.dev_idp.provider import (
     DevIdentityProvider,
     DevIdpStats,
     OAuthError,
+    TokenRules,
 )
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "DirectoryUser",
     "OAuthError",
     "Resource",
+    "TokenRules",
     "build_app",
     "load_directory",
     "parse_directory",

@@ -3,7 +3,7 @@
 Keys are RSA pairs generated at start; tokens are signed with pyjwt. Codes and refresh tokens
 live in memory, and with ``state_file`` the key and refresh tokens also on disk
 (``broker.dev_idp.state``: ``opsbot dev --keep``). Refresh tokens are not rotated unless
-``rotate_refresh_tokens=True``.
+``TokenRules(rotate_refresh_tokens=True)``.
 """
 
 from __future__ import annotations
@@ -86,6 +86,22 @@ class _Refresh:
     expires_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class TokenRules:
+    """How the dev IdP issues tokens: how long each kind lives, and two behaviours real
+    providers differ on (tests pick the one they mimic)."""
+
+    access_token_ttl: timedelta = timedelta(hours=1)
+    exchange_ttl: timedelta = timedelta(minutes=5)
+    refresh_token_ttl: timedelta = timedelta(days=30)
+    code_ttl: timedelta = timedelta(minutes=2)
+    # Okta and Entra rotate refresh tokens; off by default so broker replicas can share one.
+    rotate_refresh_tokens: bool = False
+    # False mimics providers that give each exchanged token a fresh lifetime (tests of the
+    # broker's own bound).
+    clamp_exchange_exp: bool = True
+
+
 @dataclass(slots=True)
 class DevIdpStats:
     """What the IdP served, for tests that count exchanges at the IdP."""
@@ -118,13 +134,8 @@ class DevIdentityProvider:
         clients: Sequence[DevClient],
         audiences: Mapping[str, str],
         clock: Clock = utc_now,
-        access_token_ttl: timedelta = timedelta(hours=1),
-        exchange_ttl: timedelta = timedelta(minutes=5),
-        refresh_token_ttl: timedelta = timedelta(days=30),
-        code_ttl: timedelta = timedelta(minutes=2),
+        rules: TokenRules = TokenRules(),
         admin_token: str | None = None,
-        rotate_refresh_tokens: bool = False,
-        clamp_exchange_exp: bool = True,
         state_file: Path | None = None,
         signing_key: rsa.RSAPrivateKey | None = None,
     ) -> None:
@@ -135,16 +146,8 @@ class DevIdentityProvider:
         self.clients = {c.client_id: c for c in clients}
         self._audiences = dict(audiences)
         self.clock = clock
-        self.access_token_ttl = access_token_ttl
-        self.exchange_ttl = exchange_ttl
-        self.refresh_token_ttl = refresh_token_ttl
-        self.code_ttl = code_ttl
+        self.rules = rules
         self.admin_token = admin_token
-        # Okta and Entra rotate refresh tokens; off by default so broker replicas can share one.
-        self.rotate_refresh_tokens = rotate_refresh_tokens
-        # False mimics providers that give each exchanged token a fresh lifetime (tests of the
-        # broker's own bound).
-        self.clamp_exchange_exp = clamp_exchange_exp
         self.stats = DevIdpStats()
         self._revoked = {u.subject for u in directory.users.values() if u.revoked}
         self._codes: dict[str, _Code] = {}
@@ -327,7 +330,7 @@ class DevIdentityProvider:
             subject=subject,
             scope=params.get("scope") or LOGIN_SCOPES,
             nonce=params.get("nonce"),
-            expires_at=now + self.code_ttl,
+            expires_at=now + self.rules.code_ttl,
         )
         self.stats.logins += 1
         return code
@@ -351,7 +354,10 @@ class DevIdentityProvider:
         if "offline_access" in code.scope.split():
             refresh = secrets.token_urlsafe(48)
             self._refresh[refresh] = _Refresh(
-                client.client_id, code.subject, code.scope, self.clock() + self.refresh_token_ttl
+                client.client_id,
+                code.subject,
+                code.scope,
+                self.clock() + self.rules.refresh_token_ttl,
             )
             self._save()
             response["refresh_token"] = refresh
@@ -367,7 +373,7 @@ class DevIdentityProvider:
             raise OAuthError("invalid_grant", "this user's access has been revoked")
         self.stats.refreshes += 1
         response = self._login_tokens(client, stored.subject, stored.scope, None)
-        if self.rotate_refresh_tokens:
+        if self.rules.rotate_refresh_tokens:
             del self._refresh[form["refresh_token"]]
             rotated = secrets.token_urlsafe(48)
             self._refresh[rotated] = stored
@@ -387,7 +393,7 @@ class DevIdentityProvider:
     ) -> dict[str, Any]:
         user = self._user(subject)
         now = self.clock()
-        exp = now + self.access_token_ttl
+        exp = now + self.rules.access_token_ttl
         base = {
             "iss": self.issuer,
             "sub": subject,
@@ -418,7 +424,7 @@ class DevIdentityProvider:
         return {
             "access_token": access,
             "token_type": "Bearer",
-            "expires_in": int(self.access_token_ttl.total_seconds()),
+            "expires_in": int(self.rules.access_token_ttl.total_seconds()),
             "scope": scope,
             "id_token": self._sign(id_claims),
         }
@@ -478,8 +484,8 @@ class DevIdentityProvider:
                 "invalid_scope", f"user holds none of the requested scopes on {resource_name}"
             )
         now = self.clock()
-        exp = int((now + self.exchange_ttl).timestamp())
-        if self.clamp_exchange_exp:  # RFC 8693 leaves it open; never outlive the subject
+        exp = int((now + self.rules.exchange_ttl).timestamp())
+        if self.rules.clamp_exchange_exp:  # RFC 8693 leaves it open; never outlive the subject
             exp = min(exp, int(claims["exp"]))
         token = self._sign(
             {
@@ -518,7 +524,7 @@ class DevIdentityProvider:
         refresh = secrets.token_urlsafe(48)
         scope = form.get("scope") or LOGIN_SCOPES
         self._refresh[refresh] = _Refresh(
-            client.client_id, subject, scope, self.clock() + self.refresh_token_ttl
+            client.client_id, subject, scope, self.clock() + self.rules.refresh_token_ttl
         )
         self.stats.sign_ins_by_exchange += 1
         return {

@@ -48,7 +48,13 @@ async def handle_users(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def handle_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from broker.dev_idp import DevClient, DevIdentityProvider, build_app, load_directory
+    from broker.dev_idp import (
+        DevClient,
+        DevIdentityProvider,
+        TokenRules,
+        build_app,
+        load_directory,
+    )
     from infra.serving import bind_socket, serve_asgi, socket_url, wait_for_shutdown
 
     issuer = urlsplit(settings.idp.issuer)
@@ -63,7 +69,7 @@ async def handle_serve(args: argparse.Namespace, settings: Settings) -> int:
         clients=[DevClient(settings.idp.client_id, settings.idp.client_secret.get_secret_value())],
         audiences=settings.exchange_audiences,
         admin_token=admin.get_secret_value() if admin else None,
-        exchange_ttl=timedelta(seconds=settings.broker.token_ttl_seconds),
+        rules=TokenRules(exchange_ttl=timedelta(seconds=settings.broker.token_ttl_seconds)),
     )
     for server in settings.mcp_servers:
         if server.name not in provider.directory.resources:

@@ -10,7 +10,7 @@ import httpx
 import jwt
 import pytest
 
-from broker.dev_idp import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE_GRANT, parse_directory
+from broker.dev_idp import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE_GRANT, TokenRules, parse_directory
 from broker.errors import TokenVerificationError
 from broker.oidc import OidcProvider
 from infra.clock import ManualClock
@@ -211,7 +211,9 @@ async def test_token_minted_in_the_past_fails_plain_pyjwt_verification() -> None
 
 async def test_expired_subject_token_is_not_exchanged() -> None:
     clock = ManualClock()
-    async with start_dev_idp(clock=clock, access_token_ttl=timedelta(minutes=10)) as idp:
+    async with start_dev_idp(
+        clock=clock, rules=TokenRules(access_token_ttl=timedelta(minutes=10))
+    ) as idp:
         tokens = await login_user(idp, "alice")
         clock.advance(600)
         response = await exchange(idp, tokens.access_token, audience=idp.audience("docs"))
@@ -228,7 +230,7 @@ async def test_exchanged_exp_never_exceeds_the_subject_tokens(
 ) -> None:
     clock = ManualClock()
     async with start_dev_idp(
-        clock=clock, access_token_ttl=access_ttl, exchange_ttl=exchange_ttl
+        clock=clock, rules=TokenRules(access_token_ttl=access_ttl, exchange_ttl=exchange_ttl)
     ) as idp:
         tokens = await login_user(idp, "carol")
         subject_exp = claims_of(tokens.access_token)["exp"]

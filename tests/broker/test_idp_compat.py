@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from broker import ChatUser, LocalIdentityService, open_identity_service
 from broker.claims import ClaimNames, read_profile
+from broker.dev_idp import TokenRules
 from broker.errors import LinkingError
 from infra.clock import ManualClock
 from infra.settings import IdpSettings, McpServerSettings, Settings
@@ -113,9 +114,11 @@ async def test_an_exchanged_token_never_outlives_its_subject_token() -> None:
     async with (
         start_dev_idp(
             clock=clock,
-            access_token_ttl=timedelta(minutes=2),
-            exchange_ttl=timedelta(minutes=10),
-            clamp_exchange_exp=False,
+            rules=TokenRules(
+                access_token_ttl=timedelta(minutes=2),
+                exchange_ttl=timedelta(minutes=10),
+                clamp_exchange_exp=False,
+            ),
         ) as idp,
         open_broker(idp, clock=clock, cache_margin=timedelta(seconds=0)) as harness,
     ):

@@ -18,6 +18,7 @@ from broker import (
     Identity,
     NotLinkedError,
 )
+from broker.dev_idp import TokenRules
 from broker.links import MemoryLinkStore, TokenCipher
 from infra.clock import ManualClock
 from infra.serving import bind_socket, socket_url
@@ -269,7 +270,7 @@ async def test_metrics_count_exchanges_hits_misses_and_failures(
 
 async def test_rotated_refresh_token_is_stored_and_the_old_one_is_dead() -> None:
     async with (
-        start_dev_idp(rotate_refresh_tokens=True) as idp,
+        start_dev_idp(rules=TokenRules(rotate_refresh_tokens=True)) as idp,
         open_broker(idp) as harness,
     ):
         alice = await harness.link("alice")
