@@ -31,7 +31,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 from starlette.applications import Starlette
@@ -40,14 +40,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from broker.errors import BrokerError, to_wire
-from broker.types import (
-    ChatUser,
-    Identity,
-    IdentityService,
-    LinkCompleter,
-    ServerConnector,
-    SsoCompleter,
-)
+from broker.types import ChatUser, Identity, IdentityBackend
 
 
 class ChatUserModel(BaseModel):
@@ -103,12 +96,8 @@ def identity_json(identity: Identity) -> dict[str, Any]:
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
-class _Service(IdentityService, LinkCompleter, ServerConnector, SsoCompleter, Protocol):
-    pass
-
-
 def build_service_app(
-    service: _Service, secret: str, *, extra_routes: list[Route] | None = None
+    service: IdentityBackend, secret: str, *, extra_routes: list[Route] | None = None
 ) -> Starlette:
     """The broker service ASGI app; ``extra_routes`` typically ``link_routes(linking)``."""
     expected = f"Bearer {secret}".encode()

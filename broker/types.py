@@ -125,3 +125,8 @@ class ServerConnector(Protocol):
         """Finish a connection from the redirect to ``/oauth/mcp/callback``. A replayed,
         expired or foreign ``state`` raises ``InvalidStateError``."""
         ...
+
+
+class IdentityBackend(IdentityService, LinkCompleter, ServerConnector, SsoCompleter, Protocol):
+    """All of the above in one object: what the broker service serves over HTTP
+    (``broker.service``), which ``LocalIdentityService`` provides."""
