@@ -6,6 +6,7 @@ Each table arrives with an Alembic migration in ``infra/storage/migrations/versi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,10 +19,12 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
 )
+from sqlalchemy.schema import SchemaItem
 from sqlalchemy.types import TypeDecorator
 
 
@@ -56,17 +59,24 @@ metadata = MetaData(
 )
 
 
+def table(name: str, key: Sequence[Column[Any]], *items: SchemaItem) -> Table:
+    """A table of ``metadata``: its primary key's columns (``key``) first, then its other
+    columns, indexes and constraints (``items``); the migrations' ``_ops.create_table`` makes
+    each table the same way."""
+    return Table(name, metadata, *key, *items, PrimaryKeyConstraint(*[c.name for c in key]))
+
+
 # Column kinds, each with its one size and type, so that a table names what a column holds
 # and every table holding one agrees on how it is stored. Migrations have frozen copies of
 # these in ``migrations/_ops.py``.
-def ident(name: str, *, primary_key: bool = False, nullable: bool = False) -> Column[Any]:
+def ident(name: str, *, nullable: bool = False) -> Column[Any]:
     """An opaque id from opsbot or a chat platform: a thread, approval, run, team, user."""
-    return Column(name, String(64), primary_key=primary_key, nullable=nullable)
+    return Column(name, String(64), nullable=nullable)
 
 
-def person(name: str, *, primary_key: bool = False, nullable: bool = False) -> Column[Any]:
+def person(name: str, *, nullable: bool = False) -> Column[Any]:
     """Who: an identity provider subject, or who decided or stopped something."""
-    return Column(name, String(255), primary_key=primary_key, nullable=nullable)
+    return Column(name, String(255), nullable=nullable)
 
 
 def chat_id(name: str, *, nullable: bool = False) -> Column[Any]:
@@ -75,10 +85,10 @@ def chat_id(name: str, *, nullable: bool = False) -> Column[Any]:
     return Column(name, String(255), nullable=nullable)
 
 
-def dedup_key(name: str, *, primary_key: bool = False, nullable: bool = False) -> Column[Any]:
+def dedup_key(name: str, *, nullable: bool = False) -> Column[Any]:
     """A key that makes something happen once: a platform's event id (``processed_events``),
     a job id (``run_jobs``), a write's idempotency key (``audit_events``)."""
-    return Column(name, String(128), primary_key=primary_key, nullable=nullable)
+    return Column(name, String(128), nullable=nullable)
 
 
 def timestamp(name: str, *, nullable: bool = False) -> Column[Any]:
@@ -96,17 +106,17 @@ def sealed(name: str) -> Column[Any]:
     return Column(name, String(), nullable=False)
 
 
-def platform(*, primary_key: bool = False) -> Column[Any]:
+def platform() -> Column[Any]:
     """Which chat platform a row belongs to (``slack``, ``teams``)."""
-    return Column("platform", String(32), primary_key=primary_key, nullable=False)
+    return Column("platform", String(32), nullable=False)
 
 
-def chat_user_columns(*, primary_key: bool = False) -> list[Column[Any]]:
+def chat_user_columns() -> list[Column[Any]]:
     """A chat user: platform, workspace or tenant, and the user's id there."""
     return [
-        platform(primary_key=primary_key),
-        ident("team_id", primary_key=primary_key),
-        ident("user_id", primary_key=primary_key),
+        platform(),
+        ident("team_id"),
+        ident("user_id"),
     ]
 
 
@@ -126,10 +136,9 @@ def lease_columns() -> list[Column[Any]]:
     ]
 
 
-threads = Table(
+threads = table(
     "threads",
-    metadata,
-    ident("thread_id", primary_key=True),
+    [ident("thread_id")],
     person("owner_subject"),
     platform(),
     ident("team_id"),
@@ -142,10 +151,9 @@ threads = Table(
 
 # Slack: envelope event ids already handled (deduplication across instances), and where each
 # approval's card and requester thread live so a decision can update both.
-processed_events = Table(
+processed_events = table(
     "processed_events",
-    metadata,
-    dedup_key("event_id", primary_key=True),
+    [dedup_key("event_id")],
     platform(),
     timestamp("received_at"),
     Index("ix_processed_events_received_at", "received_at"),
@@ -154,11 +162,9 @@ processed_events = Table(
 # One card per approval and platform (migration 0011): an approval shown on Slack and on Teams
 # has a row for each, so a decision taken on one can update the other. The requester's
 # columns are empty on a platform that only mirrors the card (the requester is elsewhere).
-chat_approval_messages = Table(
+chat_approval_messages = table(
     "chat_approval_messages",
-    metadata,
-    ident("approval_id", primary_key=True),
-    platform(primary_key=True),
+    [ident("approval_id"), platform()],
     ident("team_id"),
     chat_id("card_channel_id"),
     chat_id("card_ts"),
@@ -175,10 +181,9 @@ chat_approval_messages = Table(
 # that any instance of that adapter delivers each notice once: ``post`` a card for an approval
 # requested elsewhere, or show a ``decided`` one (payload: the ``Decided``, as JSON). Claimed
 # with a lease like ``run_jobs``; ``notice_id`` makes publishing idempotent.
-approval_notices = Table(
+approval_notices = table(
     "approval_notices",
-    metadata,
-    Column("notice_id", String(191), primary_key=True),
+    [Column("notice_id", String(191), nullable=False)],
     ident("approval_id"),
     platform(),
     Column("kind", String(16), nullable=False),
@@ -189,10 +194,9 @@ approval_notices = Table(
 )
 
 # Approvals: one row per interrupt. The atomic claim is a conditional UPDATE on `status`.
-approvals = Table(
+approvals = table(
     "approvals",
-    metadata,
-    ident("approval_id", primary_key=True),
+    [ident("approval_id")],
     ident("thread_id"),
     person("requester_subject"),
     document("requester_chat_user", nullable=True),
@@ -219,10 +223,9 @@ approvals = Table(
 )
 
 # The audit log: append-only (the migration installs triggers refusing UPDATE and DELETE).
-audit_events = Table(
+audit_events = table(
     "audit_events",
-    metadata,
-    Column("seq", Integer(), primary_key=True, autoincrement=True),
+    [Column("seq", Integer(), autoincrement=True, nullable=False)],
     Column("event_id", String(64), nullable=False, unique=True),
     timestamp("at"),
     Column("kind", String(32), nullable=False),
@@ -246,10 +249,9 @@ audit_events = Table(
 )
 
 # Identity (migration 0002): chat user → IdP subject, with the refresh token encrypted (Fernet).
-account_links = Table(
+account_links = table(
     "account_links",
-    metadata,
-    *chat_user_columns(primary_key=True),
+    chat_user_columns(),
     person("subject"),
     Column("email", String(320), nullable=False),
     sealed("refresh_token_encrypted"),
@@ -261,10 +263,9 @@ account_links = Table(
 )
 
 # Logins started from chat and not yet completed: single use (deleted on callback).
-link_logins = Table(
+link_logins = table(
     "link_logins",
-    metadata,
-    ident("nonce", primary_key=True),
+    [ident("nonce")],
     *chat_user_columns(),
     sealed("code_verifier_encrypted"),
     timestamp("expires_at"),
@@ -274,10 +275,9 @@ link_logins = Table(
 # Durable runs (migration 0005): every accepted chat message is a job any instance may run.
 # A running job holds a lease its worker renews; an expired lease (the worker crashed) makes
 # the job claimable again, so a run interrupted by a crash is finished by another worker.
-run_jobs = Table(
+run_jobs = table(
     "run_jobs",
-    metadata,
-    dedup_key("job_id", primary_key=True),
+    [dedup_key("job_id")],
     Column("kind", String(64), nullable=False),
     Column("user_key", String(255), nullable=False),
     document("payload"),
@@ -289,11 +289,9 @@ run_jobs = Table(
 
 # MCP servers in ``oauth`` mode (migration 0008): each user's grant per server, sealed with
 # Fernet by McpOAuthService before it reaches this table (the database never sees a token).
-mcp_oauth_tokens = Table(
+mcp_oauth_tokens = table(
     "mcp_oauth_tokens",
-    metadata,
-    person("subject", primary_key=True),
-    Column("server", String(255), primary_key=True),
+    [person("subject"), Column("server", String(255), nullable=False)],
     sealed("grant_encrypted"),
     timestamp("updated_at"),
 )
@@ -302,12 +300,9 @@ mcp_oauth_tokens = Table(
 # (the Connector's serviceUrl and the full conversation id), keyed like ``threads`` by the
 # thread's ``PlatformRef`` (tenant, channel key, reply chain). No secrets: these are the
 # addresses Teams sent with the user's own message.
-teams_conversations = Table(
+teams_conversations = table(
     "teams_conversations",
-    metadata,
-    ident("tenant_id", primary_key=True),
-    ident("channel_key", primary_key=True),
-    ident("thread_key", primary_key=True),
+    [ident("tenant_id"), ident("channel_key"), ident("thread_key")],
     Column("conversation_id", String(512), nullable=False),
     Column("conversation_type", String(32), nullable=False),
     Column("service_url", String(512), nullable=False),
@@ -318,10 +313,9 @@ teams_conversations = Table(
 # Agent runs (migration 0012): one row per run of a message, so Stop reaches a run on any
 # instance. The run reads its own row before each model step and tool call; ``state`` is
 # ``running``, ``stopped`` (someone pressed Stop: nothing more starts) or ``done``.
-agent_runs = Table(
+agent_runs = table(
     "agent_runs",
-    metadata,
-    ident("run_id", primary_key=True),
+    [ident("run_id")],
     ident("thread_id"),
     Column("state", String(16), nullable=False),
     timestamp("started_at"),
