@@ -1,12 +1,19 @@
-"""Fold a middleware stack's node hooks into one node before and one node after the model.
+"""Fold a middleware stack's node hooks into the model node and one node after the model.
 
 ``create_agent`` gives every ``before_model``/``after_model`` hook its own graph node, and
 every node is a superstep: a checkpoint write with the whole state. opsbot's stack (PII
 rules, summarisation, the call limits, review and the guards) had 16 such nodes around each
 model call. None of them needs a node of its own: they are plain functions of the state. So
-``fold`` runs them all in one ``before`` node and one ``after`` node per model step, in the
-order ``create_agent`` would (``before`` hooks in list order, ``after`` hooks in reverse),
-each one seeing the state as the hooks before it left it.
+``fold`` runs them in the order ``create_agent`` would (``before`` hooks in list order,
+``after`` hooks in reverse), each one seeing the state as the hooks before it left it: the
+``after`` hooks in one node per model step, the ``before`` hooks inside the model node
+itself, right before the model call (``FoldedWraps``, outermost): a ``before`` node was a
+superstep per model step that, in a plain turn, had nothing to write. Their update is saved
+with the model's response, the message list stated whole when they changed it (a
+summary, a redaction), so that the response lands after what they left. A ``before`` hook
+that jumps to the end skips the model call; the model node then writes only that hook's
+update and a private flag (``opsbot_before_jump``), on which the ``after`` node ends the run
+without running its hooks, as the graph did when the ``before`` node jumped.
 
 The wrap hooks (tool and model calls) are folded too, into one ``FoldedWraps`` that chains
 them in the order ``create_agent`` would (first listed = outermost): ``create_agent`` wraps
@@ -33,22 +40,31 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 import langsmith
-from langchain.agents.factory import _chain_async_model_call_handlers
+from langchain.agents.factory import (
+    _chain_async_model_call_handlers,
+    _ComposedExtendedModelResponse,
+    _patch_invalid_tool_calls,
+)
 from langchain.agents.middleware import (
     AgentMiddleware,
     AgentState,
+    ExtendedModelResponse,
     HumanInTheLoopMiddleware,
+    ModelResponse,
     hook_config,
 )
+from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.messages import AnyMessage, RemoveMessage
 from langchain_core.runnables import RunnableLambda
+from langgraph.channels import EphemeralValue
 from langgraph.config import get_config
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.runtime import Runtime
+from langgraph.types import Command
 from langsmith._runtime_overrides import get_runtime_overrides
 from langsmith.utils import tracing_is_enabled
 
@@ -59,6 +75,13 @@ _AGENT_HOOKS = ("before_agent", "after_agent")
 _WRAPS = ("wrap_model_call", "wrap_tool_call")
 # The only jump opsbot's hooks make (a call limit, PII's block strategy): to the end.
 _JUMPS = ["end"]
+# Written by the model node when a ``before`` hook jumped to the end (no model call): the
+# ``after`` node then ends the run. Ephemeral: read by the next step only, never saved.
+BEFORE_JUMP = "opsbot_before_jump"
+
+
+class _FoldState(AgentState[Any]):
+    opsbot_before_jump: NotRequired[Annotated[bool | None, EphemeralValue, PrivateStateAttr]]
 
 
 def _overrides(part: Middleware, hook: str) -> bool:
@@ -160,11 +183,13 @@ class _Pending:
 
 
 class FoldedHooks(AgentMiddleware[Any, Any, Any]):
-    """The ``before_model`` and ``after_model`` hooks of ``parts``, one node each."""
+    """The ``after_model`` hooks of ``parts``, one node after each model call (the
+    ``before_model`` ones run in the model node: ``FoldedWraps``)."""
+
+    state_schema = _FoldState
 
     def __init__(self, parts: Sequence[Middleware]) -> None:
         super().__init__()
-        self.before = [p for p in parts if _overrides(p, "before_model")]
         # create_agent runs after_model hooks last-registered first.
         self.after = [p for p in reversed(parts) if _overrides(p, "after_model")]
         # An interrupt ends the node before its update is saved: the updates of the hooks
@@ -174,34 +199,40 @@ class FoldedHooks(AgentMiddleware[Any, Any, Any]):
         reviews = [i for i, p in enumerate(self.after) if isinstance(p, HumanInTheLoopMiddleware)]
         if reviews and reviews != [0]:
             raise ValueError("human review must be the first after_model hook of a fold")
-        for part in parts:
-            extra = {j for hook in _NODE_HOOKS for j in _jumps(part, hook)} - set(_JUMPS)
-            if extra:
-                raise ValueError(f"{part.name} jumps to {sorted(extra)}; a fold jumps to end only")
+        _check_jumps(parts)
 
     @property
     def name(self) -> str:
         return "opsbot"
 
     @hook_config(can_jump_to=_JUMPS)  # type: ignore[arg-type]
-    async def abefore_model(
-        self, state: AgentState[Any], runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        return await run_hooks(self.before, "before_model", state, runtime)
-
-    @hook_config(can_jump_to=_JUMPS)  # type: ignore[arg-type]
     async def aafter_model(
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
+        if state.get(BEFORE_JUMP):
+            # A before hook ended the run in the model node: no model call to look at.
+            return {"jump_to": "end"}
         return await run_hooks(self.after, "after_model", state, runtime)
+
+
+def _check_jumps(parts: Sequence[Middleware]) -> None:
+    for part in parts:
+        extra = {j for hook in _NODE_HOOKS for j in _jumps(part, hook)} - set(_JUMPS)
+        if extra:
+            raise ValueError(f"{part.name} jumps to {sorted(extra)}; a fold jumps to end only")
 
 
 class FoldedWraps(AgentMiddleware[Any, Any, Any]):
     """The ``wrap_tool_call`` and ``wrap_model_call`` hooks of ``parts``, chained as
-    ``create_agent`` chains them (first = outermost), behind one hook of each kind."""
+    ``create_agent`` chains them (first = outermost), behind one hook of each kind; and,
+    outermost of all, the ``before_model`` hooks of ``before`` (see the module's text)."""
 
-    def __init__(self, parts: Sequence[Middleware]) -> None:
+    state_schema = _FoldState
+
+    def __init__(self, parts: Sequence[Middleware], before: Sequence[Middleware] = ()) -> None:
         super().__init__()
+        self.before = [p for p in before if _overrides(p, "before_model")]
+        _check_jumps(self.before)
         self.tool_parts = [p for p in parts if _overrides(p, "wrap_tool_call")]
         self.model_parts = [p for p in parts if _overrides(p, "wrap_model_call")]
         # The same composition create_agent applies (results normalised between layers,
@@ -227,9 +258,49 @@ class FoldedWraps(AgentMiddleware[Any, Any, Any]):
         return await self.tool_parts[index].awrap_tool_call(request, inner)
 
     async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        if not self.before:
+            return await self._wrapped(request, handler)
+        update = await run_hooks(self.before, "before_model", request.state, request.runtime)
+        if not update:  # the usual step: nothing to change before the call
+            return await self._wrapped(request, handler)
+        if update.pop("jump_to", None):
+            # The model is not called; the after node ends the run on the flag.
+            command: Command[Any] = Command(update={**update, BEFORE_JUMP: True})
+            return ExtendedModelResponse(model_response=ModelResponse(result=[]), command=command)
+        state = _updated(request.state, update)
+        # Repaired as the model node repairs the state it is given (dangling tool calls).
+        messages = _patch_invalid_tool_calls(list(state["messages"]))
+        result = await self._wrapped(request.override(messages=messages, state=state), handler)
+        if isinstance(result, _ComposedExtendedModelResponse):
+            response, commands = result.model_response, list(result.commands)
+        elif isinstance(result, ExtendedModelResponse):
+            response = result.model_response
+            commands = [result.command] if result.command is not None else []
+        else:
+            response, commands = result, []
+        if "messages" in update:
+            # Applied after the model node's own write of the response: the list as the
+            # before hooks left it, then the response, stated whole.
+            update["messages"] = [
+                RemoveMessage(id=REMOVE_ALL_MESSAGES),
+                *messages,
+                *response.result,
+            ]
+        return _ComposedExtendedModelResponse(
+            model_response=response, commands=[*commands, Command(update=update)]
+        )
+
+    async def _wrapped(self, request: Any, handler: Any) -> Any:
         if self._model_chain is None:
             return await handler(request)
         return await self._model_chain(request, handler)
+
+
+def _updated(state: Any, update: dict[str, Any]) -> dict[str, Any]:
+    """``state`` as ``update`` (one folded update, ``run_hooks``) leaves it."""
+    pending = _Pending(state)
+    pending.apply(update)
+    return pending.view
 
 
 def _has_wraps(part: Middleware) -> bool:
@@ -270,8 +341,9 @@ def fold(stack: Sequence[Middleware]) -> list[Middleware]:
     and every wrap hook into one wrap of each kind.
 
     Middleware without hooks are returned as they are; the others are replaced by
-    stand-ins (same place in the list), their node hooks run in one ``FoldedHooks`` placed
-    first and their wrap hooks in one ``FoldedWraps`` after it.
+    stand-ins (same place in the list), their ``after_model`` hooks run in one
+    ``FoldedHooks`` placed first, their wrap hooks and, outermost, their ``before_model``
+    hooks in one ``FoldedWraps`` after it.
     """
     inline_untraced_hops()
     for part in stack:
@@ -283,7 +355,10 @@ def fold(stack: Sequence[Middleware]) -> list[Middleware]:
     if not noded and not wrapping:
         return list(stack)
     rest = [_stand_in(p) if p in noded or p in wrapping else p for p in stack]
-    head: list[Middleware] = [FoldedHooks(noded)] if noded else []
-    if wrapping:
-        head.append(FoldedWraps(wrapping))
+    after = [p for p in noded if _overrides(p, "after_model")]
+    before = [p for p in noded if _overrides(p, "before_model")]
+    # The after node is there whenever the model node may jump (it ends the run then).
+    head: list[Middleware] = [FoldedHooks(after)] if after or before else []
+    if wrapping or before:
+        head.append(FoldedWraps(wrapping, before))
     return [*head, *rest]

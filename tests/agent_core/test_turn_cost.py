@@ -93,7 +93,7 @@ async def test_a_new_threads_first_run_reads_its_checkpoint_once(agent_env: Agen
 async def test_each_further_read_adds_the_tool_step_and_one_model_step(
     agent_env: AgentEnv,
 ) -> None:
-    """A read is four supersteps: before the model, the model, after it, the tool."""
+    """A read is three supersteps: the model (its before hooks inside), after it, the tool."""
     steps = {}
     for k in (1, 3):
         saver = CountingSaver()
@@ -101,7 +101,7 @@ async def test_each_further_read_adds_the_tool_step_and_one_model_step(
         alice = await agent_env.user("alice")
         await agent.run(alice, await new_thread(agent, alice), f"show {k} tickets")
         steps[k] = saver.steps[-1] + 1
-    assert steps[3] - steps[1] == 2 * 4
+    assert steps[3] - steps[1] == 2 * 3
 
 
 async def test_a_one_read_turn_sends_at_most_twelve_sql_statements(
