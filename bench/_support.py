@@ -8,7 +8,9 @@ import resource
 import secrets
 import sys
 import threading
+import time
 from collections.abc import Coroutine, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
@@ -80,3 +82,48 @@ class OtherLoop:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
         self.loop.close()
+
+
+class ThreadUsage:
+    """CPU time and voluntary context switches of this process's thread ``name`` (Linux),
+    read at ``start`` and ``stop``: figures a noisy machine shifts far less than latency.
+
+    A voluntary switch is the thread blocking: on a socket, or waiting for the GIL after a
+    system call let go of it. With agents computing on the main thread each GIL wait lasts
+    up to a switch interval, so switches per request count the ack's hand-overs."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._begin: tuple[float, int] | None = None
+        self.cpu_s = 0.0
+        self.switches = 0
+
+    def _read(self) -> tuple[float, int] | None:
+        for thread in threading.enumerate():
+            if thread.name != self._name or thread.ident is None:
+                continue
+            cpu = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+            status = Path(f"/proc/self/task/{thread.native_id}/status")
+            switches = 0
+            with contextlib.suppress(OSError):
+                for line in status.read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        switches = int(line.split()[1])
+            return cpu, switches
+        return None
+
+    def start(self) -> None:
+        self._begin = self._read()
+
+    def stop(self) -> None:
+        end = self._read()
+        if self._begin is not None and end is not None:
+            self.cpu_s = end[0] - self._begin[0]
+            self.switches = end[1] - self._begin[1]
+
+    def per_request(self, requests: int) -> dict[str, float]:
+        n = max(1, requests)
+        return {
+            "ack_thread_cpu_ms_per_request": round(self.cpu_s * 1000 / n, 3),
+            "ack_thread_switches_per_request": round(self.switches / n, 2),
+        }

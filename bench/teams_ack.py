@@ -7,7 +7,10 @@ bursts (``LOAD_CPU_MS`` of every ``LOAD_PERIOD_MS``, as agent steps do) and a wr
 database's write lock for ``LOAD_WRITE_MS`` at a time (as checkpoints do). ``--compare`` runs
 the old path first (everything on the main loop, in-process runs, ``before``).
 ``loop_lag_p99_ms`` is the ack loop's lag (``opsbot_event_loop_lag_seconds{loop="teams-ack"}``),
-``main_loop_lag_p99_ms`` the main loop's.
+``main_loop_lag_p99_ms`` the main loop's. ``ack_thread_cpu_ms_per_request`` and
+``ack_thread_switches_per_request``: the ack thread's CPU time and voluntary context switches
+(blocking on a socket or waiting for the GIL) per request while the activities were posted,
+figures a busy machine moves far less than it moves latencies.
 
 Each activity is delivered once, and a share of them a second time (Teams has no retry
 header: the same activity id in the same conversation). Reports the same figures as
@@ -38,7 +41,13 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench._sender import Prepared, send_from_own_process
-from bench._support import OtherLoop, percentile, postgres_reachable, throwaway_postgres
+from bench._support import (
+    OtherLoop,
+    ThreadUsage,
+    percentile,
+    postgres_reachable,
+    throwaway_postgres,
+)
 from bot.teams import TeamsBot, TeamsBotConfig, open_teams_bot, teams_routes
 from bot.teams.durable import open_durable_teams_bot
 from bot.teams.front import TEAMS_ACK_LOOP, TeamsAckFront
@@ -204,11 +213,15 @@ async def _bench(
         await fake.wait_for("posted", n + 1, where=_is_answer, wait=120)
         await fake.settle(quiet=0.5, limit=120)
 
+    usage = ThreadUsage("ack")  # the ack thread ``serve_fronts`` starts
+
     async def deliver(app_url: str) -> tuple[list[tuple[float, int]], float]:
         await teams_side.call(warm_up(app_url))
         # From a process of its own, as the Connector is (``bench._sender``): a client on a
         # thread of this process waited for the app's GIL and counted it as the ack's.
+        usage.start()
         results, wall_ms = await _post_all(app_url, [*activities, *retries], concurrency, token)
+        usage.stop()
         await teams_side.call(answered())
         return results, wall_ms
 
@@ -248,6 +261,7 @@ async def _bench(
             "main_loop_lag_p99_ms": _lag_p99(before, after, "main"),
             "floor": floor,
             "p99_vs_floor": round(percentile(latencies, 0.99) / floor["p99_ack_ms"], 2),
+            **(usage.per_request(len(results)) if front else {}),
             "lost": lost,
         }
     finally:

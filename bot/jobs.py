@@ -47,14 +47,17 @@ async def message_worker(
     """Run ``adapter``'s jobs of ``kind`` while the block runs.
 
     On SQLite (the embedded, single-process default) unfinished runs are requeued at start;
-    on PostgreSQL a dead instance's runs are taken over when their lease runs out."""
+    on PostgreSQL a dead instance's runs are taken over when their lease runs out. An
+    instance that takes no runs (``global_runs=0``: a web instance beside workers) requeues
+    nothing: the running jobs on the file are its worker's, alive."""
+    limits = options.get("limits") or RunLimits()
     async with JobRunner(
         queue,
         adapter.run_job,
-        options.get("limits") or RunLimits(),
+        limits,
         lease=options.get("lease", timedelta(seconds=30)),
         poll_seconds=options.get("poll_seconds", 1.0),
-        recover_on_start=engine.dialect.name == "sqlite",
+        recover_on_start=engine.dialect.name == "sqlite" and limits.global_runs > 0,
         kinds=(kind,),
     ) as runner:
         adapter.runner = runner

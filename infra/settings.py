@@ -349,8 +349,10 @@ class RunSettings(Section):
 
     durable: bool = True
     """False: runs go back to in-process tasks (a restart loses runs in flight)."""
-    global_runs: int = Field(default=32, ge=1)
-    """Runs at once in this process."""
+    global_runs: int = Field(default=32, ge=0)
+    """Runs at once in this process. 0: a web instance that only acknowledges and stores
+    messages (and serves clicks and pages) while worker instances run the agents, so agent
+    turns never share its CPU and GIL with the acks (durable runs only)."""
     per_user_runs: int = Field(default=2, ge=1)
     """Runs at once per user, across all instances."""
     lease_seconds: float = Field(default=30.0, gt=0)
@@ -358,6 +360,14 @@ class RunSettings(Section):
     over by another instance after this. The embedded SQLite default recovers at start."""
     poll_seconds: float = Field(default=1.0, gt=0)
     """How often an idle worker looks for runs enqueued by other instances."""
+
+    @model_validator(mode="after")
+    def _web_only_needs_durable_runs(self) -> Self:
+        # Without durable runs a message runs where it was accepted: an instance taking no
+        # runs would accept messages that nobody ever answers.
+        if self.global_runs == 0 and not self.durable:
+            raise ValueError("global_runs=0 (acks only) needs durable=true: workers run the jobs")
+        return self
 
 
 class PoolSettings(Section):

@@ -82,9 +82,7 @@ class AckFront(AckFrontBase):
             log.info("redelivery of %s dropped", event_id)
             return web.Response(status=200, text="")
         self.accepted += 1
-        runner = adapter.runner
-        if runner is not None and self._main is not None:
-            self._main.call_soon_threadsafe(runner.notify)
+        self._wake_worker(adapter.runner)
         if self._main is not None and message.is_dm and not body["event"].get("thread_ts"):
             # A new conversation in the Messages tab gets its title as on Bolt's path; on
             # the main loop, where the adapter's Web API client lives (best effort).

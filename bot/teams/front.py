@@ -133,7 +133,5 @@ class TeamsAckFront(AckFrontBase):
             log.info("duplicate Teams delivery dropped")
             return web.Response(status=202)
         self.accepted += 1
-        runner = self._adapter.runner
-        if runner is not None and self._main is not None:
-            self._main.call_soon_threadsafe(runner.notify)
+        self._wake_worker(self._adapter.runner)
         return web.Response(status=202)
