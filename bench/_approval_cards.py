@@ -44,6 +44,7 @@ async def cards_bench(
     n: int = 20,
     profile: str | None = None,
     paced_ms: float = 0.0,
+    servers_profile: str | None = None,
 ) -> dict[str, Any]:
     from langchain_core.messages import BaseMessage
 
@@ -193,6 +194,17 @@ async def cards_bench(
     # Each run its own threads (a second run in the same database must not continue the first's)
     first_ts = int(time.time())
 
+    # The servers' process's CPU time (IdP + MCP servers) at the clicks and once every card
+    # is final: what the clicks cost the servers, whatever else the machine runs
+    servers_cpu = [0.0, 0.0]
+    measurable = hasattr(servers, "cpu_seconds")  # only in a process of their own
+
+    async def servers_control(coro: Any) -> Any:
+        return await elsewhere.call(coro)
+
+    async def servers_cpu_now() -> float:
+        return await servers_control(servers.cpu_seconds()) if measurable else 0.0
+
     async def ask_and_click(app_url: str) -> dict[str, float]:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200)) as http:
             sender = SlackSender(app_url, session=http)
@@ -225,6 +237,9 @@ async def cards_bench(
                 )
                 assert status == 200
 
+            servers_cpu[0] = await servers_cpu_now()
+            if servers_profile:
+                await servers_control(servers.profile("start"))
             if paced_ms > 0:  # one after another: each click sent paced_ms after the last
                 clicking = []
                 for c in cards:
@@ -234,6 +249,9 @@ async def cards_bench(
             else:
                 await asyncio.gather(*(click(c) for c in cards))
             await fake.wait_for("chat.update", n, where=card_decided, wait=120)
+            servers_cpu[1] = await servers_cpu_now()
+            if servers_profile:
+                await servers_control(servers.profile("stop", servers_profile))
             await fake.settle(quiet=0.5, limit=120)
             return clicked_at
 
@@ -290,6 +308,7 @@ async def cards_bench(
         "audit_rows_equal_executions": len(audit_rows) == len(changes) == n,
         "stages": stages.report({k.split(" ")[0]: v for k, v in clicked_at.items()}),
         "app_loop_cpu_ms_per_click": stages.cpu_per_click(n),
+        "servers_cpu_ms_per_click": round((servers_cpu[1] - servers_cpu[0]) * 1000 / n, 1),
         "app_sql_transactions_per_click": {
             "until_writes_done": round((tx["written"] - tx["clicked"]) / n, 1),
             "until_cards_final": round((tx["count"] - tx["clicked"]) / n, 1),
