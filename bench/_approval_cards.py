@@ -45,6 +45,7 @@ async def cards_bench(
     profile: str | None = None,
     paced_ms: float = 0.0,
     servers_profile: str | None = None,
+    profile_until_written: bool = False,
 ) -> dict[str, Any]:
     from langchain_core.messages import BaseMessage
 
@@ -94,6 +95,8 @@ async def cards_bench(
                 stages.mark(event.approval_id, "server applied")
                 if len(written_at) == n:
                     tx["written"] = tx["count"]
+                    if profiler is not None and profile_until_written:
+                        profiler.disable()  # only the clicks' way to their writes
             await super().tool_call_finished(event, outcome, latency_ms)
             stages.mark(event.approval_id, "audit written")
 

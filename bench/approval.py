@@ -64,6 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cProfile the servers' process (its loop, CPU time) during the cards' clicks",
     )
     parser.add_argument(
+        "--profile-until-written",
+        action="store_true",
+        help="with --profile: stop profiling once every card's write is done (not the resumes)",
+    )
+    parser.add_argument(
         "--only-cards", action="store_true", help="skip the direct clicks; only the cards part"
     )
     parser.add_argument(
@@ -238,7 +243,14 @@ async def _measure(
     servers_profile = getattr(args, "profile_servers", None)
     slack = (
         await cards_bench(
-            url, env, servers, elsewhere, cards, profile, servers_profile=servers_profile
+            url,
+            env,
+            servers,
+            elsewhere,
+            cards,
+            profile,
+            servers_profile=servers_profile,
+            profile_until_written=bool(getattr(args, "profile_until_written", False)),
         )
         if cards > 0
         else {}
