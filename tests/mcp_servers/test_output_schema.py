@@ -142,3 +142,33 @@ def test_a_schema_with_ids_or_anchors_is_validated_as_written() -> None:
         "properties": {"a": {"$ref": "#/$defs/A"}},
     }
     assert inline_local_refs(schema) is schema
+
+
+async def test_a_server_builds_its_output_validators_before_its_first_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The metaschema check (~75 ms for a ticket's schema) is paid when the app is built,
+    # not by the first write after a restart with every other call queued behind it.
+    import mcp_servers.output_schema as output_schema
+    from mcp_servers.app import AuthConfig
+    from mcp_servers.ticketing import TicketStore
+    from mcp_servers.ticketing.server import build_ticketing
+
+    built: list[object] = []
+    original = output_schema.compiled
+    monkeypatch.setattr(output_schema, "compiled", lambda s: (built.append(s), original(s))[1])
+    store = await TicketStore.open()
+    try:
+        auth = AuthConfig(issuer="http://idp.test", audience="http://127.0.0.1:1/mcp")
+        server = build_ticketing(store, auth)
+        server.asgi_app()
+        tool = server.mcp._tool_manager.get_tool("add_comment")
+        assert tool is not None
+        assert tool.output_schema is not None
+        assert any(schema is tool.output_schema for schema in built)
+        count = len(built)
+        with pytest.raises(ToolError):  # checked with the validator built at start-up
+            server.mcp._output_validators.check("add_comment", tool.output_schema, {})
+        assert len(built) == count
+    finally:
+        await store.close()
