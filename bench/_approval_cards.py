@@ -81,6 +81,13 @@ async def cards_bench(
     stages = Stages()
     # The app engine's transactions: in all, at the first click, once every write was done
     tx = {"count": 0, "clicked": 0, "written": 0}
+    # The IdP's token endpoint: exchanges (a fresh token per decision) and sign-in refreshes,
+    # at the first click and once every write was done
+    minted = {"clicked": (0, 0), "written": (0, 0)}
+    broker_metrics = env.harness.broker.metrics
+
+    def token_posts() -> tuple[int, int]:
+        return broker_metrics.exchanges, broker_metrics.refreshes
 
     class TimedObserver(AuditObserver):
         async def tool_call_started(self, event: ToolCallEvent) -> None:
@@ -95,6 +102,7 @@ async def cards_bench(
                 stages.mark(event.approval_id, "server applied")
                 if len(written_at) == n:
                     tx["written"] = tx["count"]
+                    minted["written"] = token_posts()
                     if profiler is not None and profile_until_written:
                         profiler.disable()  # only the clicks' way to their writes
             await super().tool_call_finished(event, outcome, latency_ms)
@@ -172,6 +180,7 @@ async def cards_bench(
 
                     def first_click() -> None:
                         tx["clicked"] = tx["count"]
+                        minted["clicked"] = token_posts()
                         if profiler is not None:  # the app loop's thread, from the first click
                             profiler.enable()
 
@@ -312,6 +321,10 @@ async def cards_bench(
         "stages": stages.report({k.split(" ")[0]: v for k, v in clicked_at.items()}),
         "app_loop_cpu_ms_per_click": stages.cpu_per_click(n),
         "servers_cpu_ms_per_click": round((servers_cpu[1] - servers_cpu[0]) * 1000 / n, 1),
+        "token_endpoint_per_click_until_writes_done": {
+            "exchanges": round((minted["written"][0] - minted["clicked"][0]) / n, 2),
+            "refreshes": round((minted["written"][1] - minted["clicked"][1]) / n, 2),
+        },
         "app_sql_transactions_per_click": {
             "until_writes_done": round((tx["written"] - tx["clicked"]) / n, 1),
             "until_cards_final": round((tx["count"] - tx["clicked"]) / n, 1),
