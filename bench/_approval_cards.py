@@ -151,7 +151,7 @@ async def cards_bench(
                     agent,
                     "execute",
                     "execute start",
-                    lambda *_, approval_id: approval_id,
+                    lambda *_, approval_id, **__: approval_id,
                     binds=True,
                 )
                 stages.wrap(
