@@ -34,7 +34,6 @@ from agent_core.runs import ALREADY_STOPPED, RunRegistry, RunStop, StopSignal
 from approvals.changes import ApprovalChanges, WritesFirst
 from approvals.errors import (
     ApprovalError,
-    ApprovalNotFoundError,
     InvalidEditError,
 )
 from approvals.records import (
@@ -241,13 +240,13 @@ class ApprovalService:
         ``NotAuthorisedError`` or ``InvalidEditError``; nothing is claimed when it does.
         """
         async with self.writes.writing():
-            approval = await self.store.get(approval_id)
-            if approval is None:
-                raise ApprovalNotFoundError(f"no approval {approval_id!r}")
             now = self._clock()
-            check_decider(approval, approver, now)
-            decisions = self._decisions(approval, decision, edited_tool)
-            claimed = await self.store.claim(approval_id, approver.subject, decisions, now)
+
+            def check(approval: Approval) -> list[ActionDecision]:
+                check_decider(approval, approver, now)
+                return self._decisions(approval, decision, edited_tool)
+
+            claimed = await self.store.claim_checked(approval_id, approver.subject, check, now)
             await self._record_decisions(claimed)
         return await self._settle(claimed)
 

@@ -145,7 +145,9 @@ async def cards_bench(
                 service = ApprovalService(
                     store, log, agent, agent, identities.resolve_subject, identities
                 )
-                stages.wrap(store, "claim", "CAS decided", lambda a, *_, **__: a, after=True)
+                stages.wrap(
+                    store, "claim_checked", "CAS decided", lambda a, *_, **__: a, after=True
+                )
                 stages.wrap(store, "finish", "approval finished", lambda a, *_, **__: a, after=True)
                 stages.wrap(
                     agent,
