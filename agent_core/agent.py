@@ -89,7 +89,7 @@ from agent_core.tools import (
     visible_definitions,
 )
 from agent_core.transport import ConnectionPools
-from broker import Broker, BrokerError, Identity
+from broker import AccessToken, Broker, BrokerError, Identity
 
 log = logging.getLogger(__name__)
 
@@ -323,6 +323,7 @@ class Agent:
         call: Mapping[str, Any],
         *,
         approval_id: str,
+        tokens: Mapping[str, AccessToken] | None = None,
     ) -> dict[str, Any]:
         """Run one approved call of the paused step now, as ``identity`` (the requester).
 
@@ -330,7 +331,8 @@ class Agent:
         a call the thread is waiting on: ``args`` are what the approver let run, checked
         again here against the tool's current schema when they differ from the model's
         ``proposed_args`` (an edit); the tool must still be allowlisted. The caller mints
-        the requester's fresh tokens right before (``approvals``); the idempotency key
+        the requester's fresh tokens right before (``approvals``) and hands them over as
+        ``tokens``: the call carries its server's one, no second exchange; the idempotency key
         scoped by ``approval_id``, the audit rows and the retry are those of a call the graph
         runs. Reading the checkpoint is not needed (and costly under load): the resume
         checks the decisions against the pending interrupt. Returns the result stored for
@@ -348,7 +350,8 @@ class Agent:
             toolset = await self._toolset(sessions)
             definition = toolset.by_name.get(name)
             if definition is not None:  # this decision's fresh token, on a session kept open
-                await sessions.recredential(definition.server)
+                server = definition.server
+                await sessions.recredential(server, (tokens or {}).get(server))
             if args != dict(call.get("proposed_args", args)):
                 # Edited: the agent's one rule, against the tool's current schema.
                 args = check_edited_args(

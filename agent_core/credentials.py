@@ -21,7 +21,14 @@ from agent_core.errors import (
     CredentialError,
     CredentialUnavailableError,
 )
-from broker import Broker, BrokerError, BrokerUnavailableError, ConnectRequired, Identity
+from broker import (
+    AccessToken,
+    Broker,
+    BrokerError,
+    BrokerUnavailableError,
+    ConnectRequired,
+    Identity,
+)
 
 AuthMode = Literal["exchange", "static", "none", "oauth"]
 OAuthTokenSource = Callable[[Identity, str], Awaitable[str]]
@@ -86,9 +93,16 @@ class Credentials:
             raise CredentialUnavailableError(server, str(exc)) from exc
         except BrokerError as exc:
             raise CredentialError(server, str(exc)) from exc
+        return self.bearer(config, token)
+
+    @staticmethod
+    def bearer(config: ServerConfig, token: AccessToken) -> dict[str, str]:
+        """The header carrying ``token`` (minted for ``config``'s server) to that server."""
         if token.audience != config.audience:
             # Invariant 1: a user's token goes only to the server it was minted for.
-            raise CredentialError(server, f"the token minted for {server} names another audience")
+            raise CredentialError(
+                config.name, f"the token minted for {config.name} names another audience"
+            )
         return {"Authorization": f"Bearer {token.value}"}
 
     async def _oauth(self, config: ServerConfig) -> str:

@@ -52,7 +52,7 @@ from agent_core.health import ServerHealth, shared_ssl_context
 from agent_core.tools import DiscoveryCache, ServerTools, ToolDefinition
 from agent_core.transport import ConnectionPools, request_only_transport
 from agent_core.validation import ValidatingSession
-from broker import Broker, Identity
+from broker import AccessToken, Broker, Identity
 from infra.faults import crash_point
 from infra.logging import quiet_mcp_streams
 
@@ -176,6 +176,9 @@ class RunSessions:
             interceptors if interceptors is not None else [AuditInterceptor()]
         )
         self._held: dict[str, _Held] = {}
+        # A decision's fresh token for a server whose session is not open yet: the session
+        # that opens next sends it (``recredential``), not one fetched again.
+        self._given: dict[str, AccessToken] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         # Retired sessions (``recredential``) until they stop, and their stopping tasks.
         self._retired: set[_Held] = set()
@@ -217,16 +220,25 @@ class RunSessions:
             held.tools[name] = bound
         return bound
 
-    async def recredential(self, server: str) -> None:
+    async def recredential(self, server: str, token: AccessToken | None = None) -> None:
         """Send the identity's current credential for ``server`` on its open session from
         now on (a session kept for several calls, ``agent_core.shared_sessions``). When none
         can be had, the session is retired: the next call opens one, which fails (or not)
-        as any first call would."""
+        as any first call would. ``token``: the one just minted for this call's decision,
+        sent as it is (asking the broker again could wait for, or carry, another decision's
+        token); with no session open, the one that opens next sends it."""
         held = self._held.get(server)
+        config = self._servers.get(server)
+        given = token if config is not None and config.auth == "exchange" else None
         if held is None or held.dead or held.client is None:
+            if given is not None:
+                self._given[server] = given
             return
         try:
-            headers = await self._credentials.headers(held.config)
+            if given is not None:
+                headers = self._credentials.bearer(held.config, given)
+            else:
+                headers = await self._credentials.headers(held.config)
         except ToolCallError:
             self._retire(server, held)
             return
@@ -328,8 +340,12 @@ class RunSessions:
         if config is None:
             raise ServerUnavailableError(server, f"no MCP server named {server!r} is configured")
         await self._health.ensure_closed(server)  # no credential is fetched for a dead server
+        given = self._given.pop(server, None)
         try:
-            headers = await self._credentials.headers(config)
+            if given is not None:
+                headers = self._credentials.bearer(config, given)
+            else:
+                headers = await self._credentials.headers(config)
         except ConnectRequiredError as exc:
             self.connect_needed.setdefault(server, exc.authorize_url)
             raise

@@ -34,7 +34,6 @@ from agent_core.runs import ALREADY_STOPPED, RunRegistry, RunStop, StopSignal
 from approvals.changes import ApprovalChanges, WritesFirst
 from approvals.errors import (
     ApprovalError,
-    ApprovalNotFoundError,
     InvalidEditError,
 )
 from approvals.records import (
@@ -50,7 +49,7 @@ from approvals.rules import check_decider, validate_edit
 from approvals.store import ApprovalStore
 from audit.log import AuditLog, AuditQuery, EventKind, error_outcome
 from broker.errors import BrokerError
-from broker.types import Broker, Identity
+from broker.types import AccessToken, Broker, Identity
 from infra.clock import Clock, IdFactory, random_id, utc_now
 from infra.faults import crash_point
 
@@ -86,9 +85,11 @@ class Resumer(Protocol):
         call: Mapping[str, Any],
         *,
         approval_id: str,
+        tokens: Mapping[str, AccessToken] | None = None,
     ) -> dict[str, Any]:
         """Run one approved call (``{"id", "name", "args", "proposed_args"}``) now, with the
-        requester's tokens (minted fresh just before); its result, to store."""
+        requester's tokens minted fresh just before for this decision, ``tokens`` by server:
+        the call carries its server's one, no other exchange; its result, to store."""
         ...
 
     async def resume(
@@ -239,13 +240,13 @@ class ApprovalService:
         ``NotAuthorisedError`` or ``InvalidEditError``; nothing is claimed when it does.
         """
         async with self.writes.writing():
-            approval = await self.store.get(approval_id)
-            if approval is None:
-                raise ApprovalNotFoundError(f"no approval {approval_id!r}")
             now = self._clock()
-            check_decider(approval, approver, now)
-            decisions = self._decisions(approval, decision, edited_tool)
-            claimed = await self.store.claim(approval_id, approver.subject, decisions, now)
+
+            def check(approval: Approval) -> list[ActionDecision]:
+                check_decider(approval, approver, now)
+                return self._decisions(approval, decision, edited_tool)
+
+            claimed = await self.store.claim_checked(approval_id, approver.subject, check, now)
             await self._record_decisions(claimed)
         return await self._settle(claimed)
 
@@ -420,13 +421,14 @@ class ApprovalService:
         what the audit log says each write did; the results are stored for the resume.
         ``calls_done`` is awaited between the two (other writes first)."""
         failure: str | None = None
+        tokens: dict[str, AccessToken] = {}
         try:
             requester = await self._identities(approval.requester_subject)
         except BrokerError as exc:
             requester = Identity(approval.requester_subject, approval.requester_chat_user)
             failure = f"the requester's access could not be confirmed: {exc}"
         if failure is None:
-            failure = await self._requester_can_act(requester, [approval])
+            tokens, failure = await self._requester_can_act(requester, [approval])
         decisions = list(approval.decisions)
         results: dict[str, Any] = {}
         run_failure: str | None = None
@@ -446,7 +448,11 @@ class ApprovalService:
                 }
                 try:
                     results[action.tool_call_id] = await self._resumer.execute(
-                        requester, approval.thread_id, call, approval_id=approval.batch
+                        requester,
+                        approval.thread_id,
+                        call,
+                        approval_id=approval.batch,
+                        tokens=tokens,
                     )
                     crash_point("after_write")  # test only: the write ran, nothing saved yet
                 except NoPendingApprovalError:
@@ -759,15 +765,18 @@ class ApprovalService:
 
     async def _requester_can_act(
         self, requester: Identity, approvals: list[Approval]
-    ) -> str | None:
-        """Mint fresh tokens for the requester (never the approver) on each write's server."""
+    ) -> tuple[dict[str, AccessToken], str | None]:
+        """Mint fresh tokens for the requester (never the approver) on each write's server:
+        the tokens by server (the calls carry them), or why the requester may not act."""
+        tokens: dict[str, AccessToken] = {}
         for server in sorted({x.server for a in approvals for x in a.actions}):
             try:
                 await self._broker.invalidate(requester, server)
-                await self._broker.get_token(requester, server)
+                tokens[server] = await self._broker.get_token(requester, server)
             except BrokerError as exc:
-                return f"the requester's access to {server} was refused ({type(exc).__name__})"
-        return None
+                refused = f"the requester's access to {server} was refused ({type(exc).__name__})"
+                return {}, refused
+        return tokens, None
 
 
 def _sent_since_last_outcome(events: list[Any]) -> bool:

@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
-from sqlalchemy import RowMapping, Update, or_, select, update
+from sqlalchemy import RowMapping, Select, Update, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from approvals.errors import AlreadyDecidedError, ApprovalExpiredError, ApprovalNotFoundError
@@ -39,6 +39,8 @@ from broker.types import ChatUser
 from infra.storage.schema import approvals as approvals_table
 
 Decisions = tuple[ActionDecision, ...]
+# A click's check of the approval it read: its decisions, or an exception (nothing claimed).
+DecisionCheck = Callable[[Approval], Sequence[ActionDecision]]
 
 
 class Move(TypedDict):
@@ -96,6 +98,18 @@ class ApprovalStore(ABC):
         if claimed is None:
             raise _claim_refusal(await self.get(approval_id), approval_id, now)
         return claimed
+
+    async def claim_checked(
+        self, approval_id: str, decided_by: str, check: DecisionCheck, now: datetime
+    ) -> Approval:
+        """A click: read the approval, let ``check`` refuse it (raise) or give its
+        decisions, then ``claim`` them (the same conditional write: of concurrent deciders,
+        one wins, the others learn who). Nothing is claimed when ``check`` raises;
+        ``ApprovalNotFoundError`` when there is no such approval."""
+        approval = await self.get(approval_id)
+        if approval is None:
+            raise ApprovalNotFoundError(f"no approval {approval_id!r}")
+        return await self.claim(approval_id, decided_by, check(approval), now)
 
     @abstractmethod
     async def reclaim(
@@ -339,29 +353,39 @@ class SqlApprovalStore(ApprovalStore):
 
     async def get(self, approval_id: str) -> Approval | None:
         async with self._engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(approvals_table).where(approvals_table.c.approval_id == approval_id)
-                )
-            ).first()
+            row = (await conn.execute(_one(approval_id))).first()
         return None if row is None else _from_row(row._mapping)
 
     async def _claim(
         self, approval_id: str, decided_by: str, decisions: Decisions, now: datetime
     ) -> Approval | None:
-        c = approvals_table.c
-        age = c.expires_at <= now if decided_by == EXPIRY_DECIDER else c.expires_at > now
-        statement = (
-            update(approvals_table)
-            .where(c.approval_id == approval_id, c.status == ApprovalStatus.PENDING.value, age)
-            .values(
-                status=ApprovalStatus.DECIDING.value,
-                decided_by=decided_by,
-                decided_at=now,
-                decisions=[_decision_to_json(d) for d in decisions],
-            )
+        return await self._update(
+            approval_id, _claim_statement(approval_id, decided_by, decisions, now)
         )
-        return await self._update(approval_id, statement)
+
+    async def claim_checked(
+        self, approval_id: str, decided_by: str, check: DecisionCheck, now: datetime
+    ) -> Approval:
+        # PostgreSQL: the read and the claim in one transaction, one connection: a click
+        # pays one checkout, one round trip to end it and one commit, not two of each.
+        # The claim is the same conditional UPDATE (re-checked on the row as committed), so
+        # concurrent clicks still have one winner. SQLite keeps them apart: a read then a
+        # write in one deferred transaction can fail to take the write lock
+        # (SQLITE_BUSY) when another connection did the same.
+        if self._engine.dialect.name != "postgresql":
+            return await super().claim_checked(approval_id, decided_by, check, now)
+        async with self._engine.begin() as conn:
+            row = (await conn.execute(_one(approval_id))).first()
+            if row is None:
+                raise ApprovalNotFoundError(f"no approval {approval_id!r}")
+            decisions = tuple(check(_from_row(row._mapping)))  # raises: nothing claimed
+            claim = _claim_statement(approval_id, decided_by, decisions, now)
+            claimed = (await conn.execute(claim.returning(*approvals_table.c))).first()
+            if claimed is None:
+                current = (await conn.execute(_one(approval_id))).first()
+                found = None if current is None else _from_row(current._mapping)
+                raise _claim_refusal(found, approval_id, now)
+        return _from_row(claimed._mapping)
 
     async def reclaim(
         self, approval_id: str, stale_before: datetime, now: datetime
@@ -458,6 +482,28 @@ class SqlApprovalStore(ApprovalStore):
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [_from_row(r._mapping) for r in rows]
+
+
+def _one(approval_id: str) -> Select[Any]:
+    return select(approvals_table).where(approvals_table.c.approval_id == approval_id)
+
+
+def _claim_statement(
+    approval_id: str, decided_by: str, decisions: Decisions, now: datetime
+) -> Update:
+    """``pending → deciding`` if still pending and live (expired: the sweeper's only)."""
+    c = approvals_table.c
+    age = c.expires_at <= now if decided_by == EXPIRY_DECIDER else c.expires_at > now
+    return (
+        update(approvals_table)
+        .where(c.approval_id == approval_id, c.status == ApprovalStatus.PENDING.value, age)
+        .values(
+            status=ApprovalStatus.DECIDING.value,
+            decided_by=decided_by,
+            decided_at=now,
+            decisions=[_decision_to_json(d) for d in decisions],
+        )
+    )
 
 
 def _decision_to_json(d: ActionDecision) -> dict[str, Any]:

@@ -44,6 +44,8 @@ async def cards_bench(
     n: int = 20,
     profile: str | None = None,
     paced_ms: float = 0.0,
+    servers_profile: str | None = None,
+    profile_until_written: bool = False,
 ) -> dict[str, Any]:
     from langchain_core.messages import BaseMessage
 
@@ -79,6 +81,13 @@ async def cards_bench(
     stages = Stages()
     # The app engine's transactions: in all, at the first click, once every write was done
     tx = {"count": 0, "clicked": 0, "written": 0}
+    # The IdP's token endpoint: exchanges (a fresh token per decision) and sign-in refreshes,
+    # at the first click and once every write was done
+    minted = {"clicked": (0, 0), "written": (0, 0)}
+    broker_metrics = env.harness.broker.metrics
+
+    def token_posts() -> tuple[int, int]:
+        return broker_metrics.exchanges, broker_metrics.refreshes
 
     class TimedObserver(AuditObserver):
         async def tool_call_started(self, event: ToolCallEvent) -> None:
@@ -93,6 +102,9 @@ async def cards_bench(
                 stages.mark(event.approval_id, "server applied")
                 if len(written_at) == n:
                     tx["written"] = tx["count"]
+                    minted["written"] = token_posts()
+                    if profiler is not None and profile_until_written:
+                        profiler.disable()  # only the clicks' way to their writes
             await super().tool_call_finished(event, outcome, latency_ms)
             stages.mark(event.approval_id, "audit written")
 
@@ -133,13 +145,15 @@ async def cards_bench(
                 service = ApprovalService(
                     store, log, agent, agent, identities.resolve_subject, identities
                 )
-                stages.wrap(store, "claim", "CAS decided", lambda a, *_, **__: a, after=True)
+                stages.wrap(
+                    store, "claim_checked", "CAS decided", lambda a, *_, **__: a, after=True
+                )
                 stages.wrap(store, "finish", "approval finished", lambda a, *_, **__: a, after=True)
                 stages.wrap(
                     agent,
                     "execute",
                     "execute start",
-                    lambda *_, approval_id: approval_id,
+                    lambda *_, approval_id, **__: approval_id,
                     binds=True,
                 )
                 stages.wrap(
@@ -168,6 +182,7 @@ async def cards_bench(
 
                     def first_click() -> None:
                         tx["clicked"] = tx["count"]
+                        minted["clicked"] = token_posts()
                         if profiler is not None:  # the app loop's thread, from the first click
                             profiler.enable()
 
@@ -192,6 +207,17 @@ async def cards_bench(
     tag = f"cards {time.time_ns()}"
     # Each run its own threads (a second run in the same database must not continue the first's)
     first_ts = int(time.time())
+
+    # The servers' process's CPU time (IdP + MCP servers) at the clicks and once every card
+    # is final: what the clicks cost the servers, whatever else the machine runs
+    servers_cpu = [0.0, 0.0]
+    measurable = hasattr(servers, "cpu_seconds")  # only in a process of their own
+
+    async def servers_control(coro: Any) -> Any:
+        return await elsewhere.call(coro)
+
+    async def servers_cpu_now() -> float:
+        return await servers_control(servers.cpu_seconds()) if measurable else 0.0
 
     async def ask_and_click(app_url: str) -> dict[str, float]:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200)) as http:
@@ -225,6 +251,9 @@ async def cards_bench(
                 )
                 assert status == 200
 
+            servers_cpu[0] = await servers_cpu_now()
+            if servers_profile:
+                await servers_control(servers.profile("start"))
             if paced_ms > 0:  # one after another: each click sent paced_ms after the last
                 clicking = []
                 for c in cards:
@@ -234,6 +263,9 @@ async def cards_bench(
             else:
                 await asyncio.gather(*(click(c) for c in cards))
             await fake.wait_for("chat.update", n, where=card_decided, wait=120)
+            servers_cpu[1] = await servers_cpu_now()
+            if servers_profile:
+                await servers_control(servers.profile("stop", servers_profile))
             await fake.settle(quiet=0.5, limit=120)
             return clicked_at
 
@@ -290,6 +322,11 @@ async def cards_bench(
         "audit_rows_equal_executions": len(audit_rows) == len(changes) == n,
         "stages": stages.report({k.split(" ")[0]: v for k, v in clicked_at.items()}),
         "app_loop_cpu_ms_per_click": stages.cpu_per_click(n),
+        "servers_cpu_ms_per_click": round((servers_cpu[1] - servers_cpu[0]) * 1000 / n, 1),
+        "token_endpoint_per_click_until_writes_done": {
+            "exchanges": round((minted["written"][0] - minted["clicked"][0]) / n, 2),
+            "refreshes": round((minted["written"][1] - minted["clicked"][1]) / n, 2),
+        },
         "app_sql_transactions_per_click": {
             "until_writes_done": round((tx["written"] - tx["clicked"]) / n, 1),
             "until_cards_final": round((tx["count"] - tx["clicked"]) / n, 1),

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import cProfile
 import json
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,9 +61,23 @@ class _Tickets:
 
 
 class _Servers:
-    def __init__(self, servers: list[_Server], changes_url: str) -> None:
+    def __init__(self, servers: list[_Server], changes_url: str, control_url: str) -> None:
         self._servers = servers
         self.tickets = _Tickets(changes_url)
+        self._control_url = control_url
+
+    async def cpu_seconds(self) -> float:
+        """The child's CPU time so far (user + system, all its threads)."""
+        async with aiohttp.ClientSession() as http, http.get(f"{self._control_url}/cpu") as r:
+            return float((await r.json())["cpu_seconds"])
+
+    async def profile(self, action: str, path: str = "") -> None:
+        """``start`` cProfile of the child's loop (CPU time), or ``stop`` it into ``path``."""
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{self._control_url}/profile/{action}", params={"path": path}) as r,
+        ):
+            r.raise_for_status()
 
     def __iter__(self) -> Iterator[_Server]:
         return iter(self._servers)
@@ -95,7 +111,9 @@ async def servers_process(data_dir: Path) -> AsyncIterator[tuple[Any, Any]]:
             client_id=info["client_id"],
             client_secret=info["client_secret"],
         )
-        servers = _Servers([_Server(**s) for s in info["servers"]], info["changes_url"])
+        servers = _Servers(
+            [_Server(**s) for s in info["servers"]], info["changes_url"], info["control_url"]
+        )
         yield idp, servers
     finally:
         if child.stdin is not None:
@@ -125,8 +143,24 @@ async def _serve(data_dir: Path) -> None:
             entries = await servers.tickets.all_changes()
             return web.json_response([e.model_dump(mode="json") for e in entries])
 
+        # Only the servers' loop thread is profiled (CPU time), from start to stop
+        profiler = cProfile.Profile(time.thread_time)
+
+        async def cpu(_: web.Request) -> web.Response:
+            return web.json_response({"cpu_seconds": time.process_time()})
+
+        async def profile(request: web.Request) -> web.Response:
+            if request.match_info["action"] == "start":
+                profiler.enable()
+            else:
+                profiler.disable()
+                profiler.dump_stats(request.query["path"])
+            return web.Response()
+
         app = web.Application()
         app.router.add_get("/changes", changes)
+        app.router.add_get("/cpu", cpu)
+        app.router.add_post("/profile/{action}", profile)
         async with serve_aiohttp(app, bind_socket("127.0.0.1", 0)) as base:
             info = {
                 "issuer": idp.issuer,
@@ -137,6 +171,7 @@ async def _serve(data_dir: Path) -> None:
                     {"name": s.name, "url": s.url, "audience": s.audience} for s in servers
                 ],
                 "changes_url": f"{base}/changes",
+                "control_url": base,
             }
             print(json.dumps(info), flush=True)
             # Until the parent closes stdin (or dies)

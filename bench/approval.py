@@ -59,6 +59,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--profile", default=None, help="cProfile the app loop during the clicks into this file"
     )
     parser.add_argument(
+        "--profile-servers",
+        default=None,
+        help="cProfile the servers' process (its loop, CPU time) during the cards' clicks",
+    )
+    parser.add_argument(
+        "--profile-until-written",
+        action="store_true",
+        help="with --profile: stop profiling once every card's write is done (not the resumes)",
+    )
+    parser.add_argument(
+        "--only-cards", action="store_true", help="skip the direct clicks; only the cards part"
+    )
+    parser.add_argument(
         "--servers-in-process",
         action="store_true",
         help="run the IdP and MCP servers on a thread of this process (before 2026-12-03)",
@@ -187,9 +200,10 @@ async def _measure(
     latencies: list[float] = []
     single: list[float] = []
     executions: list[int] = []
+    only_cards = bool(getattr(args, "only_cards", False))
     async with instance() as (agent_a, first, _), instance() as (_, second, _):
         threads = SqlThreadStore(create_engine(url))
-        for r in range(2 * rounds):
+        for r in range(0 if only_cards else 2 * rounds):
             n = clicks if r < rounds else 1  # then the same with one click: baseline
             body = f"bench round {r} {secrets.token_hex(4)}"
             ref = PlatformRef("slack", "T-BENCH", "C-BENCH", f"{time.time_ns()}")
@@ -226,21 +240,37 @@ async def _measure(
             (latencies if n > 1 else single).append(elapsed)
     cards = int(getattr(args, "cards", 20) if args is not None else 20)
     profile = getattr(args, "profile", None)
-    slack = await cards_bench(url, env, servers, elsewhere, cards, profile) if cards > 0 else {}
+    servers_profile = getattr(args, "profile_servers", None)
+    slack = (
+        await cards_bench(
+            url,
+            env,
+            servers,
+            elsewhere,
+            cards,
+            profile,
+            servers_profile=servers_profile,
+            profile_until_written=bool(getattr(args, "profile_until_written", False)),
+        )
+        if cards > 0
+        else {}
+    )
     paced_ms = float(getattr(args, "paced_ms", 0.0) or 0.0)
     if cards > 0 and paced_ms > 0:
         paced = await cards_bench(url, env, servers, elsewhere, cards, paced_ms=paced_ms)
         slack["paced"] = {"paced_ms": paced_ms, **paced}
-    return {
-        "bench": "approval",
-        "database": make_url(url).get_backend_name(),
-        "concurrent_clicks": clicks,
-        "instances": 2,
-        "rounds": rounds,
-        "click_to_execution_ms_p50": round(statistics.median(latencies), 2),
-        "click_to_execution_ms_p99": round(_percentile(latencies, 0.99), 2),
-        "single_click_ms_p50": round(statistics.median(single), 2),
-        "executions": max(executions),
-        "executions_per_round": sorted(set(executions)),
-        **slack,
-    }
+    direct = (
+        {}
+        if only_cards
+        else {
+            "concurrent_clicks": clicks,
+            "instances": 2,
+            "rounds": rounds,
+            "click_to_execution_ms_p50": round(statistics.median(latencies), 2),
+            "click_to_execution_ms_p99": round(_percentile(latencies, 0.99), 2),
+            "single_click_ms_p50": round(statistics.median(single), 2),
+            "executions": max(executions),
+            "executions_per_round": sorted(set(executions)),
+        }
+    )
+    return {"bench": "approval", "database": make_url(url).get_backend_name(), **direct, **slack}

@@ -57,6 +57,12 @@ class _FastMCP(FastMCP):
         # FastMCP converts arguments itself before validating them (as upstream does).
         self._mcp_server.call_tool(validate_input=False)(self._answer_tool_call)
 
+    def prepare_output_validators(self) -> None:
+        """Build every tool's output validator now, not on its first result."""
+        for tool in self._tool_manager.list_tools():
+            if tool.output_schema is not None:
+                self._output_validators.prepare(tool.name, tool.output_schema)
+
     def register_implemented_handlers(self) -> None:
         """Add the resource and prompt handlers if (and only if) there is something to serve."""
         resources = self._resource_manager
@@ -214,6 +220,7 @@ class ScopedServer:
     def asgi_app(self) -> ASGIApp:
         """The streamable-HTTP app behind the auth gate (build once per server)."""
         self.mcp.register_implemented_handlers()
+        self.mcp.prepare_output_validators()
         return AuthGate(
             self.mcp.streamable_http_app(),
             verifier=self.verifier,

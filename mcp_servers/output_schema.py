@@ -24,12 +24,19 @@ class OutputValidators:
     def __init__(self) -> None:
         self._by_tool: dict[str, tuple[dict[str, Any], Validator]] = {}
 
-    def check(self, tool: str, schema: dict[str, Any], result: object) -> None:
-        """Raise ``ToolError`` (the SDK's own text) when ``result`` breaks ``schema``."""
+    def prepare(self, tool: str, schema: dict[str, Any]) -> Validator:
+        """The validator of ``tool`` for ``schema``, built now if it was not (at start-up the
+        server builds them all: the metaschema check, ~75 ms for a ticket's schema, is not
+        paid by the first write after a restart, with every call behind it waiting)."""
         kept = self._by_tool.get(tool)
         if kept is None or kept[0] is not schema:
             kept = (schema, compiled(schema))  # hashed once per schema object, not per call
             self._by_tool[tool] = kept
-        error = jsonschema.exceptions.best_match(kept[1].iter_errors(result))
+        return kept[1]
+
+    def check(self, tool: str, schema: dict[str, Any], result: object) -> None:
+        """Raise ``ToolError`` (the SDK's own text) when ``result`` breaks ``schema``."""
+        validator = self.prepare(tool, schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(result))
         if error is not None:
             raise ToolError(f"Output validation error: {error.message}")

@@ -255,7 +255,13 @@ class TicketStore:
             await conn.execute(
                 tickets.update().where(tickets.c.key == ticket.key).values(updated_at=now)
             )
-            after = await self._visible_ticket(conn, caller, key)
+            # The ticket as read plus this comment, not read again: two statements fewer
+            # while every writer waits on the store's one lock (twenty approved comments
+            # arriving at once queue behind each other's statements).
+            added = Comment(author=caller.subject, body=body, created_at=now)
+            after = ticket.model_copy(
+                update={"updated_at": now, "comments": [*ticket.comments, added]}
+            )
             return after, _Change(ticket.key, {"comment": body})
 
         return await self._write(caller, "add_comment", args, idempotency_key, Ticket, action)

@@ -170,6 +170,39 @@ async def test_each_approved_call_sends_the_token_minted_for_it(server: tuple[st
     assert agent.stats.sessions_opened == 1
 
 
+async def test_a_call_carries_the_token_handed_to_it_and_asks_for_none(
+    server: tuple[str, Seen],
+) -> None:
+    """The approvals hand each call the token its decision's check minted: the call sends
+    that one, even when another decision of the same requester minted a newer one meanwhile
+    (asking the broker again would send the newer, or wait for its exchange)."""
+    url, seen = server
+    broker = MintingBroker(audiences={"fake": url})
+    agent = make_agent(url, broker)
+    thread = await agent.threads.get_or_create(PlatformRef("t", "T", "C", "alice"), "alice")
+    handed: list[str] = []
+    try:
+        for n in range(3):  # the first opens the session, the others reuse it
+            await broker.invalidate(ALICE, "fake")
+            token = await broker.get_token(ALICE, "fake")
+            handed.append(f"Bearer {token.value}")
+            await broker.invalidate(ALICE, "fake")
+            await broker.get_token(ALICE, "fake")  # another decision's check, meanwhile
+            call = {"id": f"call-{n}", "name": "fake_change", "args": {"item": f"X-{n}"}}
+            result = await agent.execute(
+                ALICE,
+                thread.thread_id,
+                {**call, "proposed_args": call["args"]},
+                approval_id=f"a-{n}",
+                tokens={"fake": token},
+            )
+            assert result["data"]["status"] == "success"
+    finally:
+        await agent.settle()
+    assert [auth for _, auth in seen.calls()] == handed
+    assert broker.count == 6  # the two checks' per call; the calls minted none
+
+
 async def test_users_never_share_a_session(server: tuple[str, Seen]) -> None:
     url, seen = server
     broker = MintingBroker(audiences={"fake": url})

@@ -101,6 +101,8 @@ class FakeResumer:
     # Each approved call run on its own decision, and the results each resume was fed.
     executed: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     recorded: list[dict[str, Any]] = field(default_factory=list)
+    # The fresh tokens (by server) each approved call was handed.
+    tokens: list[dict[str, AccessToken]] = field(default_factory=list)
     # Whether each resume's stop signal was set when it ran (None: resumed without one).
     stopped: list[bool | None] = field(default_factory=list)
     fail_with: Exception | None = None
@@ -120,9 +122,11 @@ class FakeResumer:
         call: dict[str, Any],
         *,
         approval_id: str,
+        tokens: Mapping[str, AccessToken] | None = None,
     ) -> dict[str, Any]:
         """One approved call, now: audited, then applied (once per idempotency key)."""
         self.executed.append((identity.subject, thread_id, dict(call)))
+        self.tokens.append(dict(tokens or {}))
         await asyncio.sleep(0)
         if self.fail_with is not None:
             raise self.fail_with

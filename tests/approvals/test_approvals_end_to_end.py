@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import httpx
 import pytest
 from langgraph.types import Command
 from sqlalchemy.engine import make_url
@@ -360,3 +361,49 @@ async def test_an_edit_decided_on_another_instance_runs_the_edited_arguments(
         [decision] = await second.log.query(AuditQuery(kinds=(EventKind.DECISION,)))
         assert decision.args_summary == {"key": "PAY-104", "resolution": "Alert fixed"}
         assert decision.edited_args_summary == {"key": "PAY-104", "resolution": "Duplicate"}
+
+
+async def test_a_decision_mints_one_fresh_token_and_its_call_carries_that_one(
+    agent_env: AgentEnv, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    users = await link_all(agent_env)
+    alice, broker = users["alice"], agent_env.harness.broker
+    async with instance(agent_env, sqlite_url, users, close_model()) as one:
+        approval_id, _ = await request_close(one, alice)
+        handed: list[str] = []  # every token the broker hands out from here on
+        others: list[str] = []  # minted for another decision of alice's meanwhile
+        real_get_token, real_execute = broker.get_token, one.agent.execute
+
+        async def get_token(identity: Identity, server: str) -> Any:
+            token = await real_get_token(identity, server)
+            handed.append(token.value)
+            return token
+
+        async def execute(*args: Any, **kwargs: Any) -> Any:
+            # Between this decision's check and its call, another click on one of alice's
+            # cards mints her next fresh token (its own check).
+            await broker.invalidate(alice, "ticketing")
+            others.append((await real_get_token(alice, "ticketing")).value)
+            return await real_execute(*args, **kwargs)
+
+        sent: list[str] = []  # the Authorization header of each tools/call, at the wire
+        real_send = httpx.AsyncClient.send
+
+        async def send(self: httpx.AsyncClient, request: httpx.Request, **kw: Any) -> Any:
+            if b'"tools/call"' in request.content:
+                sent.append(request.headers.get("authorization", ""))
+            return await real_send(self, request, **kw)
+
+        monkeypatch.setattr(broker, "get_token", get_token)
+        monkeypatch.setattr(one.agent, "execute", execute)
+        monkeypatch.setattr(httpx.AsyncClient, "send", send)
+        exchanges = broker.metrics.exchanges
+        report = await one.service.decide(users["bob"], approval_id, APPROVE)
+        assert report.approval.status is ApprovalStatus.SUCCEEDED
+        # The decision's one fresh token (its check) and the other decision's: no third.
+        assert broker.metrics.exchanges - exchanges == 2
+        assert handed[0] not in others
+        # The write went out with the token minted for this decision, asked for once.
+        assert sent[0] == f"Bearer {handed[0]}"
+        assert handed.count(handed[0]) == 1
+        assert len(await closes(agent_env)) == 1

@@ -60,6 +60,10 @@ async def test_approve_runs_the_write_once_as_the_requester(harness: Harness) ->
     # Fresh tokens were minted for the requester, never the approver.
     assert harness.broker.invalidated == [("alice", "ticketing")]
     assert harness.broker.minted == [("alice", "ticketing")]
+    # ...and the call was handed that token, to carry instead of asking for another.
+    assert [{s: t.audience for s, t in given.items()} for given in harness.resumer.tokens] == [
+        {"ticketing": "aud:ticketing"}
+    ]
     assert [r[0] for r in harness.resumer.resumes] == ["alice"]
 
 

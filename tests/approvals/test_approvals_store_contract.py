@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import event
 
 from approvals import (
     EXPIRY_DECIDER,
@@ -20,6 +21,7 @@ from approvals import (
     ApprovalStatus,
     ApprovalStore,
     MemoryApprovalStore,
+    NotAuthorisedError,
     ReadRef,
     SqlApprovalStore,
 )
@@ -207,6 +209,77 @@ async def test_concurrent_claims_across_instances_have_exactly_one_winner(
     stored = await second.get("apr-1")
     assert stored is not None
     assert stored.decided_by == winner
+
+
+async def test_a_checked_claim_claims_what_the_check_gives_and_nothing_it_refuses(
+    store: ApprovalStore,
+) -> None:
+    await store.create(make_approval())
+    seen: list[Approval] = []
+
+    def refuse(approval: Approval) -> tuple[ActionDecision, ...]:
+        seen.append(approval)
+        raise NotAuthorisedError("not in the approver group")
+
+    with pytest.raises(NotAuthorisedError):
+        await store.claim_checked("apr-1", "bob", refuse, NOW)
+    assert [a.status for a in seen] == [ApprovalStatus.PENDING]
+    assert await store.get("apr-1") == make_approval()  # nothing claimed
+    edited = (ActionDecision("edit", args={"ticket_id": "PAY-7", "resolution": "dup"}),)
+    claimed = await store.claim_checked("apr-1", "bob", lambda _: edited, NOW)
+    assert (claimed.status, claimed.decided_by, claimed.decisions) == (
+        ApprovalStatus.DECIDING,
+        "bob",
+        edited,
+    )
+    assert await store.get("apr-1") == claimed
+    # A check that lets a stale read through still loses the conditional write.
+    with pytest.raises(AlreadyDecidedError) as lost:
+        await store.claim_checked("apr-1", "carol", lambda _: APPROVE, NOW)
+    assert lost.value.decided_by == "bob"
+    with pytest.raises(ApprovalNotFoundError):
+        await store.claim_checked("nope", "bob", lambda _: APPROVE, NOW)
+    await store.create(make_approval("apr-2"))
+    with pytest.raises(ApprovalExpiredError):
+        await store.claim_checked("apr-2", "bob", lambda _: APPROVE, NOW + timedelta(hours=1))
+
+
+async def test_concurrent_checked_claims_across_instances_have_exactly_one_winner(
+    instances: StoreFactory,
+) -> None:
+    first, second = instances(), instances()
+    await first.create(make_approval())
+
+    async def attempt(i: int) -> str:
+        target = first if i % 2 == 0 else second
+        try:
+            await target.claim_checked("apr-1", f"approver-{i}", lambda _: APPROVE, NOW)
+        except AlreadyDecidedError as lost:
+            return f"lost:{lost.decided_by}"
+        return f"won:approver-{i}"
+
+    results = await asyncio.gather(*(attempt(i) for i in range(20)))
+    [winner] = [r.removeprefix("won:") for r in results if r.startswith("won:")]
+    assert {r for r in results if not r.startswith("won:")} <= {f"lost:{winner}", "lost:None"}
+    stored = await second.get("apr-1")
+    assert stored is not None
+    assert stored.decided_by == winner
+
+
+@pytest.mark.postgres
+async def test_a_click_reads_and_claims_in_one_transaction_on_postgres(postgres_url: str) -> None:
+    engine = create_engine(postgres_url)
+    began: list[object] = []
+    event.listen(engine.sync_engine, "begin", began.append)
+    try:
+        store = SqlApprovalStore(engine)
+        await store.create(make_approval())
+        began.clear()
+        claimed = await store.claim_checked("apr-1", "bob", lambda _: APPROVE, NOW)
+        assert claimed.status is ApprovalStatus.DECIDING
+        assert len(began) == 1  # was a read and then a claim, each its own transaction
+    finally:
+        await engine.dispose()
 
 
 async def test_reclaim_takes_only_a_stale_deciding_approval_once(instances: StoreFactory) -> None:

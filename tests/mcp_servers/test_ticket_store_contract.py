@@ -123,3 +123,22 @@ async def test_change_log_is_append_only(two_stores: tuple[TicketStore, TicketSt
             async with first.engine.begin() as conn:
                 await conn.execute(sa.text(statement))
     assert len(await first.all_changes()) == 1
+
+
+async def test_a_comments_result_is_the_ticket_as_stored_after_it(
+    two_stores: tuple[TicketStore, TicketStore],
+) -> None:
+    # add_comment builds its answer from its first read plus the new comment (no second
+    # read under the write lock): it must still equal what the store holds afterwards, and
+    # a repeat with the same key must answer the same.
+    first, _ = two_stores
+    before = await first.get(ALICE, "PAY-101")
+    result = await first.add_comment(ALICE, "PAY-101", "Looking into it.", "comment-key-0001")
+    stored = await first.get(ALICE, "PAY-101")
+    assert result == stored
+    assert len(result.comments) == len(before.comments) + 1
+    assert result.comments[-1].body == "Looking into it."
+    assert result.comments[-1].author == "alice"
+    assert result.updated_at != before.updated_at
+    again = await first.add_comment(ALICE, "PAY-101", "Looking into it.", "comment-key-0001")
+    assert again == stored
