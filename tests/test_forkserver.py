@@ -103,6 +103,12 @@ async def test_a_signal_reaches_the_command_and_a_killed_client_takes_it_down(
     served_by = [pid for pid in _children_of_the_server() if _alive(pid)]
     assert served_by
     assert proc.pid not in served_by  # a process of its own, not the client
+    for pid in served_by:  # a command killed (as a crash test's kills itself): so is the client
+        os.kill(pid, signal.SIGKILL)
+    assert await asyncio.wait_for(proc.wait(), 60) == -signal.SIGKILL
+
+    proc, url = await _serving(forkserver.command(*args), env)
+    served_by = [pid for pid in _children_of_the_server() if _alive(pid)]
     proc.kill()
     await proc.wait()
     for _ in range(600):  # SIGKILL cannot be forwarded: the server kills the command
