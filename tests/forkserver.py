@@ -31,6 +31,7 @@ import json
 import os
 import pkgutil
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -103,7 +104,9 @@ def _run_child(request: dict[str, object], fds: list[int]) -> int:
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
-    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+    # The dispositions a fresh interpreter starts with (SIGPIPE and SIGXFSZ stay ignored, as
+    # Python sets them at start-up: a write to a closed socket is an EPIPE error, not death).
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.chdir(str(request["cwd"]))
@@ -155,6 +158,7 @@ def serve(path: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
+    parent = os.getppid()
     reader, writer = os.pipe()
     os.set_blocking(reader, False)
     os.set_blocking(writer, False)
@@ -166,7 +170,9 @@ def serve(path: str) -> None:
     children: dict[int, socket.socket] = {}  # pid -> its client's connection
     print("ready", flush=True)
     while True:
-        for key, _events in selector.select():
+        if os.getppid() != parent:
+            return  # the test process is gone (killed, or it skipped its atexit handlers)
+        for key, _events in selector.select(timeout=1.0):
             if key.data == "accept":
                 conn, _ = listener.accept()
                 request, fds = _receive(conn)
@@ -233,7 +239,7 @@ class _Server:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
         )
-        atexit.register(self._stop, self._process)
+        atexit.register(self._stop, self._process, self._path)
         assert self._process.stdout is not None
         deadline = time.monotonic() + START_TIMEOUT
         line = self._process.stdout.readline()
@@ -241,11 +247,12 @@ class _Server:
             raise RuntimeError(f"the opsbot fork server did not start: {line!r}")
 
     @staticmethod
-    def _stop(process: subprocess.Popen[bytes]) -> None:
+    def _stop(process: subprocess.Popen[bytes], path: str) -> None:
         if process.poll() is None:
             process.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=10)
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
     def pid(self) -> int:
         self.socket_path()

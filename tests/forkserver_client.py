@@ -7,6 +7,7 @@ directory and umask; forwards the signals it gets to the child; and exits as the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -50,7 +51,9 @@ def main() -> None:
     status = int(reply[1])
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        if sig in FORWARDED:  # SIGKILL and the like have no handler to reset
+        # Die of it too (SIGPIPE is ignored here, as in any Python process); SIGKILL and
+        # SIGSTOP have no disposition to set.
+        with contextlib.suppress(OSError):
             signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status))

@@ -90,9 +90,10 @@ async def test_a_signal_reaches_the_command_and_a_killed_client_takes_it_down(
 ) -> None:
     env = {"OPSBOT_DATA_DIR": str(tmp_path), "OPSBOT_DATABASE_URL": ""}
     args = ("idp", "serve", "--port", "0")
-    codes = []
+    codes, ignores = [], []
     for argv in ([OPSBOT, *args], forkserver.command(*args)):
         proc, url = await _serving(argv, env)
+        ignores.append(_ignored(proc.pid))  # the real script's; then the forked one's client
         async with httpx.AsyncClient() as http:
             assert (await http.get(f"{url}/.well-known/openid-configuration")).status_code == 200
         proc.send_signal(signal.SIGINT)
@@ -103,6 +104,8 @@ async def test_a_signal_reaches_the_command_and_a_killed_client_takes_it_down(
     served_by = [pid for pid in _children_of_the_server() if _alive(pid)]
     assert served_by
     assert proc.pid not in served_by  # a process of its own, not the client
+    for pid in served_by:  # signals ignored as in a fresh interpreter: SIGPIPE, for one
+        assert _ignored(pid) == ignores[0]
     for pid in served_by:  # a command killed (as a crash test's kills itself): so is the client
         os.kill(pid, signal.SIGKILL)
     assert await asyncio.wait_for(proc.wait(), 60) == -signal.SIGKILL
@@ -117,6 +120,13 @@ async def test_a_signal_reaches_the_command_and_a_killed_client_takes_it_down(
         await asyncio.sleep(0.05)
     else:
         raise AssertionError(f"the command outlived its killed client: {served_by}")
+
+
+def _ignored(pid: int) -> set[int]:
+    """The signals process ``pid`` ignores (``SigIgn`` in /proc)."""
+    with open(f"/proc/{pid}/status") as status:
+        mask = int(next(line for line in status if line.startswith("SigIgn:")).split()[1], 16)
+    return {sig for sig in range(1, 65) if mask & (1 << (sig - 1))}
 
 
 def _children_of_the_server() -> list[int]:
