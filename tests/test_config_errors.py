@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import forkserver
+
 OPSBOT = str(Path(sys.executable).parent / "opsbot")
 KEY = "0" * 43 + "="  # 32 zero bytes, url-safe base64: a valid Fernet key
 SLACK = {"SLACK_BOT_TOKEN": "xoxb-test", "SLACK_SIGNING_SECRET": "signing"}
@@ -22,14 +24,16 @@ SERVER = '{"name":"ticketing","url":"http://127.0.0.1:1/mcp","audience":"http://
 
 
 def opsbot(
-    *args: str, env: dict[str, str], cwd: Path, timeout: float = 60
+    *args: str, env: dict[str, str], cwd: Path, timeout: float = 60, forked: bool = False
 ) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run ``opsbot ARGS`` with only ``env`` (no OPSBOT_/SLACK_ from the caller's shell)."""
+    """Run ``opsbot ARGS`` with only ``env`` (no OPSBOT_/SLACK_ from the caller's shell).
+    ``forked``: from the fork server (tests/forkserver.py), for the tests that neither time the
+    start nor look at its imports; the real script costs ~3 s of CPU once it imports the stack."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPSBOT_", "SLACK_"))}
     clean["OPSBOT_DATA_DIR"] = str(cwd / "data")
     started = time.perf_counter()
     result = subprocess.run(
-        [OPSBOT, *args],
+        forkserver.command(*args) if forked else [OPSBOT, *args],
         env={**clean, **env},
         cwd=cwd,
         capture_output=True,
@@ -230,7 +234,7 @@ def test_a_setting_found_wrong_while_loading_is_one_line_too(
     line naming the variable, exit 2."""
     (tmp_path / "policy.yaml").write_text("tools: [\n")
     result, _ = opsbot(
-        "sweep", env={"OPSBOT_BROKER__LINK_ENCRYPTION_KEY": KEY, **env}, cwd=tmp_path
+        "sweep", env={"OPSBOT_BROKER__LINK_ENCRYPTION_KEY": KEY, **env}, cwd=tmp_path, forked=True
     )
     assert_one_line(result, variable, *says)
 
@@ -282,7 +286,7 @@ def shell_umask() -> Iterator[None]:
 
 
 def test_files_opsbot_creates_are_owner_only(tmp_path: Path, shell_umask: None) -> None:
-    result, _ = opsbot("migrate", env={}, cwd=tmp_path)
+    result, _ = opsbot("migrate", env={}, cwd=tmp_path, forked=True)
     assert result.returncode == 0, result.stderr
     data = tmp_path / "data"
     assert stat.S_IMODE(data.stat().st_mode) == 0o700

@@ -1,23 +1,22 @@
-"""The ``opsbot`` command line, run as a user runs it (a subprocess)."""
+"""The ``opsbot`` command line, run as a user runs it (a subprocess, forked from the fork server
+of tests/forkserver.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect
 
 from infra.storage import create_engine
-
-OPSBOT = str(Path(sys.executable).parent / "opsbot")
+from tests import forkserver
 
 
 def _opsbot(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [OPSBOT, *args],
+        forkserver.command(*args),
         env={**os.environ, **env},
         capture_output=True,
         text=True,

@@ -5,18 +5,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
-OPSBOT = str(Path(sys.executable).parent / "opsbot")
+from tests import forkserver
+
 APP_ID = "00000000-0000-4000-8000-0000000b0771"
 
 
 def _opsbot(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPSBOT_", "SLACK_"))}
     return subprocess.run(
-        [OPSBOT, *args],
+        forkserver.command(*args),
         env={**clean, "OPSBOT_DATA_DIR": str(cwd), **env},
         cwd=cwd,
         capture_output=True,

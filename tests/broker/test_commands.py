@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import re
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import httpx
 import pytest
 
 from opsbot.cli import main
+from tests import forkserver
 
 
 def test_idp_users_lists_the_directory(capsys: pytest.CaptureFixture[str]) -> None:
@@ -27,10 +27,7 @@ def test_idp_users_lists_the_directory(capsys: pytest.CaptureFixture[str]) -> No
 async def running(*argv: str, env: dict[str, str]) -> AsyncIterator[str]:
     """Start ``opsbot ARGV`` and yield the first URL it prints; stop it by its pid."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "opsbot.cli",
-        *argv,
+        *forkserver.command(*argv),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **env},

@@ -6,7 +6,6 @@ import asyncio
 import os
 import re
 import secrets
-import sys
 from pathlib import Path
 
 import psycopg
@@ -17,18 +16,15 @@ from sqlalchemy.engine import make_url
 from infra.settings import Settings
 from mcp_servers.database import deprovision
 from testing.mcp import TestIssuer, directory_grants, http_refusal, mcp_session
+from tests import forkserver
 from tests.mcp_servers.test_ticketing import data
-
-OPSBOT = str(Path(sys.executable).parent / "opsbot")
 
 
 async def _start(
     name: str, issuer: TestIssuer, data_dir: Path, *extra: str
 ) -> tuple[asyncio.subprocess.Process, str]:
     process = await asyncio.create_subprocess_exec(
-        OPSBOT,
-        "mcp",
-        name,
+        *forkserver.command("mcp", name),
         "--port",
         "0",
         "--issuer",

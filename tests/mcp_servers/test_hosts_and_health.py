@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,7 @@ from infra.settings import Settings
 from mcp_servers import ReferenceServers, start_reference_servers
 from mcp_servers.hosts import normalize_allowed_host, transport_security
 from testing.mcp import MintToken, TestIssuer, directory_grants
-
-OPSBOT = str(Path(sys.executable).parent / "opsbot")
+from tests import forkserver
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -172,9 +170,7 @@ async def _spawn(
     issuer: TestIssuer, data_dir: Path, env: dict[str, str], *extra: str
 ) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        OPSBOT,
-        "mcp",
-        "ticketing",
+        *forkserver.command("mcp", "ticketing"),
         "--port",
         "0",
         "--issuer",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 from datetime import datetime, timedelta
 
 import pytest
@@ -25,6 +24,7 @@ from infra.storage import create_engine
 from infra.storage.schema import approvals, audit_events, chat_approval_messages, threads
 from opsbot.cli import build_parser
 from opsbot.retention import prune_audit, prune_threads
+from tests import forkserver
 
 NOW = utc_now()
 OLD = NOW - timedelta(days=100)
@@ -241,10 +241,7 @@ async def test_prune_audit_needs_its_own_setting(
 async def test_opsbot_prune_as_a_process(database_url: str, world: dict[str, str]) -> None:
     env = {**os.environ, "OPSBOT_DATABASE_URL": database_url, "OPSBOT_RETENTION__THREAD_DAYS": "30"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "opsbot.cli",
-        "prune",
+        *forkserver.command("prune"),
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -22,6 +22,7 @@ from cryptography.fernet import Fernet
 from mcp_servers import ReferenceServers
 from testing.identity import RunningIdp, sign_in_at_login_page
 from testing.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack, SlackSender
+from tests import forkserver
 
 _LISTENING = re.compile(r"listening on (http://\S+?)/slack/events")
 # One Fernet key per test run: every instance must read the links the others stored.
@@ -62,6 +63,12 @@ def app_env(
     return env
 
 
+def _command(forked: bool, *args: str) -> list[str]:
+    if forked:
+        return forkserver.command(*args)
+    return [sys.executable, "-m", "opsbot.cli", *args]
+
+
 @dataclass
 class AppProcess:
     url: str
@@ -93,11 +100,15 @@ async def _collect(stream: asyncio.StreamReader, lines: list[str]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def opsbot_slack(env: Mapping[str, str], *, bound: float) -> AsyncIterator[AppProcess]:
+async def opsbot_slack(
+    env: Mapping[str, str], *, bound: float, forked: bool = False
+) -> AsyncIterator[AppProcess]:
     """``opsbot slack`` on a free loopback port; stopped (SIGTERM, then SIGKILL) on exit.
-    Fails if the process exits before it serves."""
+    Fails if the process exits before it serves. ``forked``: from the fork server
+    (tests/forkserver.py), for tests that never SIGKILL it from outside (a kill the server can
+    only pass on after the test saw the process gone); the others start it from scratch."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "opsbot.cli", "slack", "--host", "127.0.0.1", "--port", "0",
+        *_command(forked, "slack", "--host", "127.0.0.1", "--port", "0"),
         env=dict(env), cwd=os.getcwd(),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -120,13 +131,16 @@ async def opsbot_slack(env: Mapping[str, str], *, bound: float) -> AsyncIterator
 
 @contextlib.asynccontextmanager
 async def opsbot_slacks(
-    env: Mapping[str, str], count: int, *, bound: float
+    env: Mapping[str, str], count: int, *, bound: float, forked: bool = False
 ) -> AsyncIterator[list[AppProcess]]:
     """``count`` ``opsbot slack`` processes started at once (not one after the other: each
     start imports the whole app); all stopped on exit, also when one fails to start."""
     async with contextlib.AsyncExitStack() as stack:
         started = await asyncio.gather(
-            *(stack.enter_async_context(opsbot_slack(env, bound=bound)) for _ in range(count)),
+            *(
+                stack.enter_async_context(opsbot_slack(env, bound=bound, forked=forked))
+                for _ in range(count)
+            ),
             return_exceptions=True,
         )
         for outcome in started:
@@ -147,10 +161,12 @@ async def _listening(proc: asyncio.subprocess.Process, lines: list[str]) -> str:
         await asyncio.sleep(0.05)
 
 
-async def opsbot_migrate(env: Mapping[str, str], *, bound: float) -> tuple[int, str]:
+async def opsbot_migrate(
+    env: Mapping[str, str], *, bound: float, forked: bool = False
+) -> tuple[int, str]:
     """Run ``opsbot migrate`` to completion: its exit code and output."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "opsbot.cli", "migrate",
+        *_command(forked, "migrate"),
         env=dict(env), cwd=os.getcwd(),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip

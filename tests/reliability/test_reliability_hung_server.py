@@ -63,7 +63,7 @@ async def test_a_hung_ticketing_server_costs_its_timeout_not_300_seconds(
                 server["timeout_s"] = 1.0
         env["OPSBOT_MCP_SERVERS"] = json.dumps(servers)
         async with (
-            opsbot_slack(env, bound=BOUND) as app,
+            opsbot_slack(env, bound=BOUND, forked=True) as app,
             aiohttp.ClientSession() as session,
         ):
             sender = SlackSender(app.url, session=session)

@@ -5,6 +5,9 @@ the fake Slack, SIGKILLs itself at one point of a turn (``OPSBOT_TEST_CRASH_AT``
 question is answered once, its approval card is posted once, and the approved write happens
 exactly once on the ticketing server (its change log).
 
+The process is forked from the fork server (tests/forkserver.py), not started from scratch:
+it kills itself, and the server reports that only once it is dead, as a real exit would be.
+
 One process start per point: the process started after a kill is armed for the next point,
 so a turn is cut at every point in turn and still ends answered once. The points:
 (a) ``job_start``: the message was acknowledged and stored, its job starts;
@@ -122,7 +125,7 @@ async def test_killed_at_each_point_of_a_turn_answers_cards_and_writes_once(
     env: dict[str, str], fake_slack: FakeSlack, reference_servers: ReferenceServers
 ) -> None:
     def armed(point: str) -> Any:
-        return opsbot_slack({**env, "OPSBOT_TEST_CRASH_AT": point}, bound=BOUND)
+        return opsbot_slack({**env, "OPSBOT_TEST_CRASH_AT": point}, bound=BOUND, forked=True)
 
     def thread_texts() -> list[str]:
         return [
@@ -167,7 +170,7 @@ async def test_killed_at_each_point_of_a_turn_answers_cards_and_writes_once(
             assert await _ask(sender, READ, READ_TS) == 200
             await _died(app)
 
-        async with opsbot_slack(env, bound=BOUND) as app:
+        async with opsbot_slack(env, bound=BOUND, forked=True) as app:
             await _until("the read's answer", lambda: _read_answers(fake_slack) != [])
             await fake_slack.settle(quiet=0.5, limit=BOUND)
             assert app.count("test crash point") == 0

@@ -69,7 +69,7 @@ async def test_three_instances_started_at_once_on_a_fresh_database(
     url = _url(fresh_postgres_database, postgres_server_url)
     env = app_env(url, tmp_path, fake_slack, dev_idp, reference_servers)
     expected = SCHEMA_LINE.format(head=head_revision())
-    async with opsbot_slacks(env, 3, bound=BOUND) as apps:
+    async with opsbot_slacks(env, 3, bound=BOUND, forked=True) as apps:
         for app in apps:
             status, body = await app.readyz()
             assert status == 503, body
@@ -86,7 +86,9 @@ async def test_three_instances_started_at_once_on_a_fresh_database(
             assert len(app.lines) < 40, "\n".join(app.lines)  # not thousands
 
         # The release step, run by three deploys at once: they take turns.
-        results = await asyncio.gather(*(opsbot_migrate(env, bound=BOUND) for _ in range(3)))
+        results = await asyncio.gather(
+            *(opsbot_migrate(env, bound=BOUND, forked=True) for _ in range(3))
+        )
         for code, out in results:
             assert code == 0, out
         assert sum("migrated database from empty" in out for _, out in results) == 1, results

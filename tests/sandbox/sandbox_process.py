@@ -1,4 +1,5 @@
-"""Run the real ``opsbot dev`` as a subprocess (every port 0, data in a temp dir).
+"""Run the real ``opsbot dev`` as a subprocess (every port 0, data in a temp dir), forked from
+this test process's fork server (tests/forkserver.py: the same command without its imports).
 
 Example::
 
@@ -15,15 +16,14 @@ import contextlib
 import os
 import re
 import signal
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mcp_servers.ticketing import TicketStore
 from sandbox import PORTS
+from tests import forkserver
 
-OPSBOT = Path(sys.executable).parent / "opsbot"
 READY = re.compile(r"Open (http://\S+) in your browser")
 START_TIMEOUT = 90.0
 
@@ -123,9 +123,7 @@ async def spawn_opsbot_dev(data_dir: Path, *args: str, **env: str) -> AsyncItera
     stderr_path = _stderr_file(data_dir)
     with stderr_path.open("wb") as stderr:
         process = await asyncio.create_subprocess_exec(
-            str(OPSBOT),
-            "dev",
-            *args,
+            *forkserver.command("dev", *args),
             stdout=asyncio.subprocess.PIPE,
             stderr=stderr,
             env=dev_env(data_dir, **env),
