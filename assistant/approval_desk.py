@@ -13,10 +13,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from agent_core import answer as core
-from agent_core.runs import StopSignal
 from agent_core.threads import PlatformRef, ThreadStore
 from approvals.errors import (
     AlreadyDecidedError,
@@ -31,7 +30,6 @@ from approvals.service import ApprovalService, DecisionReport
 from assistant.accounts import Accounts
 from assistant.fanout import ApprovalFanout
 from assistant.outcomes import reason_of, state_of
-from assistant.progress import ProgressRelay
 from assistant.types import (
     AlreadyDecided,
     Answer,
@@ -60,6 +58,11 @@ from broker.errors import BrokerError
 from broker.types import ChatUser, Identity
 from infra.clock import Clock, utc_now
 
+if TYPE_CHECKING:
+    # For the type only: the façade is handed its Agent, it never builds one, so importing
+    # it does not load the agent module (its graph and model code).
+    from agent_core.agent import Agent
+
 log = logging.getLogger(__name__)
 
 _FAR = timedelta(days=3650)
@@ -85,39 +88,14 @@ class Recovered:
     finished: list[Decided]
 
 
-class AgentPort(Protocol):
-    """What the façade needs from ``agent_core.Agent``."""
-
-    async def run(
-        self,
-        identity: Identity,
-        thread_id: str,
-        message: str,
-        *,
-        progress: ProgressRelay | None = None,
-        stop: StopSignal | None = None,
-        answer: Callable[[str], Awaitable[None]] | None = None,
-    ) -> core.RunResult: ...
-
-    async def resume(
-        self,
-        identity: Identity,
-        thread_id: str,
-        decisions: list[dict[str, Any]],
-        *,
-        stop: StopSignal | None = None,
-    ) -> core.RunResult: ...
-
-    def tool_schema(self, name: str) -> dict[str, Any] | None: ...
-
-
 @dataclass(eq=False, repr=False)
 class ApprovalDesk(Accounts):
     """Decisions, sweeps, notices and App Home's approval lists, on top of ``Accounts``
     (``Assistant``'s next fields are these)."""
 
     threads: ThreadStore
-    agent: AgentPort
+    # Typed as the Agent itself (no port restating its signatures): every caller passes one.
+    agent: Agent
     # The approval service (for operations too: ``opsbot sweep``, ``opsbot reconcile``).
     approvals: ApprovalService
     _: KW_ONLY

@@ -24,7 +24,7 @@ from agent_core import answer as core
 from agent_core.errors import AgentError
 from agent_core.runs import ALREADY_STOPPED, RunRegistry
 from agent_core.threads import NotThreadOwnerError, PlatformRef, ThreadError
-from assistant.approval_desk import AgentPort, ApprovalDesk, Recovered, Recovery, notify_each
+from assistant.approval_desk import ApprovalDesk, Recovered, Recovery, notify_each
 from assistant.progress import ProgressRelay, call_title
 from assistant.types import (
     ApprovalRequested,
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 4000
 
-__all__ = ["AgentPort", "Assistant", "Recovered", "Recovery", "notify_each"]
+__all__ = ["Assistant", "Recovered", "Recovery", "notify_each"]
 
 
 @dataclass(eq=False, repr=False)

@@ -23,6 +23,7 @@ from broker.factory import TokenClientOptions, open_inprocess_broker, open_token
 from broker.inprocess import InProcessBroker, ServerTarget
 from broker.linking import LinkingService
 from broker.links import MemoryLinkStore, TokenCipher
+from broker.login_state import LoginFlow
 from broker.service import build_service_app
 from infra.serving import bind_socket, serve_asgi, socket_url
 
@@ -93,9 +94,8 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
         httpx.AsyncClient() as http,
     ):
         linking = LinkingService(
-            links=links,
+            flow=LoginFlow(links, cipher),
             client=login_client,
-            cipher=cipher,
             redirect_uri="http://127.0.0.1:9/oauth/callback",
         )
         alice = await _link(linking, http, "alice")

@@ -19,6 +19,7 @@ from broker.inprocess import InProcessBroker, ServerTarget
 from broker.linking import LinkingService
 from broker.links import LinkStore, SqlLinkStore, TokenCipher
 from broker.local import LocalIdentityService
+from broker.login_state import LoginFlow
 from broker.mcp_oauth_flow import McpOAuthService, OAuthServer
 from broker.mcp_tokens import SqlMcpTokenStore
 from broker.metrics import BrokerMetrics
@@ -166,13 +167,14 @@ async def open_identity_service(
         open_token_client(**common) as login_client,
         httpx.AsyncClient(timeout=DEFAULT_TIMEOUT) as mcp_http,
     ):
+        # Account links and MCP server connections: one store, key, clock and state lifetime.
+        flow = LoginFlow(
+            links, cipher, clock, timedelta(seconds=settings.broker.link_state_ttl_seconds)
+        )
         linking = LinkingService(
-            links=links,
+            flow=flow,
             client=login_client,
-            cipher=cipher,
             redirect_uri=settings.broker.link_callback_url,
-            clock=clock,
-            state_ttl=timedelta(seconds=settings.broker.link_state_ttl_seconds),
             scope=" ".join(idp.scopes),
             prompt=idp.prompt,
             claims=claims,
@@ -190,17 +192,12 @@ async def open_identity_service(
             else None
         )
         yield LocalIdentityService(
-            broker, linking, _mcp_oauth(settings, engine, links, cipher, mcp_http, clock), sso
+            broker, linking, _mcp_oauth(settings, engine, flow, mcp_http), sso
         )
 
 
 def _mcp_oauth(
-    settings: Settings,
-    engine: AsyncEngine,
-    links: LinkStore,
-    cipher: TokenCipher,
-    http: httpx.AsyncClient,
-    clock: Clock,
+    settings: Settings, engine: AsyncEngine, flow: LoginFlow, http: httpx.AsyncClient
 ) -> McpOAuthService | None:
     """Per-user OAuth for the servers in ``oauth`` mode (none configured: ``None``)."""
     servers = {
@@ -212,11 +209,8 @@ def _mcp_oauth(
         return None
     return McpOAuthService(
         servers,
-        store=SqlMcpTokenStore(engine, clock),
-        logins=links,
-        cipher=cipher,
+        flow=flow,
+        store=SqlMcpTokenStore(engine, flow.clock),
         http=http,
         redirect_uri=settings.broker.mcp_oauth_callback_url,
-        clock=clock,
-        state_ttl=timedelta(seconds=settings.broker.link_state_ttl_seconds),
     )

@@ -3,7 +3,7 @@
 ``start(chat_user)`` returns the IdP's authorization URL (code flow + PKCE + nonce). Its
 ``state`` (``broker.login_state``) is a Fernet token (encrypted and signed) naming a
 single-use pending login stored server-side with the PKCE verifier; it expires after
-``state_ttl``. ``complete(state, code)`` checks the state, redeems the code, validates the ID
+``flow.ttl``. ``complete(state, code)`` checks the state, redeems the code, validates the ID
 token, and stores the link with the refresh token encrypted. Refused states raise
 ``InvalidStateError``.
 
@@ -21,8 +21,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
-from dataclasses import InitVar, dataclass, field, replace
-from datetime import timedelta
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlencode
 
 from broker.claims import ClaimNames, read_profile
@@ -33,10 +32,9 @@ from broker.exchange import (
     TokenEndpointError,
     TokenResponse,
 )
-from broker.links import AccountLink, LinkStore, TokenCipher
-from broker.login_state import NONCE, LoginStates
+from broker.links import AccountLink, LinkStore
+from broker.login_state import NONCE, LoginFlow, LoginStates
 from broker.types import ChatUser
-from infra.clock import Clock, utc_now
 
 LOGIN_SCOPE = "openid profile email offline_access"
 
@@ -52,22 +50,22 @@ class LinkResult:
 class LinkingService:
     """Starts and completes account-linking logins; unlinks."""
 
-    links: LinkStore
+    # The link store, cipher, clock and how long a login link works (``flow.ttl``).
+    flow: LoginFlow
     client: TokenEndpointClient
-    cipher: InitVar[TokenCipher]
     redirect_uri: str
-    clock: Clock = utc_now
-    state_ttl: timedelta = timedelta(minutes=10)  # how long a login link works
     scope: str = LOGIN_SCOPE
     prompt: str | None = None
     claims: ClaimNames = ClaimNames()  # noqa: RUF009 (frozen)
     userinfo_fallback: bool = True
     _states: LoginStates = field(init=False)
 
-    def __post_init__(self, cipher: TokenCipher) -> None:
-        self._states = LoginStates(
-            self.links, cipher, b"opsbot link state v1", self.state_ttl, self.clock, "login link"
-        )
+    def __post_init__(self) -> None:
+        self._states = self.flow.states(b"opsbot link state v1", "login link")
+
+    @property
+    def links(self) -> LinkStore:
+        return self.flow.links
 
     async def start(self, chat_user: ChatUser) -> str:
         """The URL that signs the chat user in at the IdP and comes back to our callback."""
@@ -177,7 +175,7 @@ class LinkingService:
             # OIDC Core 5.3.2: userinfo about another subject must not be used.
             if info.get("sub") == subject:
                 profile = profile.merged(read_profile(info, self.claims))
-        link = AccountLink(chat_user, subject, profile.email or "", self.clock())
+        link = AccountLink(chat_user, subject, profile.email or "", self.flow.clock())
         await self.links.save(link, tokens.refresh_token)
         return LinkResult(
             link=link, name=profile.name or subject, groups=profile.groups or frozenset()

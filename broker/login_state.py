@@ -10,7 +10,8 @@ Fernet token (encrypted, signed, time-stamped) naming the nonce and the caller's
 
 Example::
 
-    states = LoginStates(links, cipher, b"opsbot link state v1", ttl, clock, "login link")
+    flow = LoginFlow(links, cipher, clock, ttl)          # one for both kinds of sign-in
+    states = flow.states(b"opsbot link state v1", "login link")
     started = await states.start(chat_user, {"s": subject})   # started.state, .code_challenge
     fields = states.read(state)                               # {"n": nonce, "s": subject}
     pending = await states.take(fields["n"])                  # PendingLogin (its verifier)
@@ -31,7 +32,7 @@ from cryptography.fernet import Fernet, InvalidToken
 from broker.errors import InvalidStateError
 from broker.links import LinkStore, PendingLogin, TokenCipher
 from broker.types import ChatUser
-from infra.clock import Clock
+from infra.clock import Clock, utc_now
 
 # The state's field naming its pending login; ``start``'s caller cannot override it.
 NONCE = "n"
@@ -52,24 +53,33 @@ class StartedLogin:
     code_challenge: str
 
 
+@dataclass(frozen=True, slots=True)
+class LoginFlow:
+    """What every sign-in started from chat shares, account links and connections to
+    ``auth: oauth`` servers alike: the link store (pending logins, and who is linked), the
+    cipher their keys derive from, the clock and how long a state works. Built once (from
+    the settings) and handed to both services, so the two cannot drift apart."""
+
+    links: LinkStore
+    cipher: TokenCipher
+    clock: Clock = utc_now
+    ttl: timedelta = timedelta(minutes=10)
+
+    def states(self, purpose: bytes, link: str) -> LoginStates:
+        """The states of one kind of sign-in; see ``LoginStates``."""
+        return LoginStates(self, purpose, link)
+
+
 class LoginStates:
     """Issues, checks and spends the states of one kind of sign-in (see the module doc)."""
 
-    def __init__(
-        self,
-        logins: LinkStore,
-        cipher: TokenCipher,
-        purpose: bytes,
-        ttl: timedelta,
-        clock: Clock,
-        link: str,
-    ) -> None:
+    def __init__(self, flow: LoginFlow, purpose: bytes, link: str) -> None:
         """``purpose`` picks this kind's own key (``TokenCipher.derive``): a state of one kind
         never opens as another. ``link`` names the link in refusals a person reads."""
-        self._logins = logins
-        self._key = Fernet(cipher.derive(purpose))
-        self.ttl = ttl
-        self._clock = clock
+        self._logins = flow.links
+        self._key = Fernet(flow.cipher.derive(purpose))
+        self.ttl = flow.ttl
+        self._clock = flow.clock
         self._link = link
 
     async def start(self, chat_user: ChatUser, fields: Mapping[str, str]) -> StartedLogin:

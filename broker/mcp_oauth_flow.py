@@ -34,8 +34,7 @@ from cryptography.fernet import Fernet
 
 from broker.errors import ConnectRequired, InvalidStateError, LinkingError, NotLinkedError
 from broker.exchange import post_token_form
-from broker.links import LinkStore, TokenCipher
-from broker.login_state import NONCE, LoginStates
+from broker.login_state import NONCE, LoginFlow
 from broker.mcp_oauth import (
     AuthorizationServer,
     RegisteredClient,
@@ -44,7 +43,6 @@ from broker.mcp_oauth import (
 )
 from broker.mcp_tokens import McpTokenStore, MemoryMcpTokenStore
 from broker.types import ChatUser, Identity, ServerConnection
-from infra.clock import Clock, utc_now
 from infra.settings import McpOAuthClient
 
 __all__ = ["McpOAuthService", "McpTokenStore", "MemoryMcpTokenStore", "OAuthServer"]
@@ -73,25 +71,20 @@ class McpOAuthService:
         self,
         servers: Mapping[str, OAuthServer],
         *,
+        flow: LoginFlow,
         store: McpTokenStore,
-        logins: LinkStore,
-        cipher: TokenCipher,
         http: httpx.AsyncClient,
         redirect_uri: str,
-        clock: Clock = utc_now,
-        state_ttl: timedelta = timedelta(minutes=10),
         refresh_margin: timedelta = timedelta(seconds=30),
     ) -> None:
         self._servers = dict(servers)
         self._store = store
-        self._logins = logins  # pending connections (single use) and who is linked
-        self._seal = Fernet(cipher.derive(b"opsbot mcp oauth tokens v1"))
-        self._states = LoginStates(
-            logins, cipher, b"opsbot mcp oauth state v1", state_ttl, clock, "connect link"
-        )
+        self._logins = flow.links  # pending connections (single use) and who is linked
+        self._seal = Fernet(flow.cipher.derive(b"opsbot mcp oauth tokens v1"))
+        self._states = flow.states(b"opsbot mcp oauth state v1", "connect link")
         self._http = http
         self.redirect_uri = redirect_uri
-        self._clock = clock
+        self._clock = flow.clock
         self._margin = refresh_margin
         self._setup: dict[str, tuple[AuthorizationServer, RegisteredClient]] = {}
         self._lock = asyncio.Lock()
@@ -115,7 +108,7 @@ class McpOAuthService:
         return " ".join(client.scopes if client and client.scopes else found.scopes_supported)
 
     async def authorize_url(self, identity: Identity, server: str) -> str:
-        """Where ``identity`` connects their account to ``server`` (one use, ``state_ttl``)."""
+        """Where ``identity`` connects their account to ``server`` (one use, for ``flow.ttl``)."""
         found, client = await self._server(server)
         chat_user = await self._asker(identity)
         started = await self._states.start(chat_user, {"s": identity.subject, "m": server})

@@ -38,7 +38,7 @@ from bot.teams.core import (
     ServerConnectRequired,
     Stopped,
 )
-from bot.teams.incoming import TeamsMessage
+from bot.teams.incoming import Conversation, TeamsMessage
 from bot.teams.outbound import TeamsOutbound
 from bot.teams.render import (
     answer_activities,
@@ -52,7 +52,7 @@ from bot.teams.render import (
     typing_activity,
 )
 from bot.teams.sso import SsoLinked, TeamsSso
-from bot.teams.store import Conversation, SqlProcessedActivities
+from bot.teams.store import SqlProcessedActivities
 from bot.teams.streaming import TeamsStream
 from infra.lifecycle import cancel_and_wait
 from infra.storage.faults import is_connection_error
@@ -182,12 +182,12 @@ class TeamsAdapter:
         """Keep the conversation reference (for later proactive posts: a decision's result),
         show typing while the core works, then deliver its reply in the conversation.
         The reference is saved here, after the 202, to keep the acknowledgement to one write."""
-        conversation = conversation_of(message)
+        conversation = message.conversation
         await self.outbound.conversations.save(conversation)
         if len(message.text) > self.config.max_message_chars:
             await self._post(conversation, [note_activity(self._too_long())])
             return
-        stream = self._stream(conversation, message)
+        stream = self._stream(message)
         # Typing until the reply, or until a stream opens (it shows its own updates).
         typing = asyncio.ensure_future(self._keep_typing(conversation, stream))
         try:
@@ -219,14 +219,14 @@ class TeamsAdapter:
             return
         await self.deliver(reply, message)
 
-    def _stream(self, conversation: Conversation, message: TeamsMessage) -> TeamsStream | None:
+    def _stream(self, message: TeamsMessage) -> TeamsStream | None:
         """A stream for the reply in a personal chat (where Teams streams), or ``None``; it
         opens at the run's first event."""
         if not (self.config.streaming and message.is_personal):
             return None
 
         async def send(activities: list[dict[str, Any]]) -> list[str]:
-            return await self.outbound.send(conversation, activities)
+            return await self.outbound.send(message.conversation, activities)
 
         return TeamsStream(
             send, self.config.working_text, every_seconds=self.config.stream_every_seconds
@@ -272,7 +272,7 @@ class TeamsAdapter:
             await asyncio.sleep(self.config.typing_every_seconds)
 
     async def deliver(self, reply: Reply, message: TeamsMessage) -> None:
-        conversation = conversation_of(message)
+        conversation = message.conversation
         if isinstance(reply, LinkRequired):
             await self.sign_in(message, reply.login_url)
             return
@@ -292,11 +292,9 @@ class TeamsAdapter:
             text = reply.text.replace(":black_square_for_stop:", "⏹️")
             await self._post(conversation, [note_activity(text)])
             return
-        await self._waiting(reply, message, conversation)
+        await self._waiting(reply, message)
 
-    async def _waiting(
-        self, reply: ApprovalRequested, message: TeamsMessage, conversation: Conversation
-    ) -> None:
+    async def _waiting(self, reply: ApprovalRequested, message: TeamsMessage) -> None:
         activities: list[dict[str, Any]] = []
         if reply.answer_so_far is not None and reply.answer_so_far.answer:
             activities.extend(answer_activities(reply.answer_so_far))
@@ -307,7 +305,7 @@ class TeamsAdapter:
                 f"(expires {approval.expires_at:%Y-%m-%d %H:%M} UTC). I'll post the result here."
             )
         )
-        await self._post(conversation, activities)
+        await self._post(message.conversation, activities)
         await self.approvals.post_cards(reply, message)
 
     async def sign_in(self, message: TeamsMessage, login_url: str) -> None:
@@ -326,12 +324,12 @@ class TeamsAdapter:
         """A card bound to the asker goes to their personal chat; a channel thread only hears
         that it was sent privately."""
         if message.is_personal:
-            await self._post(conversation_of(message), [card])
+            await self._post(message.conversation, [card])
             return
         await self.outbound.personal_chat(
-            message.service_url, message.chat_user.team_id, message.user_mri, [card]
+            message.conversation.service_url, message.chat_user.team_id, message.user_mri, [card]
         )
-        await self._post(conversation_of(message), [note_activity(SIGN_IN_SENT_TEXT)])
+        await self._post(message.conversation, [note_activity(SIGN_IN_SENT_TEXT)])
 
     async def _post(self, conversation: Conversation, activities: list[dict[str, Any]]) -> None:
         await self.outbound.send(conversation, activities)
@@ -341,7 +339,7 @@ class TeamsAdapter:
         runs it (that run's own reply says what ran and what never started) and withdraws its
         pending approvals (their cards and the requester's thread say so). Only the thread's
         owner may; anyone else is told so and nothing changes."""
-        conversation = conversation_of(message)
+        conversation = message.conversation
         try:
             result = await self.assistant.stop(message.chat_user, message.ref)
         except Exception as exc:
@@ -372,13 +370,3 @@ class TeamsAdapter:
         """An account link just completed (``/oauth/callback``); nothing to update in Teams
         (the sign-in card is a plain link)."""
         log.info("Teams user linked as %s", who)
-
-
-def conversation_of(message: TeamsMessage) -> Conversation:
-    return Conversation(
-        ref=message.ref,
-        conversation_id=message.conversation_id,
-        conversation_type=message.conversation_type,
-        service_url=message.service_url,
-        reference=message.reference,
-    )

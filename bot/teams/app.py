@@ -37,7 +37,7 @@ from bot.teams.clients import PooledClientFactory
 from bot.teams.config import TeamsBotConfig
 from bot.teams.core import AssistantPort, ChatUser
 from bot.teams.credentials import BotConnections, ClientCredentials
-from bot.teams.incoming import PLATFORM, TeamsMessage, thread_ref
+from bot.teams.incoming import PLATFORM, Conversation, TeamsMessage, thread_ref
 from bot.teams.outbound import TeamsOutbound
 from bot.teams.sso import register_sso_off
 from bot.teams.store import SqlConversations, SqlProcessedActivities
@@ -97,13 +97,15 @@ def message_from(activity: Activity) -> TeamsMessage | None:
         chat_user=ChatUser(PLATFORM, str(tenant), str(sender.aad_object_id)),
         user_mri=str(sender.id or ""),
         user_name=str(sender.name or ""),
-        ref=thread_ref(str(tenant), conversation_id, kind),
         text=(activity.text or "").strip(),
         activity_id=str(activity.id),
-        conversation_id=conversation_id,
-        conversation_type=kind,
-        service_url=str(activity.service_url),
-        reference=reference.model_dump(by_alias=True, exclude_none=True, mode="json"),
+        conversation=Conversation(
+            ref=thread_ref(str(tenant), conversation_id, kind),
+            conversation_id=conversation_id,
+            conversation_type=kind,
+            service_url=str(activity.service_url),
+            reference=reference.model_dump(by_alias=True, exclude_none=True, mode="json"),
+        ),
     )
 
 

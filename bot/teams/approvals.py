@@ -147,12 +147,12 @@ class TeamsApprovals:
     async def post_cards(self, reply: ApprovalRequested, message: TeamsMessage) -> None:
         """One card per approval of a request made in Teams, each a new thread in the
         approvals channel."""
-        self.service_url = self.service_url or message.service_url
+        self.service_url = self.service_url or message.conversation.service_url
         for summary in reply.all:
             try:
                 await self.post_card(
                     summary.approval_id,
-                    message.service_url,
+                    message.conversation.service_url,
                     message.chat_user.team_id,
                     requester=(message.ref.channel_id, message.ref.thread_ts),
                 )

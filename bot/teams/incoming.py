@@ -23,26 +23,38 @@ _MESSAGE_ID = ";messageid="
 
 
 @dataclass(frozen=True, slots=True)
-class TeamsMessage:
-    chat_user: ChatUser
-    user_mri: str
-    user_name: str
+class Conversation:
+    """Where a thread lives in Teams: enough to post in it from any instance."""
+
     ref: PlatformRef
-    text: str
-    activity_id: str
     conversation_id: str
     conversation_type: str
     service_url: str
     # ConversationReference (the SDK's model, dumped by alias): where to answer.
     reference: dict[str, Any]
 
+
+@dataclass(frozen=True, slots=True)
+class TeamsMessage:
+    chat_user: ChatUser
+    user_mri: str
+    user_name: str
+    text: str
+    activity_id: str
+    # Where it was posted (its thread) and how to answer there.
+    conversation: Conversation
+
+    @property
+    def ref(self) -> PlatformRef:
+        return self.conversation.ref
+
     @property
     def delivery_id(self) -> str:
-        return delivery_id(self.conversation_id, self.activity_id)
+        return delivery_id(self.conversation.conversation_id, self.activity_id)
 
     @property
     def is_personal(self) -> bool:
-        return self.conversation_type == "personal"
+        return self.conversation.conversation_type == "personal"
 
     @property
     def user_key(self) -> str:
@@ -50,6 +62,8 @@ class TeamsMessage:
         return f"teams:{self.chat_user.team_id}:{self.chat_user.user_id}"
 
     def to_payload(self) -> dict[str, Any]:
+        # The stored job's shape stays flat (jobs queued before an upgrade still load).
+        where = self.conversation
         return {
             "chat_user": [self.chat_user.team_id, self.chat_user.user_id],
             "user_mri": self.user_mri,
@@ -57,10 +71,10 @@ class TeamsMessage:
             "ref": [self.ref.team_id, self.ref.channel_id, self.ref.thread_ts],
             "text": self.text,
             "activity_id": self.activity_id,
-            "conversation_id": self.conversation_id,
-            "conversation_type": self.conversation_type,
-            "service_url": self.service_url,
-            "reference": self.reference,
+            "conversation_id": where.conversation_id,
+            "conversation_type": where.conversation_type,
+            "service_url": where.service_url,
+            "reference": where.reference,
         }
 
     @classmethod
@@ -71,13 +85,15 @@ class TeamsMessage:
             chat_user=ChatUser(PLATFORM, tenant, user),
             user_mri=payload["user_mri"],
             user_name=payload["user_name"],
-            ref=PlatformRef(PLATFORM, ref_tenant, channel, thread),
             text=payload["text"],
             activity_id=payload["activity_id"],
-            conversation_id=payload["conversation_id"],
-            conversation_type=payload["conversation_type"],
-            service_url=payload["service_url"],
-            reference=payload["reference"],
+            conversation=Conversation(
+                ref=PlatformRef(PLATFORM, ref_tenant, channel, thread),
+                conversation_id=payload["conversation_id"],
+                conversation_type=payload["conversation_type"],
+                service_url=payload["service_url"],
+                reference=payload["reference"],
+            ),
         )
 
 

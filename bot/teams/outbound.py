@@ -25,7 +25,8 @@ from microsoft_agents.hosting.core import TurnContext
 from microsoft_agents.hosting.core.authorization import AuthenticationConstants
 
 from bot.teams.core import PlatformRef
-from bot.teams.store import Conversation, SqlConversations
+from bot.teams.incoming import Conversation
+from bot.teams.store import SqlConversations
 
 log = logging.getLogger(__name__)
 CHANNEL = "msteams"

@@ -8,7 +8,7 @@ decision's result in the requester's thread, or reach a chat proactively.
 Example::
 
     if await SqlProcessedActivities(engine).claim(message.delivery_id):
-        await SqlConversations(engine).save(message.ref, message.conversation_id, ...)
+        await SqlConversations(engine).save(message.conversation)
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,22 +24,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bot.teams.core import PlatformRef
-from bot.teams.incoming import PLATFORM
+from bot.teams.incoming import PLATFORM, Conversation
 from infra.clock import Clock, utc_now
 from infra.storage.schema import processed_events, teams_conversations
 from infra.storage.store import SqlStore
-
-
-@dataclass(frozen=True, slots=True)
-class Conversation:
-    """Where a thread lives in Teams: enough to post in it from any instance."""
-
-    ref: PlatformRef
-    conversation_id: str
-    conversation_type: str
-    service_url: str
-    reference: dict[str, Any]
-
 
 _SQLITE_WRITERS: weakref.WeakKeyDictionary[AsyncEngine, asyncio.Lock] = weakref.WeakKeyDictionary()
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.teams.core import PlatformRef
-from bot.teams.incoming import CHAT_THREAD, delivery_id, short_key, thread_ref
-from bot.teams.store import Conversation, SqlConversations, SqlProcessedActivities
+from bot.teams.incoming import CHAT_THREAD, Conversation, delivery_id, short_key, thread_ref
+from bot.teams.store import SqlConversations, SqlProcessedActivities
 
 NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 

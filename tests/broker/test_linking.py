@@ -148,7 +148,7 @@ async def test_expired_state_is_refused(app: LinkingApp) -> None:
     login_url = await app.harness.linking.start(ALICE)
     async with httpx.AsyncClient() as http:
         callback = await login_at_idp(http, login_url, "alice")
-        app.clock.advance(app.harness.linking.state_ttl.total_seconds() + 1)
+        app.clock.advance(app.harness.linking.flow.ttl.total_seconds() + 1)
         late = await http.get(callback)
     assert late.status_code == 400
     assert "expired" in late.text

@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 
 from broker import ChatUser, LocalIdentityService, NotLinkedError
 from broker.links import TokenCipher
+from broker.login_state import LoginFlow
 from broker.mcp_oauth import OAuthDiscoveryError, discover, register
 from broker.mcp_oauth_flow import McpOAuthService, OAuthServer
 from broker.mcp_tokens import McpTokenStore
@@ -95,12 +96,10 @@ def _oauth_service(
     """Per-user OAuth to one server, ``tickets``, for the users ``harness`` links."""
     return McpOAuthService(
         {"tickets": OAuthServer("tickets", server_url)},
+        flow=LoginFlow(harness.linking.links, TokenCipher(TokenCipher.generate_key()), clock),
         store=store,
-        logins=harness.linking.links,
-        cipher=TokenCipher(TokenCipher.generate_key()),
         http=http,
         redirect_uri=redirect_uri,
-        clock=clock,
     )
 
 
@@ -256,7 +255,7 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
 
 
 async def test_connect_links_are_single_use_expire_and_stay_with_their_user(node: str) -> None:
-    """A *Connect <server>* link works once, for ``state_ttl``, and only while the chat user
+    """A *Connect <server>* link works once, for the flow's ``ttl``, and only while the chat user
     who asked is still linked to the same company account; each refusal is a clear 400."""
 
     from broker.mcp_oauth import ConnectRequired
