@@ -145,6 +145,7 @@ async def cards_bench(
                 service = ApprovalService(
                     store, log, agent, agent, identities.resolve_subject, identities
                 )
+                stages.wrap(store, "claim_checked", "claim start", lambda a, *_, **__: a)
                 stages.wrap(
                     store, "claim_checked", "CAS decided", lambda a, *_, **__: a, after=True
                 )
@@ -169,6 +170,11 @@ async def cards_bench(
                     return [alice, bob]
 
                 assistant = Assistant(identities, threads, agent, service, people=people)
+                # The click's own task from here on: the approver's check is timed in it
+                stages.wrap(
+                    assistant, "decide", "decide start", lambda _u, a, *_, **__: a, binds=True
+                )
+                stages.wrap(identities, "resolve", "approver checked", after=True)
                 config = SlackBotConfig(
                     bot_token=BOT_TOKEN,
                     signing_secret=SIGNING_SECRET,
