@@ -62,7 +62,7 @@ async def cards_bench(
     from bot.slack.front import AckFront
     from broker import ChatUser, LocalIdentityService
     from infra.serving import bind_socket
-    from infra.storage import create_engine, migrate
+    from infra.storage import create_engine, migrate, warm_pool
     from testing.agent import FunctionChatModel, call, final, tool_results
     from testing.slack import (
         APPROVALS_CHANNEL_ID,
@@ -122,6 +122,7 @@ async def cards_bench(
     async def app() -> AsyncIterator[tuple[str, AuditLog]]:
         engine = create_engine(url, pool_size=20, max_overflow=20)
         await migrate(engine)
+        await warm_pool(engine, 20)  # as opsbot.wiring.open_assistant does at start
 
         @sa_event.listens_for(engine.sync_engine, "begin")
         def counted(_conn: Any) -> None:
@@ -145,6 +146,7 @@ async def cards_bench(
                 service = ApprovalService(
                     store, log, agent, agent, identities.resolve_subject, identities
                 )
+                stages.wrap(store, "claim_checked", "claim start", lambda a, *_, **__: a)
                 stages.wrap(
                     store, "claim_checked", "CAS decided", lambda a, *_, **__: a, after=True
                 )
@@ -169,6 +171,11 @@ async def cards_bench(
                     return [alice, bob]
 
                 assistant = Assistant(identities, threads, agent, service, people=people)
+                # The click's own task from here on: the approver's check is timed in it
+                stages.wrap(
+                    assistant, "decide", "decide start", lambda _u, a, *_, **__: a, binds=True
+                )
+                stages.wrap(identities, "resolve", "approver checked", after=True)
                 config = SlackBotConfig(
                     bot_token=BOT_TOKEN,
                     signing_secret=SIGNING_SECRET,

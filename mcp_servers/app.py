@@ -167,6 +167,12 @@ class ScopedServer:
                 # Also checked by the gate, before auth; the SDK checks again on the MCP route.
                 transport_security=self.transport_security,
                 streamable_http_path=urlparse(self.auth.audience).path.rstrip("/") or "/mcp",
+                # Each request answered with one JSON body, not an event stream: no tool here
+                # sends progress or log messages mid-call, and the stream (a response task
+                # group, its watcher and ping tasks, SSE framing on both ends) was about a
+                # third of the server's CPU per call; twenty approved writes arriving at once
+                # queue on it. Streamable HTTP allows either; the clients read both.
+                json_response=True,
             )
 
     def tool(

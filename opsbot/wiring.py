@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,8 @@ from infra.settings import Settings
 if TYPE_CHECKING:
     from agent_core import Agent
 
+log = logging.getLogger(__name__)
+
 
 @contextlib.asynccontextmanager
 async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> AsyncIterator[Assistant]:
@@ -40,7 +43,7 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
     from audit import AuditLog, AuditObserver, SqlAuditSink
     from broker.factory import open_identity_service
     from broker.local import LocalIdentityService
-    from infra.storage import create_engine
+    from infra.storage import create_engine, warm_pool
     from opsbot.operations import open_operations
 
     url = settings.resolved_database_url
@@ -50,6 +53,13 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
     # known in advance (README, Scaling).
     engine = create_engine(url, pool_name="app", pool_size=pools.app, max_overflow=pools.app)
     try:
+        # The pool's connections open now, not on the first burst of clicks after a start
+        # (each would pay a PostgreSQL connect on its way to its claim). Best effort: a
+        # database not up yet is the later steps' to report, and the pool opens on demand.
+        try:
+            await warm_pool(engine, pools.app)
+        except Exception as exc:
+            log.warning("app pool not warmed at start: %s", type(exc).__name__)
         async with (
             open_identity_service(settings, engine, clock=clock) as identities,
             open_checkpointer(url, pool_size=pools.checkpointer) as saver,

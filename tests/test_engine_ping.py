@@ -4,15 +4,16 @@ back-to-back transactions cost no extra round trip, and a connection that died w
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from infra.storage import create_engine
+from infra.storage import create_engine, warm_pool
 
 pytestmark = pytest.mark.postgres
 
@@ -109,5 +110,36 @@ async def test_an_engine_without_idle_pings_never_pings(postgres_url: str) -> No
         clock.now += 3600.0
         await backend_pid(engine)
         assert pings == []
+    finally:
+        await engine.dispose()
+
+
+async def test_warm_pool_opens_the_pools_connections_before_the_first_burst(
+    postgres_url: str,
+) -> None:
+    """The first burst after a start found an empty pool and opened a connection per
+    concurrent transaction on its way; warmed, it opens none."""
+    engine = create_engine(postgres_url, pool_size=5, max_overflow=5)
+    connects: list[object] = []
+    event.listen(engine.sync_engine, "connect", lambda *_: connects.append(1))
+    try:
+        assert await warm_pool(engine, 5) == 5
+        assert len(connects) == 5
+        assert engine.sync_engine.pool.checkedin() == 5  # type: ignore[attr-defined]
+
+        async def one() -> None:
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT pg_sleep(0.05)"))
+
+        await asyncio.gather(*(one() for _ in range(5)))
+        assert len(connects) == 5  # the burst opened nothing
+    finally:
+        await engine.dispose()
+
+
+async def test_warm_pool_is_a_no_op_for_sqlite(tmp_path: Any) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    try:
+        assert await warm_pool(engine, 3) == 0
     finally:
         await engine.dispose()

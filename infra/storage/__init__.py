@@ -8,7 +8,7 @@ Public API::
     await migrate(engine)            # idempotent: applies what is missing
 """
 
-from infra.storage.engine import async_url, create_engine, is_postgres, sync_url
+from infra.storage.engine import async_url, create_engine, is_postgres, sync_url, warm_pool
 from infra.storage.faults import is_connection_error
 from infra.storage.migrate import (
     SchemaOutOfDateError,
@@ -31,4 +31,5 @@ __all__ = [
     "metadata",
     "migrate",
     "sync_url",
+    "warm_pool",
 ]

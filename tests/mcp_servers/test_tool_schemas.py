@@ -119,6 +119,54 @@ async def test_initialize_over_raw_http_lists_only_tools(
     async with httpx.AsyncClient() as http:
         response = await http.post(reference_servers.docs.url, json=initialize, headers=headers)
     assert response.status_code == 200
-    data_line = next(line for line in response.text.splitlines() if line.startswith("data:"))
-    capabilities = json.loads(data_line.removeprefix("data:"))["result"]["capabilities"]
+    capabilities = _one_answer(response)["result"]["capabilities"]
     assert set(capabilities) - {"experimental"} == {"tools"}, capabilities
+
+
+def _one_answer(response: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC answer of a request, as one JSON body or the data of an event stream."""
+    if response.headers.get("content-type", "").startswith("application/json"):
+        answer: dict[str, Any] = response.json()
+        return answer
+    data_line = next(line for line in response.text.splitlines() if line.startswith("data:"))
+    answer = json.loads(data_line.removeprefix("data:"))
+    return answer
+
+
+async def test_a_tool_call_is_answered_with_one_json_body(
+    reference_servers: ReferenceServers, mcp_token: MintToken
+) -> None:
+    """No event stream per request: nothing is streamed mid-call, and the stream's tasks and
+    framing cost the server (and the client) more CPU than the call (twenty approved writes
+    at once queue on the server's loop)."""
+    headers = {
+        "Authorization": f"Bearer {mcp_token('alice', 'ticketing')}",
+        "Accept": "application/json, text/event-stream",
+    }
+    url = reference_servers.ticketing.url
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    async with httpx.AsyncClient() as http:
+        started = await http.post(url, json=initialize, headers=headers)
+        assert started.headers["content-type"].startswith("application/json"), started.headers
+        session = {**headers, "Mcp-Session-Id": started.headers["mcp-session-id"]}
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert (await http.post(url, json=initialized, headers=session)).status_code == 202
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "get_ticket", "arguments": {"key": "PAY-101"}},
+        }
+        response = await http.post(url, json=call, headers=session)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json"), response.headers
+    assert response.json()["result"]["structuredContent"]["key"] == "PAY-101"
