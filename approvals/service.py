@@ -246,12 +246,7 @@ class ApprovalService:
                 check_decider(approval, approver, now)
                 return self._decisions(approval, decision, edited_tool)
 
-            # An approved call runs now, in this decision: the claim lands in ``executing``
-            # (one conditional write on the click's way to its write, not a claim and then a
-            # move; a rejection lands in ``deciding`` and is finished below).
-            claimed = await self.store.claim_checked(
-                approval_id, approver.subject, check, now, approved_to=ApprovalStatus.EXECUTING
-            )
+            claimed = await self.store.claim_checked(approval_id, approver.subject, check, now)
             await self._record_decisions(claimed)
         return await self._settle(claimed)
 
@@ -389,9 +384,8 @@ class ApprovalService:
                     )
                     await self._record_finished(approval)
                 else:
-                    # Approved but claimed into ``deciding`` (a click claims straight into
-                    # ``executing``; an older instance did not): on to executing in one
-                    # statement, before the call's checks.
+                    # Approved: on to executing in one statement (one transaction per click
+                    # fewer than deciding → approved → executing), before the call's checks.
                     approval = await self.store.advance(
                         approval.approval_id, ApprovalStatus.DECIDING, ApprovalStatus.EXECUTING
                     )

@@ -87,45 +87,29 @@ class ApprovalStore(ABC):
         decided_by: str,
         decisions: Sequence[ActionDecision],
         now: datetime,
-        *,
-        approved_to: ApprovalStatus = ApprovalStatus.DECIDING,
     ) -> Approval:
-        """Atomically move a live approval ``pending → deciding`` for ``decided_by`` (or
-        ``pending → approved_to`` when a decision runs a call: see ``claim_checked``).
+        """Atomically move a live approval ``pending → deciding`` for ``decided_by``.
 
         Raises ``ApprovalNotFoundError``, ``AlreadyDecidedError`` (naming the winner) or
         ``ApprovalExpiredError`` (pending but past ``expires_at`` at ``now``).
         The approval with ``decided_by == EXPIRY_DECIDER`` claims an expired one instead.
         """
-        status = _claimed_status(decisions, approved_to)
-        claimed = await self._claim(approval_id, decided_by, tuple(decisions), now, status)
+        claimed = await self._claim(approval_id, decided_by, tuple(decisions), now)
         if claimed is None:
             raise _claim_refusal(await self.get(approval_id), approval_id, now)
         return claimed
 
     async def claim_checked(
-        self,
-        approval_id: str,
-        decided_by: str,
-        check: DecisionCheck,
-        now: datetime,
-        *,
-        approved_to: ApprovalStatus = ApprovalStatus.DECIDING,
+        self, approval_id: str, decided_by: str, check: DecisionCheck, now: datetime
     ) -> Approval:
         """A click: read the approval, let ``check`` refuse it (raise) or give its
         decisions, then ``claim`` them (the same conditional write: of concurrent deciders,
         one wins, the others learn who). Nothing is claimed when ``check`` raises;
-        ``ApprovalNotFoundError`` when there is no such approval.
-
-        ``approved_to``: where a claim whose decisions run a call lands — ``executing``
-        for a decider that runs it at once (the click's way to its write is then one
-        conditional write, not a claim and a move); a rejection lands in ``deciding``."""
+        ``ApprovalNotFoundError`` when there is no such approval."""
         approval = await self.get(approval_id)
         if approval is None:
             raise ApprovalNotFoundError(f"no approval {approval_id!r}")
-        return await self.claim(
-            approval_id, decided_by, check(approval), now, approved_to=approved_to
-        )
+        return await self.claim(approval_id, decided_by, check(approval), now)
 
     @abstractmethod
     async def reclaim(
@@ -199,14 +183,9 @@ class ApprovalStore(ABC):
 
     @abstractmethod
     async def _claim(
-        self,
-        approval_id: str,
-        decided_by: str,
-        decisions: Decisions,
-        now: datetime,
-        status: ApprovalStatus,
+        self, approval_id: str, decided_by: str, decisions: Decisions, now: datetime
     ) -> Approval | None:
-        """``pending → status`` as one conditional write if ``_claimable``, else ``None``."""
+        """``pending → deciding`` as one conditional write if ``_claimable``, else ``None``."""
 
     @abstractmethod
     async def _conditional_move(
@@ -262,16 +241,6 @@ def _resumable(leader: Approval, stale_before: datetime) -> bool:
     return leader.resume_claimed_at is None or leader.resume_claimed_at < stale_before
 
 
-def _claimed_status(
-    decisions: Sequence[ActionDecision], approved_to: ApprovalStatus
-) -> ApprovalStatus:
-    """A claim's new status: ``approved_to`` if a decision runs a call, else ``deciding``."""
-    if approved_to not in (ApprovalStatus.DECIDING, ApprovalStatus.EXECUTING):
-        raise ValueError(f"a claim cannot move an approval to {approved_to}")
-    runs = any(d.type != "reject" for d in decisions)
-    return approved_to if runs else ApprovalStatus.DECIDING
-
-
 def _claimable(approval: Approval, decided_by: str, now: datetime) -> bool:
     if approval.status is not ApprovalStatus.PENDING:
         return False
@@ -297,12 +266,7 @@ class MemoryApprovalStore(ApprovalStore):
         return self._by_id.get(approval_id)
 
     async def _claim(
-        self,
-        approval_id: str,
-        decided_by: str,
-        decisions: Decisions,
-        now: datetime,
-        status: ApprovalStatus,
+        self, approval_id: str, decided_by: str, decisions: Decisions, now: datetime
     ) -> Approval | None:
         async with self._lock:
             current = self._by_id.get(approval_id)
@@ -310,7 +274,7 @@ class MemoryApprovalStore(ApprovalStore):
                 return None
             claimed = dataclasses.replace(
                 current,
-                status=status,
+                status=ApprovalStatus.DECIDING,
                 decided_by=decided_by,
                 decided_at=now,
                 decisions=decisions,
@@ -393,25 +357,14 @@ class SqlApprovalStore(ApprovalStore):
         return None if row is None else _from_row(row._mapping)
 
     async def _claim(
-        self,
-        approval_id: str,
-        decided_by: str,
-        decisions: Decisions,
-        now: datetime,
-        status: ApprovalStatus,
+        self, approval_id: str, decided_by: str, decisions: Decisions, now: datetime
     ) -> Approval | None:
         return await self._update(
-            approval_id, _claim_statement(approval_id, decided_by, decisions, now, status)
+            approval_id, _claim_statement(approval_id, decided_by, decisions, now)
         )
 
     async def claim_checked(
-        self,
-        approval_id: str,
-        decided_by: str,
-        check: DecisionCheck,
-        now: datetime,
-        *,
-        approved_to: ApprovalStatus = ApprovalStatus.DECIDING,
+        self, approval_id: str, decided_by: str, check: DecisionCheck, now: datetime
     ) -> Approval:
         # PostgreSQL: the read and the claim in one transaction, one connection: a click
         # pays one checkout, one round trip to end it and one commit, not two of each.
@@ -420,16 +373,13 @@ class SqlApprovalStore(ApprovalStore):
         # write in one deferred transaction can fail to take the write lock
         # (SQLITE_BUSY) when another connection did the same.
         if self._engine.dialect.name != "postgresql":
-            return await super().claim_checked(
-                approval_id, decided_by, check, now, approved_to=approved_to
-            )
+            return await super().claim_checked(approval_id, decided_by, check, now)
         async with self._engine.begin() as conn:
             row = (await conn.execute(_one(approval_id))).first()
             if row is None:
                 raise ApprovalNotFoundError(f"no approval {approval_id!r}")
             decisions = tuple(check(_from_row(row._mapping)))  # raises: nothing claimed
-            status = _claimed_status(decisions, approved_to)
-            claim = _claim_statement(approval_id, decided_by, decisions, now, status)
+            claim = _claim_statement(approval_id, decided_by, decisions, now)
             claimed = (await conn.execute(claim.returning(*approvals_table.c))).first()
             if claimed is None:
                 current = (await conn.execute(_one(approval_id))).first()
@@ -539,20 +489,16 @@ def _one(approval_id: str) -> Select[Any]:
 
 
 def _claim_statement(
-    approval_id: str,
-    decided_by: str,
-    decisions: Decisions,
-    now: datetime,
-    status: ApprovalStatus = ApprovalStatus.DECIDING,
+    approval_id: str, decided_by: str, decisions: Decisions, now: datetime
 ) -> Update:
-    """``pending → status`` if still pending and live (expired: the sweeper's only)."""
+    """``pending → deciding`` if still pending and live (expired: the sweeper's only)."""
     c = approvals_table.c
     age = c.expires_at <= now if decided_by == EXPIRY_DECIDER else c.expires_at > now
     return (
         update(approvals_table)
         .where(c.approval_id == approval_id, c.status == ApprovalStatus.PENDING.value, age)
         .values(
-            status=status.value,
+            status=ApprovalStatus.DECIDING.value,
             decided_by=decided_by,
             decided_at=now,
             decisions=[_decision_to_json(d) for d in decisions],

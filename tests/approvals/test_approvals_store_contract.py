@@ -244,27 +244,6 @@ async def test_a_checked_claim_claims_what_the_check_gives_and_nothing_it_refuse
         await store.claim_checked("apr-2", "bob", lambda _: APPROVE, NOW + timedelta(hours=1))
 
 
-async def test_a_checked_claim_that_runs_a_call_lands_in_executing(
-    store: ApprovalStore,
-) -> None:
-    """A click that runs its call now claims straight into ``executing`` (one conditional
-    write); a rejection still lands in ``deciding``; the loser still learns the winner."""
-    await store.create(make_approval())
-    await store.create(make_approval("apr-2"))
-    to = ApprovalStatus.EXECUTING
-    claimed = await store.claim_checked("apr-1", "bob", lambda _: APPROVE, NOW, approved_to=to)
-    assert (claimed.status, claimed.decided_by, claimed.decided_at) == (to, "bob", NOW)
-    assert await store.get("apr-1") == claimed
-    with pytest.raises(AlreadyDecidedError) as lost:
-        await store.claim_checked("apr-1", "carol", lambda _: APPROVE, NOW, approved_to=to)
-    assert (lost.value.decided_by, lost.value.status) == ("bob", "executing")
-    reject = (ActionDecision("reject", message="no"),)
-    rejected = await store.claim_checked("apr-2", "bob", lambda _: reject, NOW, approved_to=to)
-    assert rejected.status is ApprovalStatus.DECIDING
-    with pytest.raises(ValueError, match="cannot move an approval"):
-        await store.claim("apr-3", "bob", APPROVE, NOW, approved_to=ApprovalStatus.SUCCEEDED)
-
-
 async def test_concurrent_checked_claims_across_instances_have_exactly_one_winner(
     instances: StoreFactory,
 ) -> None:
