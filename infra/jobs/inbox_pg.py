@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from sqlalchemy import bindparam, text
-from sqlalchemy.exc import DBAPIError
+import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.jobs.queue import JobStatus
-from infra.storage.schema import UtcDateTime
 
 
 class Delivery(Protocol):
@@ -50,17 +48,17 @@ class Delivery(Protocol):
     def platform(self) -> str: ...
 
 
-_STORE = text(
-    """
+# psycopg's own placeholders: the statement goes to the driver as it is (``_execute``).
+_STORE_SQL = """
 WITH batch AS (
-    SELECT * FROM json_to_recordset(CAST(:batch AS json)) AS b(
+    SELECT * FROM json_to_recordset(CAST(%(batch)s AS json)) AS b(
         ord integer, event_id text, platform text, job_id text, kind text, user_key text,
         payload json
     )
 ),
 claimed AS (
     INSERT INTO processed_events (event_id, platform, received_at)
-    SELECT DISTINCT ON (event_id) event_id, platform, :now
+    SELECT DISTINCT ON (event_id) event_id, platform, %(now)s
     FROM batch WHERE event_id IS NOT NULL
     ORDER BY event_id, ord
     ON CONFLICT (event_id) DO NOTHING
@@ -68,7 +66,7 @@ claimed AS (
 ),
 queued AS (
     INSERT INTO run_jobs (job_id, kind, user_key, payload, status, attempts, created_at)
-    SELECT DISTINCT ON (job_id) job_id, kind, user_key, payload, :status, 0, :now
+    SELECT DISTINCT ON (job_id) job_id, kind, user_key, payload, %(status)s, 0, %(now)s
     FROM batch
     WHERE event_id IS NULL OR event_id IN (SELECT event_id FROM claimed)
     ORDER BY job_id, ord
@@ -77,7 +75,6 @@ queued AS (
 )
 SELECT job_id FROM queued
 """
-).bindparams(bindparam("now", type_=UtcDateTime()))
 
 
 async def store_on_postgres(
@@ -98,19 +95,55 @@ async def store_on_postgres(
         }
         for n, d in enumerate(deliveries)
     ]
-    params = {"batch": json.dumps(rows), "status": JobStatus.QUEUED.value, "now": now}
+    if now.tzinfo is None:
+        raise ValueError("naive datetime: opsbot stores aware UTC timestamps only")
+    params = {
+        "batch": json.dumps(rows),
+        "status": JobStatus.QUEUED.value,
+        "now": now.astimezone(UTC),
+    }
     try:
         return await _execute(engine, params)
-    except DBAPIError as exc:
-        if not exc.connection_invalidated:
-            raise
-    # The pooled connection was dead (the ack engine does not ping on checkout): the pool
-    # dropped it; once more on a new one. Safe: the statement is atomic, and if it did commit
-    # before the connection broke, the second finds the ids stored (a redelivery, no loss).
-    return await _execute(engine, params)
+    except _DeadConnection:
+        pass
+    # The pooled connection was dead (the ack engine does not ping on checkout): it was
+    # dropped from the pool; once more on a new one. Safe: the statement is atomic, and if it
+    # did commit before the connection broke, the second finds the ids stored (a
+    # redelivery, no loss).
+    try:
+        return await _execute(engine, params)
+    except _DeadConnection as dead:
+        raise dead.error from None
+
+
+class _DeadConnection(Exception):
+    def __init__(self, error: psycopg.Error) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 async def _execute(engine: AsyncEngine, params: dict[str, Any]) -> set[str]:
+    """The statement on the pooled connection's psycopg connection itself.
+
+    Why not ``conn.execute``: SQLAlchemy's statement path (execution context, result
+    wrapping, each driver call through a greenlet) cost ~170 us of the ack thread's CPU per
+    batch, about a third of the batch, for one statement whose SQL and parameters are fixed
+    here (measured: 600 us per batch of 4 through SQLAlchemy, 430 us on the driver)."""
     async with engine.connect() as conn:
-        auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        return {str(j) for (j,) in (await auto.execute(_STORE, params)).all()}
+        raw = await conn.get_raw_connection()
+        driver = raw.driver_connection
+        if not isinstance(driver, psycopg.AsyncConnection):
+            raise TypeError("the PostgreSQL inbox needs psycopg's async driver")
+        if not driver.autocommit:
+            # An engine not made for the ack path (tests): autocommit for this checkout only,
+            # SQLAlchemy puts the connection's isolation back when it returns to the pool.
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            cursor = await driver.execute(_STORE_SQL, params)
+            stored = {str(j) for (j,) in await cursor.fetchall()}
+        except psycopg.Error as exc:
+            if driver.broken or driver.closed:
+                await conn.invalidate()
+                raise _DeadConnection(exc) from exc
+            raise
+        return stored
