@@ -105,11 +105,14 @@ class TeamsAckFront(AckFrontBase):
             return None  # a card submit carries a value: the SDK's route
         try:
             parsed = Activity.model_validate(activity)
+            if parsed.text is not None:
+                parsed.text = parsed.remove_recipient_mention()  # as the SDK's app does
+            # Its conversation reference validates again: a message without a recipient
+            # fails only there (pydantic's ValidationError is a ValueError), and was a 500
+            # with a traceback.
+            message = message_from(parsed)
         except ValueError:
-            return None  # the SDK's path answers it with a clear 400
-        if parsed.text is not None:
-            parsed.text = parsed.remove_recipient_mention()  # as the SDK's app does
-        message = message_from(parsed)
+            return None  # the SDK's path answers it (a clear 400 for a shape it refuses)
         if message is None or self._inbox is None:
             return None
         if is_stop(message.text):
