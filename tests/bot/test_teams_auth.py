@@ -242,6 +242,28 @@ async def test_a_remembered_token_is_verified_once_and_checked_at_every_use(
             await auth.verify(f"Bearer {token}", activity)
 
 
+async def test_a_remembered_token_is_still_bound_to_each_activity(fake_teams: FakeTeams) -> None:
+    """The token's verification is remembered, not its binding: the same token, once
+    accepted, is refused for an activity of another serviceUrl or another tenant."""
+    async with aiohttp.ClientSession() as session:
+        config = AuthConfig(
+            APP_ID, fake_teams.openid_metadata_url, frozenset({ISSUER}), frozenset({TENANT_ID})
+        )
+        auth = ConnectorAuth(config, session)
+        token = f"Bearer {fake_teams.token()}"
+        assert await auth.verify(token, fake_teams.personal(ALICE, "hi"))
+        elsewhere = fake_teams.personal(ALICE, "hi")
+        elsewhere["serviceUrl"] = "http://127.0.0.1:9/"
+        with pytest.raises(Rejected, match="serviceurl"):
+            await auth.verify(token, elsewhere)
+        outsider = fake_teams.personal(ALICE, "hi")
+        outsider["conversation"]["tenantId"] = OTHER_TENANT_ID
+        outsider["channelData"]["tenant"]["id"] = OTHER_TENANT_ID
+        with pytest.raises(Rejected, match="not served"):
+            await auth.verify(token, outsider)
+        assert await auth.verify(token, fake_teams.personal(ALICE, "again"))
+
+
 async def test_key_not_endorsed_for_the_channel(fake_teams: FakeTeams) -> None:
     async with aiohttp.ClientSession() as session:
         auth = ConnectorAuth(
