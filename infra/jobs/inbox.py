@@ -34,7 +34,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.clock import Clock, utc_now
-from infra.jobs.inbox_pg import store_on_postgres
+from infra.jobs.inbox_pg import PgStore
 from infra.jobs.queue import JobSpec, JobStatus
 from infra.lifecycle import Background
 from infra.storage.engine import SQLITE_BUSY_TIMEOUT_MS
@@ -97,6 +97,7 @@ class JobInbox(Background):
             .returning(run_jobs.c.job_id)
         )
         self._writers = 1 if self._sqlite else max(1, writers)
+        self._pg = None if self._sqlite else PgStore(engine)
         if self._sqlite:
             event.listen(engine.sync_engine, "connect", _no_busy_wait)
         self._max_batch = max_batch
@@ -181,8 +182,8 @@ class JobInbox(Background):
         if self._writer is not None:
             with self._writer.begin() as conn:
                 return self._store_here(conn, deliveries)
-        if not self._sqlite:
-            new = await store_on_postgres(self.engine, deliveries, self._clock())
+        if self._pg is not None:
+            new = await self._pg.store(deliveries, self._clock())
             return _firsts(deliveries, new)
         async with self.engine.begin() as conn:
             return await conn.run_sync(self._store_here, deliveries)
@@ -216,6 +217,8 @@ class JobInbox(Background):
             _, done = self._waiting.get_nowait()
             if not done.done():
                 done.cancel()
+        if self._pg is not None:
+            await self._pg.close()  # its connections back to the pool, before a dispose
 
 
 def _claim_rows(deliveries: Sequence[Delivery], now: datetime) -> list[dict[str, Any]]:
