@@ -17,6 +17,10 @@ codes. A SIGKILL of the client cannot be forwarded: the server then kills the ch
 but after the client is gone, so the crash tests (``tests/reliability``) keep starting the real
 command from scratch, as do the tests that check what a start imports or how long it takes.
 
+``module_command`` does the same for ``python -m MODULE ARGS``: a test helper process (the
+crash tests' Slack app) or a pytest run inside a test, whose product imports the server has
+already done.
+
 The server stays single-threaded (one ``selectors`` loop, SIGCHLD through a wakeup pipe): a
 fork of a threaded process could inherit a lock held by another thread.
 """
@@ -30,6 +34,7 @@ import importlib
 import json
 import os
 import pkgutil
+import runpy
 import selectors
 import shutil
 import signal
@@ -114,16 +119,31 @@ def _run_child(request: dict[str, object], fds: list[int]) -> int:
     os.environ.clear()
     os.environ.update(dict(request["env"]))  # type: ignore[call-overload]
     args = [str(arg) for arg in request["args"]]  # type: ignore[attr-defined]
-    sys.argv = [OPSBOT_SCRIPT, *args]
+    module = request.get("module")
+    sys.argv = [OPSBOT_SCRIPT if module is None else "-m", *args]
     # Buffer stdout as a fresh interpreter would for this stdout and environment: a test that
     # reads lines as they come sets PYTHONUNBUFFERED, as it would for a real process.
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
     sys.stdout.reconfigure(line_buffering=os.isatty(1) and not unbuffered, write_through=unbuffered)  # type: ignore[union-attr]
     sys.stderr.reconfigure(line_buffering=True, write_through=unbuffered)  # type: ignore[union-attr]
+    if module is not None:
+        return _run_module(str(module))
     sys.path[0] = str(Path(sys.executable).parent)  # as the installed script has it
     from opsbot.cli import main
 
     return main()
+
+
+def _run_module(module: str) -> int:
+    """As ``python -m MODULE`` runs it: ``__main__`` of that name, the working directory first
+    on ``sys.path`` (runpy sets ``sys.argv[0]`` to the module's file)."""
+    sys.path[0] = os.getcwd()
+    # The placeholder that kept ``rich`` out of the preload: modules imported from here on
+    # find it if it is installed, as in a fresh interpreter.
+    if sys.modules.get("rich", False) is None:
+        del sys.modules["rich"]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    return 0
 
 
 def _exit(run: Callable[[dict[str, object], list[int]], int], *args: Any) -> NoReturn:
@@ -272,6 +292,14 @@ def command(*args: str) -> list[str]:
     """The argv that runs ``opsbot ARGS`` in a child of this process's fork server: use it in
     place of ``[opsbot, *args]`` with ``subprocess`` or ``asyncio.create_subprocess_exec``."""
     return [sys.executable, "-I", "-S", str(CLIENT), _SERVER.socket_path(), *args]
+
+
+def module_command(module: str, *args: str) -> list[str]:
+    """The argv that runs ``python -m MODULE ARGS`` in a child of this process's fork server
+    (a test helper process, or a pytest run inside a test): in place of
+    ``[sys.executable, "-m", module, *args]``. The module and what it imports beyond the
+    product are imported in the child, fresh."""
+    return [sys.executable, "-I", "-S", str(CLIENT), _SERVER.socket_path(), "-m", module, *args]
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """``opsbot ARGS`` through the test process's fork server (tests/forkserver.py).
 
-Run as ``python -I -S forkserver_client.py SOCKET ARGS...``: standard library only, so it
-starts in ~10 ms. It hands the server its stdin, stdout and stderr, argv, environment, working
-directory and umask; forwards the signals it gets to the child; and exits as the child did.
+Run as ``python -I -S forkserver_client.py SOCKET ARGS...`` (``SOCKET -m MODULE ARGS...`` for
+``python -m MODULE ARGS``): standard library only, so it starts in ~10 ms. It hands the server
+its stdin, stdout and stderr, argv, environment, working directory and umask; forwards the
+signals it gets to the child; and exits as the child did.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signa
 
 def main() -> None:
     path, args = sys.argv[1], sys.argv[2:]
+    module = None
+    if args[:1] == ["-m"]:  # python -m MODULE ARGS, not opsbot ARGS (opsbot has no -m)
+        module, args = args[1], args[2:]
     umask = os.umask(0)
     os.umask(umask)
-    body = json.dumps(
-        {"args": args, "env": dict(os.environ), "cwd": os.getcwd(), "umask": umask}
-    ).encode()
+    request = {"args": args, "env": dict(os.environ), "cwd": os.getcwd(), "umask": umask}
+    if module is not None:
+        request["module"] = module
+    body = json.dumps(request).encode()
     child: list[int] = []
     pending: list[int] = []
 

@@ -5,6 +5,7 @@ killed client takes its command down; and the command is a process of its own.""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -58,6 +59,47 @@ def test_it_runs_in_the_callers_directory_environment_and_umask(tmp_path: Path) 
     data = tmp_path / "here"  # relative to the caller's working directory
     assert data.is_dir()
     assert (os.stat(data).st_mode & 0o777) == 0o700  # opsbot's own umask, set by its main
+
+
+PROBE = """
+import json, os, sys
+print(json.dumps([__name__, sys.argv, sys.path[0], os.getcwd(), os.environ.get("PROBE_VAR")]))
+sys.exit(int(sys.argv[-1]))
+"""
+
+
+def test_a_module_runs_as_python_m_runs_it(tmp_path: Path) -> None:
+    # A module only the caller's directory has: found as python -m finds it (sys.path[0]).
+    (tmp_path / "probe_module.py").write_text(PROBE)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPSBOT_", "SLACK_"))}
+    real, forked = (
+        subprocess.run(
+            argv,
+            env={**clean, "PROBE_VAR": "from the caller"},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        for argv in (
+            [sys.executable, "-m", "probe_module", "one", "3"],
+            forkserver.module_command("probe_module", "one", "3"),
+        )
+    )
+    assert (forked.returncode, forked.stdout, forked.stderr) == (
+        real.returncode,
+        real.stdout,
+        real.stderr,
+    )
+    assert real.returncode == 3
+    name, argv, path0, cwd, var = json.loads(real.stdout)
+    assert (name, argv[1:], path0, cwd, var) == (
+        "__main__",
+        ["one", "3"],
+        str(tmp_path),
+        str(tmp_path),
+        "from the caller",
+    )
 
 
 async def _serving(argv: list[str], env: dict[str, str]) -> tuple[asyncio.subprocess.Process, str]:

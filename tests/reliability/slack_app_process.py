@@ -2,7 +2,7 @@
 ``python -m tests.reliability.slack_app_process DATABASE_URL SLACK_API_URL RUN_DELAY [stall]
 [front]``.
 
-Prints ``PORT <n>`` once serving. The assistant is the scripted ``FakeAssistant`` (its
+Prints ``PORT <n> PID <pid>`` once serving. The assistant is the scripted ``FakeAssistant`` (its
 ``run_delay`` keeps a run in flight long enough to kill the process). With ``stall``, the
 process does nothing after acknowledging a message (no work after the ack, no worker poll),
 so killing it then shows what an acknowledged message depends on. With ``front``, messages
@@ -14,6 +14,7 @@ spool (``infra.jobs.spool``) when the process is killed.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 import aiohttp
@@ -60,7 +61,8 @@ async def main(url: str, api_url: str, run_delay: float, stall: bool, front: boo
         ):
             if not (stall and front):
                 adapter.runner = runner
-            print(f"PORT {app_url.rsplit(':', 1)[1]}", flush=True)
+            # The pid: started from the fork server, this is not the process the test started.
+            print(f"PORT {app_url.rsplit(':', 1)[1]} PID {os.getpid()}", flush=True)
             await asyncio.Event().wait()
 
 

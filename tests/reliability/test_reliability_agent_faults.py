@@ -56,8 +56,8 @@ def echo_last_tool(messages: list[BaseMessage]) -> Any:
 @contextlib.asynccontextmanager
 async def mcp_process() -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
     """The throwaway MCP server as its own process; killed (if still alive) on exit."""
-    async with serving_child("tests.reliability.slow_mcp_server", bound=BOUND) as (port, proc):
-        yield f"http://127.0.0.1:{port}/mcp", proc
+    async with serving_child("tests.reliability.slow_mcp_server", bound=BOUND) as child:
+        yield f"http://127.0.0.1:{child.port}/mcp", child.proc
 
 
 async def until_line(proc: asyncio.subprocess.Process, prefix: bytes) -> bytes:

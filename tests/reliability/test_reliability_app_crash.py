@@ -16,7 +16,7 @@ from infra.jobs import JobStatus
 from infra.storage import create_engine
 from infra.storage.schema import run_jobs
 from testing.slack import FakeSlack, SlackSender, mention
-from tests.reliability.children import serving_child
+from tests.reliability.children import ServingChild, serving_child
 
 BOUND = 60.0
 CHANNEL, TS = "C0GENERAL", "1700000500.000100"
@@ -25,14 +25,15 @@ CHANNEL, TS = "C0GENERAL", "1700000500.000100"
 @contextlib.asynccontextmanager
 async def app_process(
     url: str, fake: FakeSlack, run_delay: float, *, stall: bool = False, front: bool = False
-) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+) -> AsyncIterator[tuple[str, ServingChild]]:
+    """The app as a process of its own, forked from the fork server (it imports nothing the
+    server has not; a start from scratch was ~2-3 s of CPU, eight per file); the tests
+    SIGKILL that process itself, from outside, as a crash would."""
     flags = [*(["stall"] if stall else []), *(["front"] if front else [])]
     args = [url, fake.url, str(run_delay), *flags]
-    async with serving_child("tests.reliability.slack_app_process", *args, bound=BOUND) as (
-        port,
-        proc,
-    ):
-        yield f"http://127.0.0.1:{port}", proc
+    module = "tests.reliability.slack_app_process"
+    async with serving_child(module, *args, bound=BOUND, forked=True) as child:
+        yield f"http://127.0.0.1:{child.port}", child
 
 
 async def job_rows(url: str) -> list[tuple[str, int, dict[str, Any]]]:
@@ -65,7 +66,7 @@ async def until(condition: object, what: str) -> None:
 async def test_app_killed_with_a_run_in_flight_answers_once_after_restart(
     fake_slack: FakeSlack, sqlite_url: str
 ) -> None:
-    async with app_process(sqlite_url, fake_slack, run_delay=600) as (app_url, proc):
+    async with app_process(sqlite_url, fake_slack, run_delay=600) as (app_url, app):
         status, _ = await SlackSender(app_url).post_event(
             mention("U0001", "what is PAY-1?", channel=CHANNEL, ts=TS), event_id="EvCRASH1"
         )
@@ -80,8 +81,7 @@ async def test_app_killed_with_a_run_in_flight_answers_once_after_restart(
             )
 
         await until(running, "the run to be in flight")
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
+        assert await app.kill() == -signal.SIGKILL
     [placeholder] = fake_slack.thread(CHANNEL, TS)
     assert fake_slack.calls_to("chat.update") == []
 
@@ -115,13 +115,12 @@ async def test_app_killed_right_after_acknowledging_a_message_answers_it_after_r
     already be stored when the ack goes out, not in the listener that runs after it. On
     the ack front it is in the spool file when the process dies (nothing moved it yet)."""
     stalled = app_process(sqlite_url, fake_slack, run_delay=0, stall=True, front=front)
-    async with stalled as (app_url, proc):
+    async with stalled as (app_url, app):
         status, _ = await SlackSender(app_url).post_event(
             mention("U0001", "what is PAY-2?", channel=CHANNEL, ts=TS), event_id="EvACKED"
         )
         assert status == 200
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
+        assert await app.kill() == -signal.SIGKILL
     assert fake_slack.thread(CHANNEL, TS) == []
     if front:  # acked from the spool: run_jobs has not seen it
         assert await job_statuses(sqlite_url) == []
