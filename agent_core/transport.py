@@ -22,14 +22,17 @@ response and not to send requests (but pings) *before that response*; it asks no
 notification's acknowledgement, which carries no answer. So the notification's POST is
 started first and the next request goes out beside it (the MCP Python server, like the spec,
 takes requests once it answered ``initialize``). A refused notification still ends the
-session: its POST fails in the transport's task group.
+session: its POST fails in the transport's task group. A session closed at once waits (briefly)
+for that POST to end before its ``DELETE``: a server that ends the session under the
+notification's request breaks the connection it answers on, and the close then failed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 import httpx
@@ -137,9 +140,16 @@ async def request_only_transport(
     to_sdk, sdk_reader = anyio.create_memory_object_stream[SessionMessage](0)
     transport = StreamableHTTPTransport(url)
     async with anyio.create_task_group() as tg:
+        initialized = _InitializedPost(tg)
         try:
             tg.start_soon(
-                _initialized_aside, transport, client, write_reader, to_sdk, read_writer, tg
+                _initialized_aside,
+                transport,
+                client,
+                write_reader,
+                to_sdk,
+                read_writer,
+                initialized,
             )
             tg.start_soon(
                 transport.post_writer, client, sdk_reader, read_writer, to_sdk, _no_get, tg
@@ -147,6 +157,8 @@ async def request_only_transport(
             try:
                 yield read, write
             finally:
+                # The DELETE goes after initialized's POST ended (see the module).
+                await initialized.ended(DRAIN_S)
                 if transport.session_id:  # the server can drop the session at once
                     await transport.terminate_session(client)
                 tg.cancel_scope.cancel()
@@ -155,13 +167,38 @@ async def request_only_transport(
             await write.aclose()
 
 
+class _InitializedPost:
+    """The ``initialized`` notification's POST, run beside the session's next messages."""
+
+    def __init__(self, tg: anyio.abc.TaskGroup) -> None:
+        self._tg = tg
+        self._done: anyio.Event | None = None
+
+    def post(self, send: Callable[[], Awaitable[None]]) -> None:
+        done = self._done = anyio.Event()
+
+        async def run() -> None:
+            try:
+                await send()
+            finally:
+                done.set()
+
+        self._tg.start_soon(run)
+
+    async def ended(self, within: float) -> None:
+        """Wait up to ``within`` seconds for the POST to end (none if none was started)."""
+        if self._done is not None:
+            with anyio.move_on_after(within):
+                await self._done.wait()
+
+
 async def _initialized_aside(
     transport: StreamableHTTPTransport,
     client: httpx.AsyncClient,
     messages: MemoryObjectReceiveStream[SessionMessage],
     to_sdk: MemoryObjectSendStream[SessionMessage],
     read_writer: MemoryObjectSendStream[SessionMessage | Exception],
-    tg: anyio.abc.TaskGroup,
+    initialized: _InitializedPost,
 ) -> None:
     """Pass the session's messages on to the SDK's writer, but post ``initialized`` in a
     task of its own, so the next message does not wait for its ``202`` (see the module)."""
@@ -177,7 +214,7 @@ async def _initialized_aside(
                 metadata=None,
                 read_stream_writer=read_writer,
             )
-            tg.start_soon(transport._handle_post_request, ctx)
+            initialized.post(functools.partial(transport._handle_post_request, ctx))
 
 
 def _no_get() -> None:

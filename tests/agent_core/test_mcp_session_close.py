@@ -1,0 +1,129 @@
+"""A session closed right after ``initialize`` ends cleanly (``agent_core.transport``).
+
+``initialized`` is posted beside the session's next message; a run that closes at once sent
+its ``DELETE`` while that POST was still in flight, and the server, ending the session under
+it, broke the connection it was answering on (``ReadError`` at the client, "Unexpected ASGI
+message" at the server), or cancelled the notification's POST under way, which drops its
+connection: the next session opened a new one. The server runs on a loop of its own here, as
+it does in production (another process), and takes a moment over the notification, as a busy
+server does: the ``DELETE`` then arrives while the notification is being handled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from anyio._backends._asyncio import AsyncIOBackend
+from mcp import ClientSession
+
+from agent_core.transport import ConnectionPools, request_only_transport
+from infra.loop_thread import LoopThread
+from infra.serving import bind_socket, serve_asgi
+from mcp_servers.app import AuthConfig
+from mcp_servers.runner import audience_for, open_server
+from testing.mcp import directory_grants, run_test_issuer
+
+SESSIONS = 60
+NOTIFICATION_DELAY_S = 0.02
+
+
+def slow_on_notifications(app: Any) -> Any:
+    """``app``, reading a notification's body a moment late (a busy server): the session
+    was found open before, and is used after."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        messages = [await receive()]
+        while messages[-1].get("more_body"):
+            messages.append(await receive())
+        slow = b"notifications/initialized" in b"".join(m.get("body", b"") for m in messages)
+        replay = iter(messages)
+
+        async def replayed() -> Any:
+            message = next(replay, None)
+            if message is None:
+                return await receive()
+            if slow:
+                await asyncio.sleep(NOTIFICATION_DELAY_S)
+            return message
+
+        await app(scope, replayed, send)
+
+    return wrapped
+
+
+@contextlib.asynccontextmanager
+async def ticketing_on_its_own_loop() -> AsyncIterator[tuple[str, str]]:
+    """The ticketing server and a token issuer on another thread's loop: (url, token)."""
+    ready: asyncio.Future[tuple[str, str]] = asyncio.get_running_loop().create_future()
+    main = asyncio.get_running_loop()
+    async with LoopThread("mcp-server") as thread:
+        stop = asyncio.Event()
+
+        async def serve() -> None:
+            async with run_test_issuer() as issuer:
+                sock = bind_socket("127.0.0.1", 0)
+                auth = AuthConfig(
+                    issuer=issuer.issuer, audience=audience_for(sock), jwks_url=issuer.jwks_url
+                )
+                async with (
+                    open_server("ticketing", auth) as server,
+                    serve_asgi(slow_on_notifications(server.asgi_app()), sock) as base,
+                ):
+                    groups, scopes = directory_grants("alice", "ticketing")
+                    token = issuer.mint(sub="alice", aud=auth.audience, scope=scopes, groups=groups)
+                    main.call_soon_threadsafe(ready.set_result, (f"{base}/mcp", token))
+                    await stop.wait()
+
+        served = asyncio.run_coroutine_threadsafe(serve(), thread.loop)
+        try:
+            yield await asyncio.wait_for(ready, 30)
+        finally:
+            thread.loop.call_soon_threadsafe(stop.set)
+            await asyncio.wrap_future(served)
+
+
+async def test_sessions_closed_at_once_after_initialize_all_end_cleanly(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failures: list[BaseException] = []
+    connects: list[int] = []
+    connect_tcp = AsyncIOBackend.connect_tcp
+
+    async def counting_connect(cls: Any, host: str, port: int, *args: Any) -> Any:
+        connects.append(port)
+        return await connect_tcp.__func__(cls, host, port, *args)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(AsyncIOBackend, "connect_tcp", classmethod(counting_connect))
+    pools = ConnectionPools(keepalive_expiry=60)
+    async with (
+        ticketing_on_its_own_loop() as (url, token),
+        httpx.AsyncClient(  # the agent's kind of client: on a kept-alive pool
+            transport=pools.for_server("ticketing", verify=True),
+            headers={"Authorization": f"Bearer {token}"},
+        ) as client,
+    ):
+        for _ in range(SESSIONS):
+            try:
+                async with (
+                    request_only_transport(url, client) as (read, write),
+                    ClientSession(read, write) as session,
+                ):
+                    await asyncio.wait_for(session.initialize(), 10)
+            except BaseException as exc:  # counted, reported below
+                failures.append(exc)
+        await pools.aclose()
+    assert not failures, f"{len(failures)}/{SESSIONS} closes failed: {failures[:3]!r}"
+    # Every request found a kept-alive connection: none was dropped under a request (two at
+    # most are open at once, the notification's and the next request's).
+    assert len(connects) <= 3, f"{len(connects)} connections for {SESSIONS} sessions"
+    errors: list[Any] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors[:3]]
