@@ -371,9 +371,10 @@ class RunSettings(Section):
 
 
 class PoolSettings(Section):
-    """Database connection pools of one opsbot process (PostgreSQL). The connections an
+    """Database connection pools of one opsbot process. The PostgreSQL connections an
     instance holds are at most ack + app + jobs + checkpointer + memory (README, Scaling):
-    keep instances × that under the server's max_connections."""
+    keep instances × that under the server's max_connections. On a SQLite file a pool keeps
+    every connection it opens, up to twice its size where that pool takes overflow."""
 
     ack: int = Field(default=2, ge=1)
     """The Slack ack path's own pool: stores an accepted message while agents hold theirs."""

@@ -90,13 +90,13 @@ def create_engine(
     On PostgreSQL its connections are named ``application_name(pool_name)``, and a pooled
     connection idle for more than ``ping_after_idle`` seconds is pinged on checkout
     (``ping_when_idle``; ``None``: never, for a caller that retries a dead connection's
-    statement itself); ``pool_size`` and ``max_overflow`` size PostgreSQL's pool only
-    (SQLite keeps SQLAlchemy's: its connections are files, not server connections, and one
-    writer at a time anyway)."""
+    statement itself); ``pool_size`` and ``max_overflow`` size PostgreSQL's pool, and a
+    SQLite file's as ``sqlite_pool`` says (an in-memory database keeps its one connection)."""
     path = sqlite_path(url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-    if make_url(url).get_backend_name() == "sqlite":
+        kwargs.update(sqlite_pool(kwargs.pop("pool_size", None), kwargs.pop("max_overflow", None)))
+    elif make_url(url).get_backend_name() == "sqlite":
         kwargs.pop("pool_size", None)
         kwargs.pop("max_overflow", None)
     else:
@@ -115,6 +115,22 @@ def create_engine(
     elif ping_after_idle is not None and not kwargs.get("pool_pre_ping"):
         ping_when_idle(engine, ping_after_idle, monotonic)
     return engine
+
+
+# SQLAlchemy's own sizes for a pool given none.
+DEFAULT_POOL_SIZE = 5
+DEFAULT_MAX_OVERFLOW = 10
+
+
+def sqlite_pool(pool_size: int | None, max_overflow: int | None) -> dict[str, Any]:
+    """Pool arguments for a SQLite file: as many connections as the sizes allow at once, all
+    kept. A SQLite connection costs no server anything, but opening one costs a thread
+    (aiosqlite's) and the pragmas; SQLAlchemy's overflow connections were closed on return,
+    so every burst past ``pool_size`` (a Slack retry storm, 20 approval clicks) opened and
+    closed them again."""
+    size = DEFAULT_POOL_SIZE if pool_size is None else pool_size
+    overflow = DEFAULT_MAX_OVERFLOW if max_overflow is None else max_overflow
+    return {"pool_size": size + overflow, "max_overflow": 0}
 
 
 def ping_when_idle(
