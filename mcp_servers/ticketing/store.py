@@ -21,7 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import StaticPool
 
 from mcp_servers.auth import Caller, Clock, utc_now
-from mcp_servers.errors import ForbiddenError, IdempotencyConflictError, NotFoundError
+from mcp_servers.errors import ForbiddenError, NotFoundError
+from mcp_servers.ticketing import idempotency
+from mcp_servers.ticketing.idempotency import Call
 from mcp_servers.ticketing.models import (
     ChangeEntry,
     Comment,
@@ -36,8 +38,6 @@ from mcp_servers.ticketing.schema import (
     APPEND_ONLY_POSTGRES,
     change_log,
     comments,
-    fingerprint,
-    idempotency,
     metadata,
     projects,
     tickets,
@@ -45,7 +45,41 @@ from mcp_servers.ticketing.schema import (
 
 M = TypeVar("M", bound=BaseModel)
 
-_ATTEMPTS = 5
+# Built once: constructing a Core statement per call was a large part of the store's CPU on
+# the approved-comment path (they are still compiled once each, by SQLAlchemy's cache).
+_TICKET_COLUMNS = (
+    tickets,
+    projects.c.team,
+    comments.c.id.label("comment_id"),
+    comments.c.author.label("comment_author"),
+    comments.c.body.label("comment_body"),
+    comments.c.created_at.label("comment_created_at"),
+)
+# The ticket, its project's team and its comments (one row each, or one row of NULLs).
+_TICKET_ROWS = tickets.join(projects, projects.c.key == tickets.c.project).outerjoin(
+    comments, comments.c.ticket_key == tickets.c.key
+)
+_TICKET = (
+    sa.select(*_TICKET_COLUMNS)
+    .select_from(_TICKET_ROWS)
+    .where(tickets.c.key == sa.bindparam("key"))
+    .order_by(comments.c.id)
+)
+# The same, with the write's idempotency record if there is one: a repeat is answered by
+# the read alone (its result is repeated on every comment row; repeats are rare).
+_TICKET_AND_EARLIER = (
+    sa.select(*_TICKET_COLUMNS, *idempotency.EARLIER_COLUMNS)
+    .select_from(_TICKET_ROWS.outerjoin(*idempotency.EARLIER_JOIN))
+    .where(tickets.c.key == sa.bindparam("key"))
+    .order_by(comments.c.id)
+)
+_ADD_COMMENT = comments.insert()
+_TOUCH = (
+    tickets.update()
+    .where(tickets.c.key == sa.bindparam("ticket"))
+    .values(updated_at=sa.bindparam("now"))
+)
+_LOG = change_log.insert()
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,29 +276,48 @@ class TicketStore:
     async def add_comment(
         self, caller: Caller, key: str, body: str, idempotency_key: str
     ) -> Ticket:
-        args = {"key": key, "body": body}
+        # Every approved comment lands here, under the store's one lock: the ticket and the
+        # key's record are read in one statement (a repeat is answered there), a free key is
+        # claimed with the answer, and the answer is the ticket as read plus this comment
+        # (not read again): five statements, where there were seven.
+        call = Call.of(caller, "add_comment", {"key": key, "body": body}, idempotency_key)
 
-        async def action(conn: AsyncConnection) -> tuple[Ticket, _Change]:
-            ticket = await self._visible_ticket(conn, caller, key)
-            now = self._now()
-            await conn.execute(
-                comments.insert().values(
-                    ticket_key=ticket.key, author=caller.subject, body=body, created_at=now
+        async def attempt() -> Ticket:
+            async with self._lock, self.engine.begin() as conn:
+                rows = await self._ticket_rows(
+                    conn, _TICKET_AND_EARLIER, key, call.subject, call.key
                 )
-            )
-            await conn.execute(
-                tickets.update().where(tickets.c.key == ticket.key).values(updated_at=now)
-            )
-            # The ticket as read plus this comment, not read again: two statements fewer
-            # while every writer waits on the store's one lock (twenty approved comments
-            # arriving at once queue behind each other's statements).
-            added = Comment(author=caller.subject, body=body, created_at=now)
-            after = ticket.model_copy(
-                update={"updated_at": now, "comments": [*ticket.comments, added]}
-            )
-            return after, _Change(ticket.key, {"comment": body})
+                if rows and (earlier := idempotency.earlier(rows[0], call, Ticket)) is not None:
+                    return earlier
+                try:
+                    ticket = self._ticket(rows, caller, key)
+                except NotFoundError:
+                    # The key's record answers before any refusal, as when it was read first
+                    # (no ticket, no row to carry the record: look it up).
+                    if rows or (earlier := await idempotency.stored(conn, call, Ticket)) is None:
+                        raise
+                    return earlier
+                now = self._now()
+                added = Comment(author=caller.subject, body=body, created_at=now)
+                after = ticket.model_copy(
+                    update={"updated_at": now, "comments": [*ticket.comments, added]}
+                )
+                if (earlier := await idempotency.claim(conn, call, after, now)) is not None:
+                    return earlier
+                await conn.execute(
+                    _ADD_COMMENT,
+                    {
+                        "ticket_key": ticket.key,
+                        "author": caller.subject,
+                        "body": body,
+                        "created_at": now,
+                    },
+                )
+                await conn.execute(_TOUCH, {"ticket": ticket.key, "now": now})
+                await self._log(conn, call, _Change(ticket.key, {"comment": body}), now)
+                return after
 
-        return await self._write(caller, "add_comment", args, idempotency_key, Ticket, action)
+        return await idempotency.retrying(attempt)
 
     async def close_ticket(
         self, caller: Caller, key: str, resolution: str, idempotency_key: str
@@ -304,71 +357,33 @@ class TicketStore:
         model: type[M],
         action: Callable[[AsyncConnection], Awaitable[tuple[M, _Change]]],
     ) -> M:
-        # Another server instance may commit the same key (or the same new ticket number)
-        # between our read and our insert: the unique constraints refuse ours, the transaction
-        # rolls back, and the next attempt sees their record.
-        for attempt in range(_ATTEMPTS):
-            try:
-                return await self._write_once(caller, tool, args, idempotency_key, model, action)
-            except sa.exc.IntegrityError:
-                if attempt == _ATTEMPTS - 1:
-                    raise
-        raise AssertionError("unreachable")
+        call = Call.of(caller, tool, args, idempotency_key)
 
-    async def _write_once(
-        self,
-        caller: Caller,
-        tool: str,
-        args: dict[str, Any],
-        idempotency_key: str,
-        model: type[M],
-        action: Callable[[AsyncConnection], Awaitable[tuple[M, _Change]]],
-    ) -> M:
-        digest = fingerprint(tool, args)
-        async with self._lock, self.engine.begin() as conn:
-            previous = (
-                (
-                    await conn.execute(
-                        sa.select(idempotency).where(
-                            idempotency.c.subject == caller.subject,
-                            idempotency.c.key == idempotency_key,
-                        )
-                    )
-                )
-                .mappings()
-                .first()
-            )
-            if previous is not None:
-                if previous["tool"] != tool or previous["fingerprint"] != digest:
-                    raise IdempotencyConflictError(
-                        f"idempotency key {idempotency_key!r} was already used for a different "
-                        f"call ({previous['tool']}); use a new key for a new change"
-                    )
-                return model.model_validate_json(previous["result"])
-            result, change = await action(conn)
-            now = self._now()
-            await conn.execute(
-                idempotency.insert().values(
-                    subject=caller.subject,
-                    key=idempotency_key,
-                    tool=tool,
-                    fingerprint=digest,
-                    result=result.model_dump_json(),
-                    created_at=now,
-                )
-            )
-            await conn.execute(
-                change_log.insert().values(
-                    at=now,
-                    subject=caller.subject,
-                    actor=caller.actor,
-                    tool=tool,
-                    ticket_key=change.ticket_key,
-                    idempotency_key=idempotency_key,
-                    change=json.dumps(change.change, sort_keys=True),
-                )
-            )
-            return result
+        async def attempt() -> M:
+            async with self._lock, self.engine.begin() as conn:
+                if (earlier := await idempotency.stored(conn, call, model)) is not None:
+                    return earlier
+                result, change = await action(conn)
+                now = self._now()
+                await conn.execute(idempotency.REMEMBER, call.record(result, now))
+                await self._log(conn, call, change, now)
+                return result
+
+        return await idempotency.retrying(attempt)
+
+    async def _log(self, conn: AsyncConnection, call: Call, change: _Change, now: str) -> None:
+        await conn.execute(
+            _LOG,
+            {
+                "at": now,
+                "subject": call.subject,
+                "actor": call.actor,
+                "tool": call.tool,
+                "ticket_key": change.ticket_key,
+                "idempotency_key": call.key,
+                "change": json.dumps(change.change, sort_keys=True),
+            },
+        )
 
     def _summary(self, row: Any) -> TicketSummary:
         return TicketSummary(
@@ -383,30 +398,34 @@ class TicketStore:
         )
 
     async def _visible_ticket(self, conn: AsyncConnection, caller: Caller, key: str) -> Ticket:
-        stmt = (
-            sa.select(tickets, projects.c.team)
-            .join(projects, projects.c.key == tickets.c.project)
-            .where(tickets.c.key == key.strip().upper())
-        )
-        row = (await conn.execute(stmt)).mappings().first()
-        if row is None or row["team"] not in caller.teams:
+        return self._ticket(await self._ticket_rows(conn, _TICKET, key), caller, key)
+
+    async def _ticket_rows(
+        self, conn: AsyncConnection, stmt: sa.Select[Any], key: str, *call: str
+    ) -> list[sa.RowMapping]:
+        params = {"key": key.strip().upper()}
+        if call:
+            params.update(zip(("subject", "idempotency_key"), call, strict=True))
+        return list((await conn.execute(stmt, params)).mappings().all())
+
+    def _ticket(self, rows: list[sa.RowMapping], caller: Caller, key: str) -> Ticket:
+        if not rows or rows[0]["team"] not in caller.teams:
             # Other teams' tickets look exactly like missing ones.
             raise NotFoundError(f"no ticket {key!r} that you can see")
-        found = (
-            await conn.execute(
-                sa.select(comments)
-                .where(comments.c.ticket_key == row["key"])
-                .order_by(comments.c.id)
-            )
-        ).mappings()
+        row = rows[0]
         return Ticket(
             **self._summary(row).model_dump(),
             description=row["description"],
             created_by=row["created_by"],
             created_at=row["created_at"],
             comments=[
-                Comment(author=c["author"], body=c["body"], created_at=c["created_at"])
-                for c in found
+                Comment(
+                    author=c["comment_author"],
+                    body=c["comment_body"],
+                    created_at=c["comment_created_at"],
+                )
+                for c in rows
+                if c["comment_id"] is not None
             ],
         )
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -18,10 +21,12 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from infra.settings import Settings
-from mcp_servers import Caller, IdempotencyConflictError
+from mcp_servers import Caller, IdempotencyConflictError, NotFoundError
 from mcp_servers.ticketing import TicketStore, seed_data
 
 ALICE = Caller("alice", "opsbot", None, frozenset(), frozenset({"team-payments"}))
+# Alice after leaving the payments team: same subject (same idempotency keys), no tickets.
+ALICE_MOVED = Caller("alice", "opsbot", None, frozenset(), frozenset({"team-search"}))
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +147,114 @@ async def test_a_comments_result_is_the_ticket_as_stored_after_it(
     assert result.updated_at != before.updated_at
     again = await first.add_comment(ALICE, "PAY-101", "Looking into it.", "comment-key-0001")
     assert again == stored
+
+
+@dataclass
+class _Seen:
+    statements: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def _watch(store: TicketStore) -> Iterator[_Seen]:
+    """The SQL statements the store sends, and those the database refused."""
+    seen = _Seen()
+    engine = store.engine.sync_engine
+
+    def sent(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.statements.append(statement)
+
+    def failed(context: Any) -> None:
+        seen.errors.append(str(context.original_exception))
+
+    sa.event.listen(engine, "before_cursor_execute", sent)
+    sa.event.listen(engine, "handle_error", failed)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", sent)
+        sa.event.remove(engine, "handle_error", failed)
+
+
+async def test_a_read_and_a_comment_take_few_statements(
+    two_stores: tuple[TicketStore, TicketStore],
+) -> None:
+    # Every approved comment runs these under the store's one write lock: the ticket with its
+    # comments is one statement, the write is that read plus claiming the idempotency key,
+    # the comment, the ticket's updated_at and the change-log line.
+    first, _ = two_stores
+    with _watch(first) as seen:
+        ticket = await first.get(ALICE, "PAY-101")
+    assert len(seen.statements) == 1, seen.statements
+    assert ticket.comments
+    with _watch(first) as seen:
+        result = await first.add_comment(ALICE, "PAY-101", "Counting.", "count-key-0001")
+    assert len(seen.statements) == 5, seen.statements
+    assert seen.errors == []
+    # A repeat answers the stored result without a statement the database refuses (on
+    # PostgreSQL a unique violation would be logged as an ERROR by the server every time).
+    with _watch(first) as seen:
+        again = await first.add_comment(ALICE, "PAY-101", "Counting.", "count-key-0001")
+    assert again == result
+    assert len(seen.statements) == 1, seen.statements
+    assert seen.errors == []
+    assert len((await first.get(ALICE, "PAY-101")).comments) == len(result.comments)
+
+
+async def test_comment_keys_refuse_other_calls_and_survive_lost_access(
+    two_stores: tuple[TicketStore, TicketStore],
+) -> None:
+    # The stored record decides before anything else, as when it was looked up first: a
+    # repeat returns the first answer even where the call would now be refused, and a key
+    # used for another call is refused even where the call itself would be refused too.
+    first, second = two_stores
+    result = await first.add_comment(ALICE, "PAY-101", "First.", "comment-rule-0001")
+    changes = await first.all_changes()
+    assert await second.add_comment(ALICE_MOVED, "PAY-101", "First.", "comment-rule-0001") == (
+        result
+    )
+    for caller, store in ((ALICE, first), (ALICE_MOVED, second)):
+        with pytest.raises(IdempotencyConflictError):
+            await store.add_comment(caller, "PAY-101", "Other.", "comment-rule-0001")
+        with pytest.raises(IdempotencyConflictError):  # on a ticket that does not exist
+            await store.add_comment(caller, "PAY-999", "First.", "comment-rule-0001")
+        with pytest.raises(IdempotencyConflictError):
+            await store.update(caller, "PAY-101", {"title": "x"}, "comment-rule-0001")
+    assert await first.all_changes() == changes
+    assert await first.get(ALICE, "PAY-101") == result
+
+
+async def test_a_refused_comment_stays_refused_and_leaves_nothing(
+    two_stores: tuple[TicketStore, TicketStore],
+) -> None:
+    first, _ = two_stores
+    before = await first.all_tickets()
+    for _ in range(2):  # the repeat is refused the same way: a refusal stores no record
+        with pytest.raises(NotFoundError, match="no ticket 'PAY-101' that you can see"):
+            await first.add_comment(ALICE_MOVED, "PAY-101", "Sneaky.", "refused-key-0001")
+        with pytest.raises(NotFoundError, match="no ticket 'PAY-999' that you can see"):
+            await first.add_comment(ALICE, "PAY-999", "Nowhere.", "refused-key-0002")
+    assert await first.all_tickets() == before
+    assert await first.all_changes() == []
+    # The key is still free for a call that is allowed.
+    result = await first.add_comment(ALICE, "PAY-101", "Sneaky.", "refused-key-0001")
+    assert result.comments[-1].body == "Sneaky."
+
+
+async def test_one_comment_key_across_instances_comments_once(
+    two_stores: tuple[TicketStore, TicketStore],
+) -> None:
+    first, second = two_stores
+    before = await first.get(ALICE, "PAY-102")
+    stores = [first, second] * 4
+    try:
+        results = await asyncio.gather(
+            *(s.add_comment(ALICE, "pay-102", "Once.", "approval-7:call-1") for s in stores)
+        )
+    except sa.exc.OperationalError as exc:  # SQLite: a writer found the file locked
+        pytest.fail(f"concurrent writers failed instead of deduplicating: {exc}")
+    assert all(r == results[0] for r in results)
+    after = await second.get(ALICE, "PAY-102")
+    assert after == results[0]
+    assert len(after.comments) == len(before.comments) + 1
+    assert [c.idempotency_key for c in await first.all_changes()] == ["approval-7:call-1"]
