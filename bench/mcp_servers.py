@@ -7,6 +7,7 @@ exact aud, exp, scope). Reports medians and p95 in milliseconds:
 - ``open_session``: ``get_ticket`` on one already-open session (the honest per-call baseline);
 - ``fresh_session``: initialize + ``get_ticket`` + close per call;
 - ``idempotent_replay``: ``create_ticket`` repeated with one key (returns the stored result);
+- ``add_comment``: the approved write, a new key per call (ten comments per bench ticket);
 - ``search_docs`` and ``list_failed_jobs`` on open sessions;
 - ``refusal_401``: a raw POST with an expired token, answered by the auth gate.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import secrets
 import statistics
@@ -127,6 +129,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 assert not (await s.call_tool("create_ticket", create)).isError
 
             results["idempotent_replay"] = await _time(args.calls, replay)
+            targets = []
+            for i in range(args.calls // 10 + 1):
+                made = await s.call_tool(
+                    "create_ticket", {**create, "idempotency_key": f"bench-target-{i:04}"}
+                )
+                assert made.structuredContent is not None
+                targets.append(made.structuredContent["key"])
+            numbers = itertools.count()
+
+            async def comment() -> None:
+                n = next(numbers)
+                call = {
+                    "key": targets[n // 10],
+                    "body": f"bench comment {n}",
+                    "idempotency_key": f"bench-comment-{n:05}",
+                }
+                assert not (await s.call_tool("add_comment", call)).isError
+
+            results["add_comment"] = await _time(args.calls, comment)
 
         async def fresh() -> None:
             async with _session(ticketing.url, alice_t) as s:
@@ -160,11 +181,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 assert response.status_code == 401
 
             results["refusal_401"] = await _time(args.calls, refused)
-        tickets_created = len(await servers.tickets.all_changes())
+        replayed = [c for c in await servers.tickets.all_changes() if c.tool == "create_ticket"]
+        tickets_created = sum(c.idempotency_key == "bench-replay-0001" for c in replayed)
     return {
         "open_session_median_ms": results["open_session"]["median_ms"],
         "fresh_session_median_ms": results["fresh_session"]["median_ms"],
         "idempotent_replay_median_ms": results["idempotent_replay"]["median_ms"],
+        "add_comment_median_ms": results["add_comment"]["median_ms"],
         "refusal_401_median_ms": results["refusal_401"]["median_ms"],
         "replays_created_tickets": tickets_created,
         "calls": args.calls,
