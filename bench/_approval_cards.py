@@ -1,7 +1,9 @@
 """``bench approval``, the Slack part: N cards clicked at once over HTTP (part of approval.py).
 
 The running Slack app (Bolt over HTTP, the real ``Assistant`` and agent with a zero-latency
-scripted model, approvals and audit in SQL) with the fake Slack on its own loop. The
+scripted model, approvals and audit in SQL) with the fake Slack (Web API and the sender of
+the mentions and clicks, ``bench._slack_side``) in a process of its own, or with
+``slack_in_process`` on a thread of the bench's (before 2026-12-04). The
 requester asks for N writes (each its own thread, card and approval); once every card is up,
 an approver clicks Approve on all N at once (or, with ``paced_ms``, one every
 ``paced_ms`` ms). Per card:
@@ -15,25 +17,31 @@ changes in the ticketing server's own log. ``stages``: per stage of a click (``b
 p50 / p99 ms since the click was sent. ``app_sql_transactions_per_click``: transactions the
 app's engine began from the first click until every write was done, and until the end (the
 checkpointer's and the account links' own connections are not counted): a count, not a time,
-so it holds on a loaded machine.
+so it holds on a loaded machine. ``slack_side_cpu_ms_per_click``: the Slack side's CPU time
+(its process's, or its thread's) from the first click until every card showed its decision;
+``click_connections_opened``: TCP connections the clicks opened (the sender opened its
+connections before them, as Slack keeps its own open: 0 expected).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import cProfile
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 from sqlalchemy import event as sa_event
 
+from bench._slack_side import (
+    ALICE_ID,
+    BOB_ID,
+    SlackSideHandle,
+    slack_side_process,
+    slack_side_thread,
+)
 from bench._stages import Stages
 from bench._support import OtherLoop, percentile
-
-ALICE_ID, BOB_ID = "U0ALICE", "U0BOB"
 
 
 async def cards_bench(
@@ -46,6 +54,7 @@ async def cards_bench(
     paced_ms: float = 0.0,
     servers_profile: str | None = None,
     profile_until_written: bool = False,
+    slack_in_process: bool = False,
 ) -> dict[str, Any]:
     from langchain_core.messages import BaseMessage
 
@@ -64,18 +73,7 @@ async def cards_bench(
     from infra.serving import bind_socket
     from infra.storage import create_engine, migrate, warm_pool
     from testing.agent import FunctionChatModel, call, final, tool_results
-    from testing.slack import (
-        APPROVALS_CHANNEL_ID,
-        BOT_TOKEN,
-        SIGNING_SECRET,
-        TEAM_ID,
-        FakeSlack,
-        SlackSender,
-        block_action,
-        card_decided,
-        mention,
-        start_fake_slack,
-    )
+    from testing.slack import BOT_TOKEN, SIGNING_SECRET, TEAM_ID
 
     written_at: dict[str, float] = {}
     stages = Stages()
@@ -119,7 +117,7 @@ async def cards_bench(
     await env.harness.link("bob", bob)
 
     @contextlib.asynccontextmanager
-    async def app() -> AsyncIterator[tuple[str, AuditLog]]:
+    async def app(slack_url: str) -> AsyncIterator[tuple[str, AuditLog]]:
         engine = create_engine(url, pool_size=20, max_overflow=20)
         await migrate(engine)
         await warm_pool(engine, 20)  # as opsbot.wiring.open_assistant does at start
@@ -179,7 +177,7 @@ async def cards_bench(
                 config = SlackBotConfig(
                     bot_token=BOT_TOKEN,
                     signing_secret=SIGNING_SECRET,
-                    api_url=fake.url,
+                    api_url=slack_url,
                     approvals_channel="ops-approvals",
                 )
                 async with open_durable_bot(config, assistant, engine) as bot:
@@ -208,9 +206,6 @@ async def cards_bench(
 
     # CPU time of the app loop's thread, not wall time (the machine is shared)
     profiler = cProfile.Profile(time.thread_time) if profile else None
-    slack_side = OtherLoop()  # Slack and the clicks: not on the servers' loop either
-    fake = FakeSlack()
-    runner = await slack_side.call(start_fake_slack(fake))
     tag = f"cards {time.time_ns()}"
     # Each run its own threads (a second run in the same database must not continue the first's)
     first_ts = int(time.time())
@@ -220,98 +215,45 @@ async def cards_bench(
     servers_cpu = [0.0, 0.0]
     measurable = hasattr(servers, "cpu_seconds")  # only in a process of their own
 
-    async def servers_control(coro: Any) -> Any:
-        return await elsewhere.call(coro)
-
     async def servers_cpu_now() -> float:
-        return await servers_control(servers.cpu_seconds()) if measurable else 0.0
+        return await elsewhere.call(servers.cpu_seconds()) if measurable else 0.0
 
-    async def ask_and_click(app_url: str) -> dict[str, float]:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200)) as http:
-            sender = SlackSender(app_url, session=http)
-            await asyncio.gather(
-                *(
-                    sender.post_event(
-                        mention(ALICE_ID, f"{tag} {i}", channel="C0BENCH", ts=f"{first_ts}.{i:06d}")
-                    )
-                    for i in range(n)
-                )
-            )
-            await fake.wait_for(
-                "chat.postMessage", n, where=lambda p: p["channel"] == "ops-approvals", wait=120
-            )
-            await fake.settle(quiet=0.5, limit=120)  # card refs saved, Homes published
-            cards = [m for (ch, _ts), m in fake.messages.items() if ch == APPROVALS_CHANNEL_ID]
-            clicked_at: dict[str, float] = {}
-
-            async def click(card: dict[str, Any]) -> None:
-                approval_id = card["blocks"][-1]["elements"][0]["value"]
-                clicked_at[f"{approval_id} {card['ts']}"] = time.perf_counter()
-                status, _ = await sender.post_interaction(
-                    block_action(
-                        BOB_ID,
-                        "approval_approve",
-                        approval_id,
-                        message_ts=card["ts"],
-                        message_blocks=card["blocks"],
-                    )
-                )
-                assert status == 200
-
+    # Slack's side (bench._slack_side): in a process of its own, or on a thread of this one;
+    # reached from a loop of its own either way (neither is the app's loop nor the servers')
+    side_loop = OtherLoop()
+    try:
+        side: SlackSideHandle = await side_loop.enter(
+            slack_side_thread() if slack_in_process else slack_side_process()
+        )
+        async with app(side.url) as (app_url, log):
+            await side_loop.call(side.ask(app_url, n, tag, first_ts))
             servers_cpu[0] = await servers_cpu_now()
             if servers_profile:
-                await servers_control(servers.profile("start"))
-            if paced_ms > 0:  # one after another: each click sent paced_ms after the last
-                clicking = []
-                for c in cards:
-                    clicking.append(asyncio.ensure_future(click(c)))
-                    await asyncio.sleep(paced_ms / 1000)
-                await asyncio.gather(*clicking)
-            else:
-                await asyncio.gather(*(click(c) for c in cards))
-            await fake.wait_for("chat.update", n, where=card_decided, wait=120)
+                await elsewhere.call(servers.profile("start"))
+            await side_loop.call(side.click(app_url, paced_ms))  # until every card is decided
             servers_cpu[1] = await servers_cpu_now()
             if servers_profile:
-                await servers_control(servers.profile("stop", servers_profile))
-            await fake.settle(quiet=0.5, limit=120)
-            return clicked_at
-
-    try:
-        async with app() as (app_url, log):
-            clicked_at = await slack_side.call(ask_and_click(app_url))
+                await elsewhere.call(servers.profile("stop", servers_profile))
+            clicked = await side_loop.call(side.clicked())
             if profiler is not None:
                 profiler.disable()
                 profiler.dump_stats(str(profile))
             audited = await log.query(AuditQuery(kinds=(EventKind.WRITE_OUTCOME,), limit=10 * n))
     finally:
-        await slack_side.call(runner.cleanup())
-        slack_side.close()
+        await side_loop.aclose()
 
     card_ms: list[float] = []
     write_ms: list[float] = []
     ids = set()
-    for key, started in clicked_at.items():
-        approval_id, card_ts = key.split(" ")
+    for card in clicked["cards"]:
+        approval_id, started = card["approval_id"], card["clicked"]
         ids.add(approval_id)
-        updates = [
-            c.at
-            for c in fake.calls
-            if c.method == "chat.update"
-            and c.params.get("channel") == APPROVALS_CHANNEL_ID
-            and c.params.get("ts") == card_ts
-        ]
-        card_ms.append((min(updates) - started) * 1000)
+        assert card["deciding"] is not None, f"card {card['card_ts']} was never updated"
+        card_ms.append((card["deciding"] - started) * 1000)
         write_ms.append((written_at[approval_id] - started) * 1000)
-        stages.mark(approval_id, "card deciding sent", min(updates))
-        settled = [
-            c.at
-            for c in fake.calls
-            if c.method == "chat.update"
-            and c.params.get("ts") == card_ts
-            and card_decided(c.params)
-        ]
-        if settled:
-            stages.mark(approval_id, "card final", min(settled))
+        stages.mark(approval_id, "card deciding sent", card["deciding"])
+        if card["final"] is not None:
+            stages.mark(approval_id, "card final", card["final"])
     changes = [
         c
         for c in await elsewhere.call(servers.tickets.all_changes())
@@ -327,9 +269,11 @@ async def cards_bench(
         "cards_executions": len(changes),
         "cards_audit_rows": len(audit_rows),
         "audit_rows_equal_executions": len(audit_rows) == len(changes) == n,
-        "stages": stages.report({k.split(" ")[0]: v for k, v in clicked_at.items()}),
+        "stages": stages.report({c["approval_id"]: c["clicked"] for c in clicked["cards"]}),
         "app_loop_cpu_ms_per_click": stages.cpu_per_click(n),
         "servers_cpu_ms_per_click": round((servers_cpu[1] - servers_cpu[0]) * 1000 / n, 1),
+        "slack_side_cpu_ms_per_click": round(clicked["cpu_s"] * 1000 / n, 1),
+        "click_connections_opened": clicked["click_connections_opened"],
         "token_endpoint_per_click_until_writes_done": {
             "exchanges": round((minted["written"][0] - minted["clicked"][0]) / n, 2),
             "refreshes": round((minted["written"][1] - minted["clicked"][1]) / n, 2),

@@ -12,6 +12,13 @@ starts ``python -m bench._sender``, hands it the requests on stdin and says "go"
 child has imported and opened its session, so neither start-up is measured.
 
     latencies_ms, statuses, wall_s = await send_from_own_process(requests, concurrency=50)
+
+The sending itself is shared with ``bench approval``'s Slack side (``bench._slack_side``):
+``warm_up`` opens the keep-alive connections the timed requests will use, so the timed part
+opens none (a platform's servers keep theirs open), and ``send_timed`` POSTs prepared
+requests and notes when each was sent and answered (``time.perf_counter``: CLOCK_MONOTONIC
+on Linux, one clock for every process on the machine, so a child's times compare with its
+parent's).
 """
 
 from __future__ import annotations
@@ -67,30 +74,89 @@ async def send_from_own_process(
     return list(result["latencies_ms"]), list(result["statuses"]), float(result["wall_s"])
 
 
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One request of ``send_timed``: when it was sent and answered (perf_counter), status."""
+
+    started: float
+    answered: float
+    status: int
+
+
+class ConnectionCount:
+    """TCP connections a ``ClientSession`` opened (give ``trace`` to its ``trace_configs``)."""
+
+    def __init__(self) -> None:
+        self.opened = 0
+        self.trace = aiohttp.TraceConfig()
+        self.trace.on_connection_create_end.append(self._opened)
+
+    async def _opened(self, *_: Any) -> None:
+        self.opened += 1
+
+
+async def warm_up(
+    session: aiohttp.ClientSession, url: str, connections: int, count: ConnectionCount
+) -> int:
+    """GET ``url`` ``connections`` times at once, again until a round opens no connection:
+    the session then holds that many open to the server (kept-alive ones count, dead ones
+    are replaced). Returns the connections opened."""
+    before = count.opened
+    for _ in range(5):
+        opened = count.opened
+
+        async def get() -> None:
+            async with session.get(url) as response:
+                await response.read()
+
+        await asyncio.gather(*(get() for _ in range(connections)))
+        if count.opened == opened:
+            return count.opened - before
+    raise RuntimeError(f"{url}: connections still opened after 5 rounds of {connections}")
+
+
+async def send_timed(
+    session: aiohttp.ClientSession,
+    requests: Sequence[Prepared],
+    *,
+    concurrency: int | None = None,
+    paced_ms: float = 0.0,
+) -> list[Sent]:
+    """POST ``requests`` in order: all at once, ``concurrency`` in flight, or one every
+    ``paced_ms`` ms; when each was sent (its turn came) and answered, in the same order."""
+    gate = asyncio.Semaphore(concurrency or len(requests) or 1)
+
+    async def post(request: Prepared) -> Sent:
+        async with gate:
+            started = time.perf_counter()
+            async with session.post(
+                request.url, data=request.body.encode(), headers=request.headers
+            ) as response:
+                await response.read()
+                return Sent(started, time.perf_counter(), response.status)
+
+    if paced_ms <= 0:
+        return list(await asyncio.gather(*(post(r) for r in requests)))
+    posting = []
+    for request in requests:
+        posting.append(asyncio.ensure_future(post(request)))
+        await asyncio.sleep(paced_ms / 1000)
+    return list(await asyncio.gather(*posting))
+
+
 async def _send(job: dict[str, Any]) -> dict[str, Any]:
     requests = [Prepared(**r) for r in job["requests"]]
     concurrency = int(job["concurrency"])
     connector = aiohttp.TCPConnector(limit=concurrency * 2 + 10)
     async with aiohttp.ClientSession(connector=connector) as session:
-        gate = asyncio.Semaphore(concurrency)
-
-        async def post(request: Prepared) -> tuple[float, int]:
-            async with gate:
-                started = time.perf_counter()
-                async with session.post(
-                    request.url, data=request.body.encode(), headers=request.headers
-                ) as response:
-                    await response.read()
-                    return (time.perf_counter() - started) * 1000, response.status
-
         print(READY, flush=True)
         await asyncio.to_thread(sys.stdin.readline)  # "go"
         started = time.perf_counter()
-        results = await asyncio.gather(*(post(r) for r in requests))
+        results = await send_timed(session, requests, concurrency=concurrency)
         wall = time.perf_counter() - started
     return {
-        "latencies_ms": [ms for ms, _ in results],
-        "statuses": [status for _, status in results],
+        "latencies_ms": [(r.answered - r.started) * 1000 for r in results],
+        "statuses": [r.status for r in results],
         "wall_s": wall,
     }
 

@@ -18,6 +18,15 @@ The dev IdP and the reference MCP servers run in a process of their own, as depl
 thread of the bench process, sharing its GIL with the app they answer (every token signed
 and tool call served held the app's loop up); ``--servers-in-process`` still measures that
 way (``"servers": "thread"``), to compare with older figures.
+
+Slack's side of the cards (the fake Web API the app calls and the sender of the signed
+clicks) runs in a process of its own too (``bench/_slack_side.py``; ``"slack_side":
+"process"``): until 2026-12-04 it ran on a thread of the bench process, and the GIL it held
+answering ``chat.update`` and signing and sending clicks was counted in the app's
+latencies. ``--slack-in-process`` still measures that way (``"slack_side": "thread"``). Its
+CPU per click (``slack_side_cpu_ms_per_click``) and the connections the timed clicks opened
+(``click_connections_opened``, 0: the sender warms its connections up first) are reported
+in both shapes.
 """
 
 from __future__ import annotations
@@ -76,6 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run the IdP and MCP servers on a thread of this process (before 2026-12-03)",
     )
+    parser.add_argument(
+        "--slack-in-process",
+        action="store_true",
+        help="run the fake Slack and the click sender on a thread of this process "
+        "(before 2026-12-04)",
+    )
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -125,7 +140,11 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                 result = await _measure(url, env, servers, elsewhere, clicks, rounds, args)
         finally:
             await elsewhere.aclose()
-    return {**result, "servers": "thread" if in_process else "process"}
+    return {
+        **result,
+        "servers": "thread" if in_process else "process",
+        "slack_side": "thread" if getattr(args, "slack_in_process", False) else "process",
+    }
 
 
 async def _measure(
@@ -239,6 +258,7 @@ async def _measure(
             elapsed = (written_at[approval.approval_id] - started) * 1000
             (latencies if n > 1 else single).append(elapsed)
     cards = int(getattr(args, "cards", 20) if args is not None else 20)
+    slack_in_process = bool(getattr(args, "slack_in_process", False))
     profile = getattr(args, "profile", None)
     servers_profile = getattr(args, "profile_servers", None)
     slack = (
@@ -251,13 +271,22 @@ async def _measure(
             profile,
             servers_profile=servers_profile,
             profile_until_written=bool(getattr(args, "profile_until_written", False)),
+            slack_in_process=slack_in_process,
         )
         if cards > 0
         else {}
     )
     paced_ms = float(getattr(args, "paced_ms", 0.0) or 0.0)
     if cards > 0 and paced_ms > 0:
-        paced = await cards_bench(url, env, servers, elsewhere, cards, paced_ms=paced_ms)
+        paced = await cards_bench(
+            url,
+            env,
+            servers,
+            elsewhere,
+            cards,
+            paced_ms=paced_ms,
+            slack_in_process=slack_in_process,
+        )
         slack["paced"] = {"paced_ms": paced_ms, **paced}
     direct = (
         {}

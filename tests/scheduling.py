@@ -31,6 +31,8 @@ import pytest
 # wall seconds, wall/old figure ~1.0 for the files in both): 6, 7 and 3. The other files'
 # figures would hardly move the order: the four workers' busy spans ended within 3 s of each
 # other in that run.
+# 2026-12-04: test_bench_slack_side (two short runs of bench approval): 22 s wall, 15 s CPU
+# alone with -n0 (load 2).
 FILE_SECONDS: dict[str, int] = {
     "sandbox/test_sandbox_home_browser.py": 116,
     "reliability/test_reliability_kill_points.py": 60,
@@ -41,6 +43,7 @@ FILE_SECONDS: dict[str, int] = {
     "reliability/test_reliability_pg_restart.py": 30,
     "test_quality_gates.py": 30,
     "test_opsbot_cli.py": 24,
+    "test_bench_slack_side.py": 22,
     "mcp_servers/test_cli.py": 22,
     "sandbox/test_sandbox_keep.py": 22,
     "bot/test_slack_truth.py": 19,
