@@ -40,6 +40,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
 from mcp.shared.message import SessionMessage
 
+from agent_core.netio import AsyncioBackend
+
 # Below the usual 5 s server keep-alive (uvicorn's default): a connection is dropped by us
 # before the server closes it under a request.
 KEEPALIVE_EXPIRY_S = 2.0
@@ -47,6 +49,8 @@ KEEPALIVE_EXPIRY_S = 2.0
 # stream right after it. Reading that end (briefly, and little) keeps the connection reusable.
 DRAIN_S = 0.5
 DRAIN_BYTES = 64 * 1024
+
+_BACKEND = AsyncioBackend()
 
 ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
 WriteStream = MemoryObjectSendStream[SessionMessage]
@@ -119,6 +123,8 @@ class ConnectionPools:
                 verify=verify,  # type: ignore[arg-type]  # an ssl.SSLContext
                 limits=httpx.Limits(keepalive_expiry=self._keepalive_expiry),
             )
+            # The pool's connections on asyncio directly, not through anyio (agent_core.netio).
+            pool._pool._network_backend = _BACKEND
             self._pools[server] = held = (loop, pool)
         return held[1]
 
