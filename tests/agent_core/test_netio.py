@@ -96,7 +96,7 @@ async def serving(tls: ssl.SSLContext | None = None) -> AsyncIterator[str]:
 
 async def fetch_twice(url: str, verify: ssl.SSLContext) -> None:
     pools = ConnectionPools()
-    pool = pools.for_server("big", verify)
+    pool = pools.for_server("big", url, verify)
     assert isinstance(pool._pool._network_backend, AsyncioBackend)  # type: ignore[attr-defined]
     try:
         async with httpx.AsyncClient(transport=pool) as client:
