@@ -76,6 +76,7 @@ from agent_core.middleware import (
 )
 from agent_core.pii import pii_middleware
 from agent_core.policy import ToolPolicy
+from agent_core.proxies import DIRECT, Proxies
 from agent_core.results import Results
 from agent_core.sessions import RunSessions, ServerConfig, SessionStats
 from agent_core.shared_sessions import SharedSessions
@@ -128,6 +129,7 @@ class AgentConfig:
     write_attempts: int = 3
     write_retry_initial_delay: float = 0.5
     write_retry_max_delay: float = 4.0
+    proxies: Proxies = DIRECT  # the MCP servers' (from settings: HTTPS_PROXY, ...)
 
 
 def interrupt_on_for(
@@ -215,11 +217,12 @@ class Agent:
             failure_threshold=config.breaker_threshold,
             open_seconds=config.breaker_open_seconds,
             check_interval=config.health_check_interval,
+            proxies=config.proxies,
         )
         self.cache = DiscoveryCache()
         self.stats = SessionStats()
         # TCP connections to the servers, reused by every run (each with its own session).
-        self.pools = ConnectionPools()
+        self.pools = ConnectionPools(proxies=config.proxies)
         self._graphs: dict[tuple[str, ...], CompiledStateGraph[Any, Any, Any, Any]] = {}
         self._tools: dict[str, BaseTool] = {}
         self._discovery_locks: dict[str, asyncio.Lock] = {}

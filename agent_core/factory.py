@@ -15,6 +15,7 @@ from agent_core.credentials import OAuthTokenSource, ServerConfig
 from agent_core.errors import AgentError
 from agent_core.models import build_model
 from agent_core.policy import ToolPolicy
+from agent_core.proxies import Proxies, parse_no_proxy
 from agent_core.threads import ThreadStore
 from broker import Broker
 from infra.settings import McpServerSettings, Settings
@@ -62,6 +63,11 @@ def agent_config(settings: Settings) -> AgentConfig:
         write_attempts=a.write_attempts,
         write_retry_initial_delay=a.write_retry_initial_delay_seconds,
         write_retry_max_delay=a.write_retry_max_delay_seconds,
+        proxies=Proxies(
+            http=settings.http_proxy,
+            https=settings.https_proxy,
+            no_proxy=parse_no_proxy(settings.no_proxy),
+        ),
     )
 
 

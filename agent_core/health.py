@@ -34,6 +34,7 @@ from agent_core.errors import (
     ToolTimeoutError,
     ToolTransientError,
 )
+from agent_core.proxies import DIRECT, Proxies
 
 
 @functools.cache
@@ -55,8 +56,10 @@ class ServerHealth:
         degraded_interval: float = 2.0,
         probe_timeout: float = 2.0,
         monotonic: Callable[[], float] = time.monotonic,
+        proxies: Proxies = DIRECT,
     ) -> None:
         self._urls = dict(urls)
+        self._proxies = proxies
         self._breakers = AsyncCircuitBreakerFactory(
             default_threshold=failure_threshold, default_ttl=open_seconds
         )
@@ -103,7 +106,11 @@ class ServerHealth:
             return False
         try:
             async with httpx.AsyncClient(
-                timeout=self._probe_timeout, verify=shared_ssl_context()
+                timeout=self._probe_timeout,
+                verify=shared_ssl_context(),
+                # The proxy the sessions use, from settings (agent_core.proxies).
+                trust_env=False,
+                proxy=self._proxies.for_url(url),
             ) as client:
                 response = await client.get(url)
             ok = response.status_code < 500

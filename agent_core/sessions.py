@@ -372,7 +372,9 @@ class RunSessions:
             event_hooks={"request": [on_request], "response": [on_response]},
             # Connections (never credentials: those are this client's headers) are reused
             # across runs: a run's session costs no TCP connect (agent_core.transport).
-            transport=self._pools.for_server(server, shared_ssl_context()),
+            transport=self._pools.for_server(server, config.url, shared_ssl_context()),
+            # Proxies come from settings, through the pool (agent_core.proxies).
+            trust_env=False,
         )
         held.client = client
         held.task = asyncio.create_task(self._hold(config, client, held), name=f"mcp:{server}")

@@ -40,6 +40,9 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
 from mcp.shared.message import SessionMessage
 
+from agent_core.netio import AsyncioBackend
+from agent_core.proxies import DIRECT, Proxies
+
 # Below the usual 5 s server keep-alive (uvicorn's default): a connection is dropped by us
 # before the server closes it under a request.
 KEEPALIVE_EXPIRY_S = 2.0
@@ -47,6 +50,8 @@ KEEPALIVE_EXPIRY_S = 2.0
 # stream right after it. Reading that end (briefly, and little) keeps the connection reusable.
 DRAIN_S = 0.5
 DRAIN_BYTES = 64 * 1024
+
+_BACKEND = AsyncioBackend()
 
 ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
 WriteStream = MemoryObjectSendStream[SessionMessage]
@@ -107,18 +112,27 @@ class ConnectionPools:
     asked for from another loop.
     """
 
-    def __init__(self, keepalive_expiry: float = KEEPALIVE_EXPIRY_S) -> None:
+    def __init__(
+        self, keepalive_expiry: float = KEEPALIVE_EXPIRY_S, proxies: Proxies = DIRECT
+    ) -> None:
         self._keepalive_expiry = keepalive_expiry
+        self._proxies = proxies
         self._pools: dict[str, tuple[asyncio.AbstractEventLoop, _SharedPool]] = {}
 
-    def for_server(self, server: str, verify: object) -> httpx.AsyncBaseTransport:
+    def for_server(self, server: str, url: str, verify: object) -> httpx.AsyncBaseTransport:
+        """The pool for ``server`` (at ``url``): direct, or through the proxy settings give
+        for that URL (``agent_core.proxies``)."""
         loop = asyncio.get_running_loop()
         held = self._pools.get(server)
         if held is None or held[0] is not loop:
             pool = _SharedPool(
                 verify=verify,  # type: ignore[arg-type]  # an ssl.SSLContext
                 limits=httpx.Limits(keepalive_expiry=self._keepalive_expiry),
+                proxy=self._proxies.for_url(url),
             )
+            # The pool's connections on asyncio directly, not through anyio (agent_core.netio);
+            # through a proxy too: its CONNECT tunnel's TLS is the backend's start_tls.
+            pool._pool._network_backend = _BACKEND
             self._pools[server] = held = (loop, pool)
         return held[1]
 

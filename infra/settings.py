@@ -675,6 +675,18 @@ class Settings(BaseSettings):
     """Web API base URL; point it at a local fake or the sandbox emulator."""
     port: int = Field(default=3000, validation_alias=AliasChoices("PORT", "port"))
     """HTTP port of the web process (/slack/events, /metrics, /healthz, /readyz)."""
+    https_proxy: str | None = Field(
+        default=None, validation_alias=AliasChoices("HTTPS_PROXY", "https_proxy")
+    )
+    """Proxy for opsbot's MCP traffic to https:// servers (and their health probes), e.g.
+    http://proxy.internal:3128. Unset: direct."""
+    http_proxy: str | None = Field(
+        default=None, validation_alias=AliasChoices("HTTP_PROXY", "http_proxy")
+    )
+    """Proxy for opsbot's MCP traffic to http:// servers. Unset: direct."""
+    no_proxy: str = Field(default="", validation_alias=AliasChoices("NO_PROXY", "no_proxy"))
+    """Comma-separated hosts reached directly despite a proxy: * (all), a host name (and its
+    subdomains), an IP address or network (10.0.0.0/8), each optionally with :port."""
     ci: bool = Field(default=False, validation_alias=AliasChoices("CI", "ci"))
     """Set by CI systems; when true, PostgreSQL-backed and browser tests fail instead of
     skipping."""

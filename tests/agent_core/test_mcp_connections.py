@@ -11,9 +11,9 @@ from urllib.parse import urlparse
 
 import httpx
 import pytest
-from anyio._backends._asyncio import AsyncIOBackend
 from mcp import ClientSession
 
+from agent_core.netio import AsyncioBackend
 from agent_core.transport import ConnectionPools, request_only_transport
 from testing.agent import AgentEnv, FunctionChatModel, new_thread
 from testing.turns import reads_then_answer
@@ -25,26 +25,29 @@ async def test_warm_runs_reuse_the_agents_connections_and_open_no_get_stream(
     agent = agent_env.agent(FunctionChatModel(fn=reads_then_answer(2)))
     # Idle connections kept long enough for a slow machine; the default is 2 s.
     agent.pools = ConnectionPools(keepalive_expiry=60)
+    connects: list[int] = []
+    connect_tcp = AsyncioBackend.connect_tcp  # the pools' backend (agent_core.netio)
+
+    async def counting_connect(self: AsyncioBackend, host: str, port: int, **kw: Any) -> Any:
+        connects.append(port)
+        return await connect_tcp(self, host, port, **kw)
+
+    monkeypatch.setattr(AsyncioBackend, "connect_tcp", counting_connect)
     alice = await agent_env.user("alice")
     cold = await agent.run(alice, await new_thread(agent, alice), "show 2 tickets")
     assert cold.kind == "answer", cold
     await agent.settle()  # the cold run's session ended before counting starts
     port = urlparse(agent_env.servers.ticketing.url).port
+    assert port in connects, connects  # the cold run connected: the count sees connects
+    connects.clear()
 
-    connects: list[int] = []
     sent: list[tuple[int | None, str]] = []
-    connect_tcp = AsyncIOBackend.connect_tcp
     send = httpx.AsyncClient.send
-
-    async def counting_connect(cls: Any, host: str, to: int, *args: Any) -> Any:
-        connects.append(to)
-        return await connect_tcp.__func__(cls, host, to, *args)  # type: ignore[attr-defined]
 
     async def recording_send(self: httpx.AsyncClient, request: httpx.Request, **kw: Any) -> Any:
         sent.append((request.url.port, request.method))
         return await send(self, request, **kw)
 
-    monkeypatch.setattr(AsyncIOBackend, "connect_tcp", classmethod(counting_connect))
     monkeypatch.setattr(httpx.AsyncClient, "send", recording_send)
     for i in range(2):
         result = await agent.run(alice, await new_thread(agent, alice), f"show 2 tickets ({i})")
