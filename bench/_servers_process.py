@@ -89,22 +89,12 @@ class _Servers:
 @contextlib.asynccontextmanager
 async def servers_process(data_dir: Path) -> AsyncIterator[tuple[Any, Any]]:
     """Start the child; the IdP and the servers as the parent uses them, until exit."""
+    from bench._support import child_process
     from testing.identity import RunningIdp
 
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bench._servers_process",
-        str(data_dir),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert child.stdout is not None
-        line = await asyncio.wait_for(child.stdout.readline(), 120)
-        if not line:
-            raise RuntimeError("the servers' process ended before it was ready")
-        info = json.loads(line)
+    async with child_process(
+        "bench._servers_process", str(data_dir), what="the servers' process"
+    ) as (_child, info):
         idp = RunningIdp(
             issuer=info["issuer"],
             provider=_Provider(info["audiences"]),  # type: ignore[arg-type]
@@ -115,14 +105,6 @@ async def servers_process(data_dir: Path) -> AsyncIterator[tuple[Any, Any]]:
             [_Server(**s) for s in info["servers"]], info["changes_url"], info["control_url"]
         )
         yield idp, servers
-    finally:
-        if child.stdin is not None:
-            child.stdin.close()  # the child stops its servers and exits
-        try:
-            await asyncio.wait_for(child.wait(), 30)
-        except TimeoutError:
-            child.kill()
-            await child.wait()
 
 
 async def _serve(data_dir: Path) -> None:

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from bench._sender import ConnectionCount, Prepared, send_timed, warm_up
+from bench._support import child_process
 
 ALICE_ID, BOB_ID = "U0ALICE", "U0BOB"
 
@@ -230,27 +231,11 @@ async def slack_side_process() -> AsyncIterator[_Remote]:
     clock = time.get_clock_info("perf_counter").implementation
     if "CLOCK_MONOTONIC" not in clock:  # another process's readings would not compare
         raise RuntimeError(f"perf_counter is {clock}: use --slack-in-process here")
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bench._slack_side",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert child.stdout is not None
-        line = await asyncio.wait_for(child.stdout.readline(), 120)
-        if not line:
-            raise RuntimeError("the Slack side's process ended before it was ready")
-        yield _Remote(child, json.loads(line)["url"])
-    finally:
-        if child.stdin is not None:
-            child.stdin.close()  # the child stops its server and exits
-        try:
-            await asyncio.wait_for(child.wait(), 30)
-        except TimeoutError:
-            child.kill()
-            await child.wait()
+    async with child_process("bench._slack_side", what="the Slack side's process") as (
+        child,
+        info,
+    ):
+        yield _Remote(child, info["url"])
 
 
 async def _serve() -> None:

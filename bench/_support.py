@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import resource
 import secrets
 import sys
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,6 +20,37 @@ from sqlalchemy.engine import make_url
 from infra.settings import Settings
 
 T = TypeVar("T")
+
+
+@contextlib.asynccontextmanager
+async def child_process(
+    module: str, *args: str, what: str
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, dict[str, Any]]]:
+    """``python -m module *args`` with pipes: the child and the JSON of its ready line (its
+    first line on stdout) until exit; closing its stdin then stops it (killed after 30 s).
+    ``what`` names it in the error when it ends before it is ready."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None
+        line = await asyncio.wait_for(child.stdout.readline(), 120)
+        if not line:
+            raise RuntimeError(f"{what} ended before it was ready")
+        yield child, json.loads(line)
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()  # the child stops and exits
+        try:
+            await asyncio.wait_for(child.wait(), 30)
+        except TimeoutError:
+            child.kill()
+            await child.wait()
 
 
 def percentile(values: list[float], q: float) -> float:
