@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import typing
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 
 import httpcore
 
@@ -227,6 +227,24 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         return None
 
 
+async def _connected(
+    opening: Coroutine[typing.Any, typing.Any, tuple[asyncio.BaseTransport, _Connection]],
+    within: float | None,
+    socket_options: Iterable[SocketOption] | None,
+) -> httpcore.AsyncNetworkStream:
+    """The stream of a connection being opened (in ``within`` seconds), with httpcore's errors
+    for a failed open."""
+    try:
+        async with asyncio.timeout(within):
+            transport, connection = await opening
+    except TimeoutError as exc:
+        raise httpcore.ConnectTimeout(exc) from exc
+    except OSError as exc:
+        raise httpcore.ConnectError(exc) from exc
+    _set_options(transport, socket_options)
+    return AsyncioStream(connection)
+
+
 class AsyncioBackend(httpcore.AsyncNetworkBackend):
     """httpcore's network backend on the running asyncio loop (see the module)."""
 
@@ -238,19 +256,10 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[SocketOption] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
         local = (local_address, 0) if local_address else None
-        try:
-            async with asyncio.timeout(timeout):
-                transport, connection = await loop.create_connection(
-                    _Connection, host, port, local_addr=local
-                )
-        except TimeoutError as exc:
-            raise httpcore.ConnectTimeout(exc) from exc
-        except OSError as exc:
-            raise httpcore.ConnectError(exc) from exc
-        _set_options(transport, socket_options)
-        return AsyncioStream(connection)
+        loop = asyncio.get_running_loop()
+        opening = loop.create_connection(_Connection, host, port, local_addr=local)
+        return await _connected(opening, timeout, socket_options)
 
     async def connect_unix_socket(
         self,
@@ -258,16 +267,8 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
         socket_options: Iterable[SocketOption] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                transport, connection = await loop.create_unix_connection(_Connection, path)
-        except TimeoutError as exc:
-            raise httpcore.ConnectTimeout(exc) from exc
-        except OSError as exc:
-            raise httpcore.ConnectError(exc) from exc
-        _set_options(transport, socket_options)
-        return AsyncioStream(connection)
+        opening = asyncio.get_running_loop().create_unix_connection(_Connection, path)
+        return await _connected(opening, timeout, socket_options)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
