@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
+from agent_core.netio import AsyncioBackend
 from mcp_servers import ReferenceServers
 from testing.agent import AgentEnv, open_agent_env
 from testing.identity import RunningIdp
+
+
+@pytest.fixture
+def pool_connects(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ports the MCP connection pools connect to from now on (their backend is
+    ``agent_core.netio``'s, not anyio's)."""
+    connects: list[int] = []
+    connect_tcp = AsyncioBackend.connect_tcp
+
+    async def counting_connect(self: AsyncioBackend, host: str, port: int, **kw: Any) -> Any:
+        connects.append(port)
+        return await connect_tcp(self, host, port, **kw)
+
+    monkeypatch.setattr(AsyncioBackend, "connect_tcp", counting_connect)
+    return connects
 
 
 @pytest.fixture

@@ -13,26 +13,18 @@ import httpx
 import pytest
 from mcp import ClientSession
 
-from agent_core.netio import AsyncioBackend
 from agent_core.transport import ConnectionPools, request_only_transport
 from testing.agent import AgentEnv, FunctionChatModel, new_thread
 from testing.turns import reads_then_answer
 
 
 async def test_warm_runs_reuse_the_agents_connections_and_open_no_get_stream(
-    agent_env: AgentEnv, monkeypatch: pytest.MonkeyPatch
+    agent_env: AgentEnv, monkeypatch: pytest.MonkeyPatch, pool_connects: list[int]
 ) -> None:
     agent = agent_env.agent(FunctionChatModel(fn=reads_then_answer(2)))
     # Idle connections kept long enough for a slow machine; the default is 2 s.
     agent.pools = ConnectionPools(keepalive_expiry=60)
-    connects: list[int] = []
-    connect_tcp = AsyncioBackend.connect_tcp  # the pools' backend (agent_core.netio)
-
-    async def counting_connect(self: AsyncioBackend, host: str, port: int, **kw: Any) -> Any:
-        connects.append(port)
-        return await connect_tcp(self, host, port, **kw)
-
-    monkeypatch.setattr(AsyncioBackend, "connect_tcp", counting_connect)
+    connects = pool_connects
     alice = await agent_env.user("alice")
     cold = await agent.run(alice, await new_thread(agent, alice), "show 2 tickets")
     assert cold.kind == "answer", cold

@@ -21,7 +21,6 @@ import httpx
 import pytest
 from mcp import ClientSession
 
-from agent_core.netio import AsyncioBackend
 from agent_core.transport import ConnectionPools, request_only_transport
 from infra.loop_thread import LoopThread
 from infra.serving import bind_socket, serve_asgi
@@ -92,17 +91,10 @@ async def ticketing_on_its_own_loop() -> AsyncIterator[tuple[str, str]]:
 
 
 async def test_sessions_closed_at_once_after_initialize_all_end_cleanly(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    caplog: pytest.LogCaptureFixture, pool_connects: list[int]
 ) -> None:
     failures: list[BaseException] = []
-    connects: list[int] = []
-    connect_tcp = AsyncioBackend.connect_tcp  # the pools' backend (agent_core.netio)
-
-    async def counting_connect(self: AsyncioBackend, host: str, port: int, **kw: Any) -> Any:
-        connects.append(port)
-        return await connect_tcp(self, host, port, **kw)
-
-    monkeypatch.setattr(AsyncioBackend, "connect_tcp", counting_connect)
+    connects = pool_connects
     pools = ConnectionPools(keepalive_expiry=60)
     async with (
         ticketing_on_its_own_loop() as (url, token),
