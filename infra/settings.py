@@ -559,6 +559,10 @@ class ReferenceServersSettings(BaseModel):
     database: ReferenceServerSettings = Field(default_factory=ReferenceServerSettings)
 
 
+# The proxy schemes opsbot's httpx connects through (SOCKS would need the socksio package).
+PROXY_SCHEMES = ("http", "https")
+
+
 class Settings(BaseSettings):
     """Everything opsbot can be configured with. See ``.env.example`` for each variable."""
 
@@ -690,6 +694,20 @@ class Settings(BaseSettings):
     ci: bool = Field(default=False, validation_alias=AliasChoices("CI", "ci"))
     """Set by CI systems; when true, PostgreSQL-backed and browser tests fail instead of
     skipping."""
+
+    @field_validator("https_proxy", "http_proxy")
+    @classmethod
+    def _proxy_url(cls, value: str | None) -> str | None:
+        # Checked here, once: a proxy httpx cannot use failed every MCP call of every run.
+        if not value:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in PROXY_SCHEMES or not parts.hostname:
+            raise ValueError(
+                f"{value!r} is not a proxy URL: give one like http://proxy.internal:3128 "
+                f"({', '.join(PROXY_SCHEMES)})"
+            )
+        return value
 
     @property
     def exchange_audiences(self) -> dict[str, str]:

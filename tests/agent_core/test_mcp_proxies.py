@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from pydantic import ValidationError
 
 from agent_core import Answer
 from agent_core.factory import agent_config
@@ -181,3 +182,23 @@ def test_settings_give_the_agent_its_proxies(monkeypatch: pytest.MonkeyPatch) ->
     assert proxies.for_url("https://tickets:443/mcp") == "http://proxy.internal:3128"
     assert proxies.for_url("https://notcorp.example/mcp") == "http://proxy.internal:3128"
     assert Proxies(https="http://p:1", no_proxy=parse_no_proxy("*")).for_url("https://x") is None
+
+
+@pytest.mark.parametrize(
+    "value", ["proxy.internal:3128", "socks5://proxy.internal:1080", "http://", "ftp://p:21"]
+)
+def test_a_proxy_url_opsbot_cannot_use_stops_start_up(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """Refused by the settings, naming the variable, instead of failing every MCP call."""
+    monkeypatch.setenv("HTTPS_PROXY", value)
+    with pytest.raises(ValidationError, match="is not a proxy URL"):
+        Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+def test_an_empty_proxy_variable_means_direct(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "")
+    monkeypatch.setenv("HTTP_PROXY", "")
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert settings.https_proxy is None
+    assert settings.http_proxy is None
