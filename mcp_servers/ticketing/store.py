@@ -285,7 +285,7 @@ class TicketStore:
         async def attempt() -> Ticket:
             async with self._lock, self.engine.begin() as conn:
                 rows = await self._ticket_rows(
-                    conn, _TICKET_AND_EARLIER, key, call.subject, call.key
+                    conn, _TICKET_AND_EARLIER, key, subject=call.subject, idempotency_key=call.key
                 )
                 if rows and (earlier := idempotency.earlier(rows[0], call, Ticket)) is not None:
                     return earlier
@@ -401,11 +401,11 @@ class TicketStore:
         return self._ticket(await self._ticket_rows(conn, _TICKET, key), caller, key)
 
     async def _ticket_rows(
-        self, conn: AsyncConnection, stmt: sa.Select[Any], key: str, *call: str
+        self, conn: AsyncConnection, stmt: sa.Select[Any], key: str, **call: str
     ) -> list[sa.RowMapping]:
-        params = {"key": key.strip().upper()}
-        if call:
-            params.update(zip(("subject", "idempotency_key"), call, strict=True))
+        """``stmt``'s rows for ticket ``key``; ``call``: the idempotency record's parameters
+        (``subject``, ``idempotency_key``) for ``_TICKET_AND_EARLIER``."""
+        params = {"key": key.strip().upper(), **call}
         return list((await conn.execute(stmt, params)).mappings().all())
 
     def _ticket(self, rows: list[sa.RowMapping], caller: Caller, key: str) -> Ticket:
