@@ -38,13 +38,21 @@ async def teams_state(http: httpx.AsyncClient, dev: DevProcess, user: str) -> di
 async def wait_for(
     http: httpx.AsyncClient, dev: DevProcess, user: str, place: str, check: Callable[[str], bool]
 ) -> Messages:
-    """Until ``check`` holds for the JSON of what ``user`` sees in ``place``."""
-    async with asyncio.timeout(WAIT_S):
-        while True:
-            messages: Messages = (await teams_state(http, dev, user))["messages"][place]
-            if check(json.dumps(messages)):
-                return messages
-            await asyncio.sleep(0.3)
+    """Until ``check`` holds for the JSON of what ``user`` sees in ``place``; on a timeout the
+    failure shows what every place holds and what the process logged."""
+    seen: dict[str, Messages] = {}
+    try:
+        async with asyncio.timeout(WAIT_S):
+            while True:
+                seen = (await teams_state(http, dev, user))["messages"]
+                if check(json.dumps(seen[place])):
+                    return seen[place]
+                await asyncio.sleep(0.3)
+    except TimeoutError:
+        raise AssertionError(
+            f"{user} did not see it in {place} within {WAIT_S} s; {user} sees:\n"
+            f"{json.dumps(seen, indent=1)[-6000:]}\nopsbot dev logged:\n{dev.stderr()[-6000:]}"
+        ) from None
 
 
 async def say(http: httpx.AsyncClient, dev: DevProcess, user: str, text: str) -> None:
