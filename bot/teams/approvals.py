@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from microsoft_agents.activity import (
@@ -98,8 +98,10 @@ class TeamsApprovals:
     assistant: AssistantPort | None = None
     cards: SqlTeamsCards | None = None
     tenant_id: str = ""
-    # Where the approvals channel is served from: configured, else the latest serviceUrl
-    # a Teams activity showed (every conversation of a tenant shares it).
+    # Where the approvals channel is served from: the latest serviceUrl a Teams activity
+    # showed (every conversation of a tenant shares it), else the configured one. Latest
+    # wins: Teams may serve a tenant from another serviceUrl later, and a card stored with
+    # the old one could then be neither updated nor its roster read.
     service_url: str | None = None
     decide_wait: float = DECIDE_WAIT_SECONDS
     _roster: tuple[float, dict[str, str]] | None = field(default=None, init=False)
@@ -147,7 +149,7 @@ class TeamsApprovals:
     async def post_cards(self, reply: ApprovalRequested, message: TeamsMessage) -> None:
         """One card per approval of a request made in Teams, each a new thread in the
         approvals channel."""
-        self.service_url = self.service_url or message.conversation.service_url
+        self.service_url = message.conversation.service_url
         for summary in reply.all:
             try:
                 await self.post_card(
@@ -190,6 +192,14 @@ class TeamsApprovals:
         posted = TeamsCard(approval_id, tenant_id, conversation_id, root, service_url, *requester)
         await cards.save(posted)
         return posted
+
+    async def _card(self, approval_id: str) -> TeamsCard | None:
+        """The approval's card, addressed through the serviceUrl Teams uses now."""
+        _, cards = self._core()
+        card = await cards.get(approval_id)
+        if card is None or not self.service_url or card.service_url == self.service_url:
+            return card
+        return replace(card, service_url=self.service_url)
 
     def _card_for_all(self, view: ApprovalView, mris: list[str]) -> Card:
         if _pending(view):
@@ -251,14 +261,14 @@ class TeamsApprovals:
 
     async def handle_invoke(self, activity: dict[str, Any]) -> dict[str, Any]:
         """The invoke response body for one click (see the module docstring)."""
-        assistant, cards = self._core()
+        assistant, _ = self._core()
         action = read_card_action(activity)
         if isinstance(action, BadAction):
             return error_response(action.status, action.message)
         if isinstance(activity.get("serviceUrl"), str):
-            self.service_url = self.service_url or activity["serviceUrl"]
+            self.service_url = activity["serviceUrl"]
         view = await assistant.approval_view(action.approval_id)
-        card = await cards.get(action.approval_id)
+        card = await self._card(action.approval_id)
         if view is None or card is None or not _from_card(action, card):
             log.info("teams card action refused: not a card opsbot posted for this approval")
             return error_response(400, "This card is not an approval opsbot can find.")
@@ -391,8 +401,8 @@ class TeamsApprovals:
     async def announce(self, decided: Decided) -> None:
         """A decision (from a click here, another platform, or the sweeper): the card is
         updated for everyone, and a requester whose thread is in Teams is told."""
-        assistant, cards = self._core()
-        card = await cards.get(decided.approval_id)
+        assistant, _ = self._core()
+        card = await self._card(decided.approval_id)
         if card is not None:
             view = await assistant.approval_view(decided.approval_id)
             await self._put(card, decided_card(view, decided.approval_id, decided=decided))
@@ -402,8 +412,8 @@ class TeamsApprovals:
 
     async def _restore(self, approval_id: str) -> None:
         """After a click that decided nothing: everyone's copy shows the approval as it is."""
-        assistant, cards = self._core()
-        card = await cards.get(approval_id)
+        assistant, _ = self._core()
+        card = await self._card(approval_id)
         view = await assistant.approval_view(approval_id)
         if card is None or view is None:
             return

@@ -345,3 +345,34 @@ async def test_a_slow_decision_is_answered_at_once_and_finished_for_everyone(
     (update,) = await env.fake.wait_for("update", where=lambda c: c.activity_id == root)
     assert "Approved by bob@example.com" in update.text
     assert len(assistant.executed) == 1
+
+
+async def test_a_card_posted_through_an_old_service_url_is_updated_through_the_current_one(
+    env: TeamsEnv, assistant: FakeAssistant
+) -> None:
+    """Teams may serve the tenant from another serviceUrl later (``opsbot dev --keep`` starts
+    its fake channel on a new port): a click carries the current one, and the roster read and
+    everyone's copy go there, not to the serviceUrl the card was stored with."""
+    from sqlalchemy import update
+
+    from infra.storage.schema import chat_approval_messages
+
+    card, _ = await request_write(env)
+    cards = env.bot.adapter.approvals.cards
+    assert cards is not None
+    async with cards._engine.begin() as conn:
+        gone = await conn.execute(
+            update(chat_approval_messages).values(service_url="http://127.0.0.1:9/gone/")
+        )
+    assert gone.rowcount == 1
+    env.bot.adapter.approvals.service_url = "http://127.0.0.1:9/gone/"  # what it saw last
+    env.bot.adapter.approvals._roster = None  # the roster is read again, too
+
+    bobs = await invoke(env, click(env.fake, BOB, card, "approval.view", trigger="automatic"))
+    assert verbs(bobs["value"]) == ["approve", "approval.edit_view", "reject"]
+    assert bobs["value"]["refresh"]["userIds"] == [BOB.mri]  # the roster was read
+    done = await invoke(env, click(env.fake, BOB, card, "approve"))
+    assert "Approved by bob@example.com" in shown(done["value"])
+    root = card.conversation_id.partition(";messageid=")[2]
+    (update_call,) = await env.fake.wait_for("update", where=lambda c: c.activity_id == root)
+    assert "Approved by bob@example.com" in update_call.text
