@@ -191,7 +191,9 @@ class TeamsChat:
 
     async def _view(self, username: str, key: str, content: dict[str, Any]) -> dict[str, Any]:
         """The card as ``username`` sees it: refreshed for them when they are listed in its
-        ``refresh.userIds`` (once per version of the card), else as posted."""
+        ``refresh.userIds`` (once per version of the card), else as posted. A refresh the app
+        did not answer with a card (it refuses a card whose post it has not recorded yet) is
+        asked again at the next look, as Teams does when the card is shown again."""
         digest = self._digest(key)
         seen = self._views.get((username, key))
         if seen is not None and seen[0] == digest:
@@ -210,8 +212,9 @@ class TeamsChat:
                 trigger="automatic",
             )
             answer = await self._invoke(activity)
-            if isinstance(answer, dict):
-                view = answer
+            if not isinstance(answer, dict):
+                return content
+            view = answer
         self._views[(username, key)] = (digest, view)
         return view
 

@@ -18,6 +18,8 @@ from sandbox.teams_chat import TeamsChat
 from testing.slack_workspace import User
 from testing.teams import CHANNEL_ID, FakeTeams, running_fake_teams
 
+CARD_TYPE = "application/vnd.microsoft.card.adaptive"
+
 PEOPLE = {
     "alice": User("UALICE", "alice", "Alice Anders", "alice@example.com", ("team-payments",)),
     "bob": User("UBOB", "bob", "Bob Brandt", "bob@example.com", ("ticket-leads",)),
@@ -118,3 +120,63 @@ async def test_bad_input_is_a_clear_error(
         chat.say("alice", "chat", "   ", None)
     with pytest.raises(InputError, match="no message"):
         await chat.click("alice", f"{CHANNEL_ID}|42", "approve", {})
+
+
+async def test_a_card_refresh_the_app_could_not_answer_is_asked_again(
+    fake: FakeTeams,
+) -> None:
+    """Teams asks for an approver's view of a card when it shows it. The app refuses one it
+    has not yet recorded (its post still in flight): the next look asks again and shows the
+    buttons, instead of keeping the read-only card until the card changes."""
+    from sandbox.teams_chat import teams_user
+    from testing.teams import APPROVALS_CHANNEL_ID
+
+    refreshes: list[dict[str, Any]] = []
+
+    async def messages(request: web.Request) -> web.Response:
+        activity = await request.json()
+        refreshes.append(activity)
+        if len(refreshes) == 1:  # what the app answers before the card's location is saved
+            value = {"code": "BadRequest", "message": "This card is not an approval."}
+            body = {"statusCode": 400, "type": "application/vnd.microsoft.error", "value": value}
+        else:
+            card = {
+                "type": "AdaptiveCard",
+                "version": "1.5",
+                "body": [],
+                "actions": [{"type": "Action.Execute", "title": "Approve", "verb": "approve"}],
+            }
+            body = {"statusCode": 200, "type": CARD_TYPE, "value": card}
+        return web.json_response(body)
+
+    application = web.Application()
+    application.router.add_post("/api/messages", messages)
+    runner = web.AppRunner(application)
+    await runner.setup()
+    sock = bind_socket()
+    await web.SockSite(runner, sock).start()
+    try:
+        chat = TeamsChat(fake, PEOPLE, socket_url(sock))
+        bob = teams_user(PEOPLE["bob"])
+        posted = {
+            "type": "AdaptiveCard",
+            "version": "1.5",
+            "body": [{"type": "TextBlock", "text": "Approval needed"}],
+            "refresh": {
+                "userIds": [bob.mri],
+                "action": {"type": "Action.Execute", "verb": "approval.view", "data": {}},
+            },
+        }
+        attachment = {"contentType": CARD_TYPE, "content": posted}
+        await bot_posts(
+            fake, APPROVALS_CHANNEL_ID, {"type": "message", "attachments": [attachment]}
+        )
+        first = json.dumps((await chat.state("bob"))["messages"]["approvals"])
+        assert '"Approve"' not in first  # the card as posted
+        second = json.dumps((await chat.state("bob"))["messages"]["approvals"])
+        assert '"Approve"' in second
+        third = json.dumps((await chat.state("bob"))["messages"]["approvals"])
+        assert third == second
+        assert len(refreshes) == 2  # an answered refresh is kept
+    finally:
+        await runner.cleanup()
