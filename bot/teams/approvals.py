@@ -88,6 +88,9 @@ log = logging.getLogger(__name__)
 
 DECIDE_WAIT_SECONDS = 4.0
 ROSTER_TTL_SECONDS = 300.0
+# How long a click on a card whose post is still in flight (Teams shows the card, and asks
+# for the approver's view, before the Connector's answer has reached opsbot) waits for it.
+POSTING_WAIT_SECONDS = 5.0
 
 
 @dataclass(eq=False)
@@ -106,6 +109,7 @@ class TeamsApprovals:
     decide_wait: float = DECIDE_WAIT_SECONDS
     _roster: tuple[float, dict[str, str]] | None = field(default=None, init=False)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    _posting: dict[str, asyncio.Event] = field(default_factory=dict, init=False)
 
     # --- wiring -----------------------------------------------------------------------
 
@@ -183,20 +187,34 @@ class TeamsApprovals:
             log.warning("approval %s vanished before its Teams card was posted", approval_id)
             return None
         card = self._card_for_all(view, await self.approver_mris(view, service_url))
-        conversation_id, root = await self.outbound.create_thread(
-            service_url,
-            tenant_id,
-            self.approvals_conversation_id,
-            card_activity(card, f"Approval needed: {view.server} · {view.tool}"),
-        )
-        posted = TeamsCard(approval_id, tenant_id, conversation_id, root, service_url, *requester)
-        await cards.save(posted)
+        posting = self._posting.setdefault(approval_id, asyncio.Event())
+        try:
+            conversation_id, root = await self.outbound.create_thread(
+                service_url,
+                tenant_id,
+                self.approvals_conversation_id,
+                card_activity(card, f"Approval needed: {view.server} · {view.tool}"),
+            )
+            posted = TeamsCard(
+                approval_id, tenant_id, conversation_id, root, service_url, *requester
+            )
+            await cards.save(posted)
+        finally:
+            self._posting.pop(approval_id, None)
+            posting.set()
         return posted
 
     async def _card(self, approval_id: str) -> TeamsCard | None:
-        """The approval's card, addressed through the serviceUrl Teams uses now."""
+        """The approval's card, addressed through the serviceUrl Teams uses now; a card
+        being posted is waited for (``POSTING_WAIT_SECONDS``)."""
         _, cards = self._core()
         card = await cards.get(approval_id)
+        posting = self._posting.get(approval_id)
+        if card is None and posting is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(POSTING_WAIT_SECONDS):
+                    await posting.wait()
+            card = await cards.get(approval_id)
         if card is None or not self.service_url or card.service_url == self.service_url:
             return card
         return replace(card, service_url=self.service_url)

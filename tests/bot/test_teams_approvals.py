@@ -376,3 +376,35 @@ async def test_a_card_posted_through_an_old_service_url_is_updated_through_the_c
     root = card.conversation_id.partition(";messageid=")[2]
     (update_call,) = await env.fake.wait_for("update", where=lambda c: c.activity_id == root)
     assert "Approved by bob@example.com" in update_call.text
+
+
+async def test_a_refresh_while_the_card_is_being_recorded_waits_for_it(
+    env: TeamsEnv, assistant: FakeAssistant
+) -> None:
+    """Teams shows the card, and asks for the approver's view, as soon as the Connector has
+    it: before its answer (the card's id) is back and recorded. That refresh waits for the
+    record and answers with the buttons, instead of refusing the card as unknown."""
+    cards = env.bot.adapter.approvals.cards
+    assert cards is not None
+    recorded = cards.save
+    release = asyncio.Event()
+
+    async def slow_save(card: Any) -> bool:
+        await release.wait()
+        return await recorded(card)
+
+    cards.save = slow_save  # type: ignore[method-assign]
+    status, _ = await env.post(env.fake.mention(ALICE, "update PAY-1 status=closed"))
+    assert status == 202
+    (card,) = await env.fake.wait_for(
+        "create", where=lambda c: c.conversation_id.startswith(APPROVALS_CHANNEL_ID)
+    )
+    refresh = asyncio.ensure_future(
+        invoke(env, click(env.fake, BOB, card, "approval.view", trigger="automatic"))
+    )
+    await asyncio.sleep(0.2)
+    assert not refresh.done()  # waiting for the record, not refused
+    release.set()
+    bobs = await refresh
+    assert bobs["statusCode"] == 200, bobs
+    assert verbs(bobs["value"]) == ["approve", "approval.edit_view", "reject"]
