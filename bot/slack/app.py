@@ -188,6 +188,7 @@ async def open_bot(
             yield SlackBot(app, adapter)
         finally:
             stop_listening()
+            await adapter.stop_following_approvals()
 
 
 @contextlib.asynccontextmanager

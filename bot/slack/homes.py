@@ -3,6 +3,7 @@ Connect prompts replaced once the user has linked."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -23,6 +24,8 @@ from bot.slack.render import (
 log = logging.getLogger(__name__)
 
 CONNECT_PROMPT_TTL_SECONDS = 30 * 60
+# How long a stopping bot waits for the Home republishes of approval changes under way.
+STOP_WAIT_SECONDS = 5.0
 
 
 class HomeViews(SlackOutput):
@@ -119,7 +122,30 @@ class HomeViews(SlackOutput):
     async def approval_changed(self, approval_id: str) -> None:
         """The core's word that ``approval_id`` changed state (created, decided, executing,
         finished): its Homes show it now, not once the run has resumed."""
-        await self.refresh_homes(approval_id)
+        if not self._following_approvals:
+            return  # the bot is stopping: the stores a Home reads are closing
+        task = asyncio.current_task()
+        if task is None:
+            await self.refresh_homes(approval_id)
+            return
+        self._changes_under_way.add(task)
+        try:
+            await self.refresh_homes(approval_id)
+        finally:
+            self._changes_under_way.discard(task)
+
+    async def stop_following_approvals(self, within: float = STOP_WAIT_SECONDS) -> None:
+        """At shutdown, before the stores close: no Home is republished for an approval's
+        change from now on, and those under way finish first (for up to ``within`` seconds,
+        then they are cancelled). Why: a decision's republish ran on after Ctrl-C and read
+        from a closed database (``home not published: ValueError``)."""
+        self._following_approvals = False
+        under_way = [t for t in self._changes_under_way if not t.done()]
+        if not under_way:
+            return
+        _, late = await asyncio.wait(under_way, timeout=within)
+        for task in late:
+            task.cancel()
 
     async def refresh_homes(self, approval_id: str) -> None:
         """Republish App Home for the requester and every eligible approver of

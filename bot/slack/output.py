@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
@@ -69,6 +70,10 @@ class SlackOutput:
     _audience_runs: OnceAtATime[str] = field(default_factory=OnceAtATime, init=False)
     # Approval ids changed since the last round.
     _homes_due: dict[str, None] = field(default_factory=dict, init=False)
+    # The core's approval-change calls under way (``approval_changed``), and whether the bot
+    # stopped following them (``stop_following_approvals``).
+    _changes_under_way: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    _following_approvals: bool = field(default=True, init=False)
     # The workspace the bot token belongs to (``auth.test``); ``learn_home_team`` sets it.
     home_team: str | None = field(default=None, init=False)
     _home_team_asked_at: float | None = field(default=None, init=False)

@@ -37,6 +37,32 @@ def _actions(view: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for b in view["blocks"] if b["type"] == "actions" for e in b["elements"]]
 
 
+class PublishRecorder:
+    """The Web API's ``views.publish`` as a Home test needs it: each user id and view."""
+
+    def __init__(self) -> None:
+        self.views: list[dict[str, Any]] = []
+        self.users: list[str] = []
+
+    async def views_publish(self, *, user_id: str, view: dict[str, Any]) -> None:
+        self.users.append(user_id)
+        self.views.append(view)
+
+
+def home_views(assistant: FakeAssistant, client: PublishRecorder | None = None) -> Any:
+    """The Home part of the adapter alone, over ``assistant`` and ``client``."""
+    from types import SimpleNamespace
+
+    from bot.slack.homes import HomeViews
+
+    return HomeViews(
+        SimpleNamespace(user_connections=False),  # type: ignore[arg-type]
+        assistant,
+        client,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+    )
+
+
 async def test_home_lists_servers_requests_and_waiting_with_refresh(
     env: SlackEnv, fake_assistant: FakeAssistant
 ) -> None:
@@ -127,10 +153,8 @@ async def test_a_slow_older_home_publish_never_covers_a_newer_one() -> None:
     """Opening the tab reads slowly (IdP, tokens); a decision republishes at once. The slow,
     older read finishing last must not put the stale list back."""
     import asyncio
-    from types import SimpleNamespace
 
     from bot.slack.core import ChatUser, ServerConnection
-    from bot.slack.homes import HomeViews
 
     gate = asyncio.Event()
 
@@ -139,21 +163,12 @@ async def test_a_slow_older_home_publish_never_covers_a_newer_one() -> None:
             await gate.wait()  # the tab's slow token checks
             return await super().connections(chat_user)
 
-    published: list[dict[str, Any]] = []
-
-    class Client:
-        async def views_publish(self, *, user_id: str, view: dict[str, Any]) -> None:
-            published.append(view)
-
+    client = PublishRecorder()
+    published = client.views
     assistant = SlowTab()
     bob = ChatUser("slack", ALICE.team_id, BOB.user_id)
     assistant.link(bob, "bob")
-    views = HomeViews(
-        SimpleNamespace(user_connections=False),  # type: ignore[arg-type]
-        assistant,
-        Client(),  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-    )
+    views = home_views(assistant, client)
     opened = asyncio.create_task(views.publish_home(bob, fresh=True))
     await asyncio.sleep(0.01)
     await views.publish_home(bob)  # after a decision: newer, and quick
@@ -226,10 +241,8 @@ async def test_a_burst_of_approval_changes_republishes_each_home_in_a_round_or_t
     on one loop: the Homes are refreshed by rounds over every approval changed meanwhile,
     each user's Home once per round; no change is left without a round after it."""
     import asyncio
-    from types import SimpleNamespace
 
     from bot.slack.core import ChatUser
-    from bot.slack.homes import HomeViews
 
     gate = asyncio.Event()
     asked: list[str] = []
@@ -240,23 +253,14 @@ async def test_a_burst_of_approval_changes_republishes_each_home_in_a_round_or_t
             await gate.wait()  # the first round is under way while the burst comes
             return [alice, bob]
 
-    published: list[str] = []
-
-    class Client:
-        async def views_publish(self, *, user_id: str, view: dict[str, Any]) -> None:
-            published.append(user_id)
-
+    client = PublishRecorder()
+    published = client.users
     assistant = Audience()
     alice = ChatUser("slack", ALICE.team_id, ALICE.user_id)
     bob = ChatUser("slack", ALICE.team_id, BOB.user_id)
     assistant.link(alice, "alice")
     assistant.link(bob, "bob", {"ticket-leads"})
-    views = HomeViews(
-        SimpleNamespace(user_connections=False),  # type: ignore[arg-type]
-        assistant,
-        Client(),  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-    )
+    views = home_views(assistant, client)
     first = asyncio.create_task(views.approval_changed("a0"))
     await asyncio.sleep(0.01)
     burst = [f"a{i}" for i in range(20)]
@@ -266,3 +270,59 @@ async def test_a_burst_of_approval_changes_republishes_each_home_in_a_round_or_t
     # A round for a0, then one round for all twenty (a0 changed again meanwhile)
     assert asked == ["a0", *burst]
     assert sorted(published) == sorted([ALICE.user_id, BOB.user_id] * 2)
+
+
+async def test_a_stopping_bot_finishes_the_republishes_under_way_and_starts_no_more() -> None:
+    """Ctrl-C right after a decision: the bot stops following approval changes before the
+    stores a Home reads are closed. The republish under way is waited for (it publishes);
+    a change the core reports afterwards publishes nothing (before, it read from a closed
+    database: ``home not published: ValueError``)."""
+    import asyncio
+
+    from bot.slack.core import ChatUser
+
+    gate = asyncio.Event()
+    asked: list[str] = []
+
+    class Audience(FakeAssistant):
+        async def home_audience(self, approval_id: str) -> list[ChatUser]:
+            asked.append(approval_id)
+            await gate.wait()  # a republish under way when the bot is told to stop
+            return [alice]
+
+    client = PublishRecorder()
+    published = client.users
+    assistant = Audience()
+    alice = ChatUser("slack", ALICE.team_id, ALICE.user_id)
+    assistant.link(alice, "alice")
+    views = home_views(assistant, client)
+    under_way = asyncio.create_task(views.approval_changed("a1"))
+    await asyncio.sleep(0.01)
+    stopping = asyncio.create_task(views.stop_following_approvals(within=30))
+    await asyncio.sleep(0.01)
+    assert not stopping.done()  # waits for the republish under way
+    gate.set()
+    await stopping
+    assert under_way.done()
+    assert published == [ALICE.user_id]
+    await views.approval_changed("a2")  # reported after the stop: nothing is read
+    assert asked == ["a1"]
+    assert published == [ALICE.user_id]
+
+
+async def test_a_republish_that_outlasts_the_stop_wait_is_cancelled() -> None:
+    import asyncio
+
+    from bot.slack.core import ChatUser
+
+    class Stuck(FakeAssistant):
+        async def home_audience(self, approval_id: str) -> list[ChatUser]:
+            await asyncio.Event().wait()
+            return []
+
+    views = home_views(Stuck())
+    under_way = asyncio.create_task(views.approval_changed("a1"))
+    await asyncio.sleep(0.01)
+    await views.stop_following_approvals(within=0.05)
+    with pytest.raises(asyncio.CancelledError):
+        await under_way
