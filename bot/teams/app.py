@@ -148,9 +148,9 @@ def build_agent_application(
     application.activity(ActivityTypes.message)(on_message)
 
     async def on_error(_context: TurnContext, error: Exception) -> None:
-        # One line; the person never sees an exception's text (the SDK's default would
+        # Logged only; the person never sees an exception's text (the SDK's default would
         # post it in the chat).
-        log.error("a Teams turn failed: %s", type(error).__name__, exc_info=error)
+        log_turn_failure(error)
 
     application.error(on_error)
     adapter.approvals.register(application)
@@ -165,10 +165,25 @@ def make_cloud_adapter(factory: PooledClientFactory) -> CloudAdapter:
     cloud = CloudAdapter(channel_service_client_factory=factory)
 
     async def on_turn_error(_context: TurnContext, error: Exception) -> None:
-        log.error("a Teams turn failed: %s", type(error).__name__, exc_info=error)
+        log_turn_failure(error)
 
     cloud.on_turn_error = on_turn_error
     return cloud
+
+
+def log_turn_failure(error: Exception) -> None:
+    """One line when the Bot Connector could not be reached or dropped the connection (a
+    network fault: the cause is in the exception's text, a traceback adds nothing); a
+    traceback for anything else, which is a bug to find."""
+    if isinstance(error, aiohttp.ClientConnectionError | TimeoutError):
+        text = str(error).splitlines()[0][:300] if str(error) else ""
+        log.error(
+            "a Teams turn failed: the Bot Connector did not answer (%s: %s)",
+            type(error).__name__,
+            text,
+        )
+        return
+    log.error("a Teams turn failed: %s", type(error).__name__, exc_info=error)
 
 
 @contextlib.asynccontextmanager
