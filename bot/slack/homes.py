@@ -125,9 +125,7 @@ class HomeViews(SlackOutput):
         if not self._following_approvals:
             return  # the bot is stopping: the stores a Home reads are closing
         task = asyncio.current_task()
-        if task is None:
-            await self.refresh_homes(approval_id)
-            return
+        assert task is not None  # the core calls listeners in tasks of their own
         self._changes_under_way.add(task)
         try:
             await self.refresh_homes(approval_id)

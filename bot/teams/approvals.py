@@ -200,7 +200,8 @@ class TeamsApprovals:
             )
             await cards.save(posted)
         finally:
-            self._posting.pop(approval_id, None)
+            if self._posting.get(approval_id) is posting:
+                del self._posting[approval_id]
             posting.set()
         return posted
 

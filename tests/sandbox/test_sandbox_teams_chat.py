@@ -4,8 +4,9 @@ where replies show (the post's thread), the typing indicator, and clear errors f
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -26,14 +27,15 @@ PEOPLE = {
 }
 
 
-@pytest.fixture
-async def app() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
-    """A stand-in for the Teams app: records each activity POSTed to /api/messages."""
-    received: list[dict[str, Any]] = []
+@contextlib.asynccontextmanager
+async def stand_in_app(
+    answer: Callable[[dict[str, Any]], web.Response],
+) -> AsyncIterator[str]:
+    """A stand-in for the Teams app on a loopback port: ``answer`` gives the reply to each
+    activity POSTed to /api/messages. Yields its base URL."""
 
     async def messages(request: web.Request) -> web.Response:
-        received.append(await request.json())
-        return web.Response(status=202)
+        return answer(await request.json())
 
     application = web.Application()
     application.router.add_post("/api/messages", messages)
@@ -42,9 +44,22 @@ async def app() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
     sock = bind_socket()
     await web.SockSite(runner, sock).start()
     try:
-        yield socket_url(sock), received
+        yield socket_url(sock)
     finally:
         await runner.cleanup()
+
+
+@pytest.fixture
+async def app() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """A stand-in for the Teams app: records each activity POSTed to /api/messages."""
+    received: list[dict[str, Any]] = []
+
+    def record(activity: dict[str, Any]) -> web.Response:
+        received.append(activity)
+        return web.Response(status=202)
+
+    async with stand_in_app(record) as url:
+        yield url, received
 
 
 @pytest.fixture
@@ -133,8 +148,7 @@ async def test_a_card_refresh_the_app_could_not_answer_is_asked_again(
 
     refreshes: list[dict[str, Any]] = []
 
-    async def messages(request: web.Request) -> web.Response:
-        activity = await request.json()
+    def answer(activity: dict[str, Any]) -> web.Response:
         refreshes.append(activity)
         if len(refreshes) == 1:  # what the app answers before the card's location is saved
             value = {"code": "BadRequest", "message": "This card is not an approval."}
@@ -149,14 +163,8 @@ async def test_a_card_refresh_the_app_could_not_answer_is_asked_again(
             body = {"statusCode": 200, "type": CARD_TYPE, "value": card}
         return web.json_response(body)
 
-    application = web.Application()
-    application.router.add_post("/api/messages", messages)
-    runner = web.AppRunner(application)
-    await runner.setup()
-    sock = bind_socket()
-    await web.SockSite(runner, sock).start()
-    try:
-        chat = TeamsChat(fake, PEOPLE, socket_url(sock))
+    async with stand_in_app(answer) as url:
+        chat = TeamsChat(fake, PEOPLE, url)
         bob = teams_user(PEOPLE["bob"])
         posted = {
             "type": "AdaptiveCard",
@@ -178,5 +186,3 @@ async def test_a_card_refresh_the_app_could_not_answer_is_asked_again(
         third = json.dumps((await chat.state("bob"))["messages"]["approvals"])
         assert third == second
         assert len(refreshes) == 2  # an answered refresh is kept
-    finally:
-        await runner.cleanup()
