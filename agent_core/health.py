@@ -19,8 +19,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import functools
-import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping
 
@@ -35,12 +33,7 @@ from agent_core.errors import (
     ToolTransientError,
 )
 from agent_core.proxies import DIRECT, Proxies
-
-
-@functools.cache
-def shared_ssl_context() -> ssl.SSLContext:
-    """One TLS context for every client we create: building one costs ~60 ms each time."""
-    return httpx.create_ssl_context()
+from infra.tls import shared_ssl_context
 
 
 class ServerHealth:

@@ -48,13 +48,14 @@ from agent_core.errors import (
     ToolTimeoutError,
     ToolTransientError,
 )
-from agent_core.health import ServerHealth, shared_ssl_context
+from agent_core.health import ServerHealth
 from agent_core.tools import DiscoveryCache, ServerTools, ToolDefinition
 from agent_core.transport import ConnectionPools, request_only_transport
 from agent_core.validation import ValidatingSession
 from broker import AccessToken, Broker, Identity
 from infra.faults import crash_point
 from infra.logging import quiet_mcp_streams
+from infra.tls import shared_ssl_context
 
 __all__ = ["RunSessions", "ServerConfig", "SessionStats", "classify_failure"]
 

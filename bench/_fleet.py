@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench._sender import Prepared, send_from_own_process
 from bench._support import OtherLoop
+from infra.tls import shared_ssl_context
 from mcp_servers import ReferenceServers, start_reference_servers
 from testing.identity import RunningIdp, sign_in_at_login_page, start_dev_idp
 from testing.slack import (
@@ -191,7 +192,10 @@ async def link_users(services: Services, app_url: str, count: int) -> list[str]:
 
     async def link_all() -> list[str]:
         users = []
-        async with aiohttp.ClientSession() as session, httpx.AsyncClient(timeout=30) as http:
+        async with (
+            aiohttp.ClientSession() as session,
+            httpx.AsyncClient(timeout=30, verify=shared_ssl_context()) as http,
+        ):
             sender = SlackSender(app_url, session=session)
             for i in range(count):
                 user = f"U{i:04d}"
@@ -344,7 +348,7 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 async def scrape(url: str) -> Samples:
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30, verify=shared_ssl_context()) as http:
         response = await http.get(f"{url}/metrics")
     response.raise_for_status()
     samples: Samples = {}

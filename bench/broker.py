@@ -26,6 +26,7 @@ from broker.links import MemoryLinkStore, TokenCipher
 from broker.login_state import LoginFlow
 from broker.service import build_service_app
 from infra.serving import bind_socket, serve_asgi, socket_url
+from infra.tls import shared_ssl_context
 
 AUDIENCES = {
     name: f"http://127.0.0.1:{port}/mcp"
@@ -91,7 +92,7 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
         serve_asgi(app, sock),
         open_inprocess_broker(**creds, servers=targets, links=links) as broker,
         open_token_client(**creds) as login_client,
-        httpx.AsyncClient() as http,
+        httpx.AsyncClient(verify=shared_ssl_context()) as http,
     ):
         linking = LinkingService(
             flow=LoginFlow(links, cipher),
@@ -106,7 +107,9 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
             service_sock = bind_socket("127.0.0.1", 0)
             async with serve_asgi(service_app, service_sock) as service_url:
                 limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
-                async with httpx.AsyncClient(limits=limits, timeout=30) as remote_http:
+                async with httpx.AsyncClient(
+                    limits=limits, timeout=30, verify=shared_ssl_context()
+                ) as remote_http:
                     remote = RemoteBroker(service_url, secret, remote_http)
                     result["remote"] = await _measure(remote, broker, idp, alice, args)
     return result

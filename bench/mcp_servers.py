@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from infra.serving import bind_socket, serve_asgi
+from infra.tls import shared_ssl_context
 from mcp_servers import start_reference_servers
 
 
@@ -170,7 +171,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             results["list_failed_jobs"] = await _time(args.calls, jobs)
 
         expired = mint("alice", ticketing.audience, "tickets:read", ["team-payments"], ttl=-10)
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
 
             async def refused() -> None:
                 response = await http.post(

@@ -28,6 +28,7 @@ from broker.remote import RemoteBroker
 from broker.sso import SsoLinker, SsoPolicy
 from broker.types import IdentityService
 from infra.clock import Clock, utc_now
+from infra.tls import shared_ssl_context
 
 if TYPE_CHECKING:
     from infra.settings import Settings
@@ -67,7 +68,9 @@ async def open_token_client(
         if http is None:
             limits = httpx.Limits(max_connections=50, max_keepalive_connections=20)
             http = await stack.enter_async_context(
-                httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, limits=limits)
+                httpx.AsyncClient(
+                    timeout=DEFAULT_TIMEOUT, limits=limits, verify=shared_ssl_context()
+                )
             )
         token_url = options.get("token_url")
         provider = OidcProvider(options["issuer"], http, token_url=token_url, clock=clock)
@@ -129,7 +132,7 @@ async def open_identity_service(
     ``settings.broker.link_callback_url``.
     """
     if settings.broker.mode == "remote":
-        async with httpx.AsyncClient(timeout=DEFAULT_TIMEOUT) as http:
+        async with httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, verify=shared_ssl_context()) as http:
             yield RemoteBroker(
                 settings.broker.service_url,
                 settings.broker.service_secret.get_secret_value(),
@@ -165,7 +168,7 @@ async def open_identity_service(
             userinfo_fallback=idp.userinfo_fallback,
         ) as broker,
         open_token_client(**common) as login_client,
-        httpx.AsyncClient(timeout=DEFAULT_TIMEOUT) as mcp_http,
+        httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, verify=shared_ssl_context()) as mcp_http,
     ):
         # Account links and MCP server connections: one store, key, clock and state lifetime.
         flow = LoginFlow(

@@ -27,6 +27,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel.server import request_ctx
 from starlette.requests import Request
 
+from infra.tls import shared_ssl_context
 from mcp_servers.errors import JwksUnavailableError, TokenRejectedError, ToolRefusedError
 
 logger = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ class JwksClient:
         if self._http is not None:
             yield self._http
             return
-        async with httpx.AsyncClient(timeout=5.0) as http:
+        async with httpx.AsyncClient(timeout=5.0, verify=shared_ssl_context()) as http:
             yield http
 
 

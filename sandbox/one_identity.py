@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 
+from infra.tls import shared_ssl_context
 from sandbox.teams_chat import teams_user
 from testing.slack_workspace import TEAM_ID, User
 
@@ -67,7 +68,7 @@ class _OneIdentity:
 
         if (await self._inner.status(account)).linked:
             return
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx.AsyncClient(timeout=30, verify=shared_ssl_context()) as http:
             reply = await sign_in_at_login_page(http, await self._inner.link_url(account), username)
         await self._inner.complete_link(reply["state"], reply["code"], iss=reply.get("iss"))
 

@@ -35,6 +35,7 @@ from pydantic import SecretStr
 
 from infra.serving import PortInUseError, bind_socket, serve_asgi, socket_url
 from infra.settings import McpServerSettings, SandboxSettings, Settings
+from infra.tls import shared_ssl_context
 from sandbox.delivery import AppDelivery
 from sandbox.emulator import SlackEmulator
 from sandbox.keep import CHATS_FILE, load_chats, save_chats
@@ -261,7 +262,9 @@ async def open_sandbox(
         assert derived.slack_bot_token is not None
         assert derived.slack_signing_secret is not None
         api = WebApi(workspace, derived.slack_bot_token.get_secret_value())
-        http = await stack.enter_async_context(httpx.AsyncClient(timeout=60))
+        http = await stack.enter_async_context(
+            httpx.AsyncClient(timeout=60, verify=shared_ssl_context())
+        )
         delivery = AppDelivery(
             f"{app_url}/slack/events", derived.slack_signing_secret.get_secret_value(), http
         )

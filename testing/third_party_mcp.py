@@ -33,6 +33,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from infra.serving import bind_socket, serve_asgi
+from infra.tls import shared_ssl_context
 
 EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
 MCP_PROXY = "mcp-proxy==0.13.0"
@@ -138,7 +139,7 @@ async def capture_proxy(upstream: str) -> AsyncIterator[tuple[str, Capture]]:
     """A reverse proxy on loopback in front of ``upstream`` (an MCP URL); yields its URL."""
     capture = Capture()
     base = upstream.rsplit("/mcp", 1)[0]
-    client = httpx.AsyncClient(timeout=httpx.Timeout(30, read=None))
+    client = httpx.AsyncClient(timeout=httpx.Timeout(30, read=None), verify=shared_ssl_context())
 
     async def forward(request: Request) -> Response:
         body = await request.body()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from infra.tls import shared_ssl_context
 from tests import forkserver
 
 OPSBOT = str(Path(sys.executable).parent / "opsbot")
@@ -136,7 +137,7 @@ async def test_a_signal_reaches_the_command_and_a_killed_client_takes_it_down(
     for argv in ([OPSBOT, *args], forkserver.command(*args)):
         proc, url = await _serving(argv, env)
         ignores.append(_ignored(proc.pid))  # the real script's; then the forked one's client
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             assert (await http.get(f"{url}/.well-known/openid-configuration")).status_code == 200
         proc.send_signal(signal.SIGINT)
         codes.append(await asyncio.wait_for(proc.wait(), 60))

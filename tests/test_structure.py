@@ -20,9 +20,6 @@ BIN = Path(sys.executable).parent
 PACKAGES: list[str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
     "root_packages"
 ]
-# The one cycle left: agent_core's tools reach the per-run MCP sessions through a context
-# variable in binding.py. The MCP-client rewrite (langchain-mcp-adapters, ToolRuntime) removes
-# it; then delete this entry.
 
 
 def import_cycles(graph: grimp.ImportGraph) -> list[frozenset[str]]:
@@ -61,7 +58,7 @@ def import_cycles(graph: grimp.ImportGraph) -> list[frozenset[str]]:
     return found
 
 
-def test_there_are_no_import_cycles_but_the_known_one() -> None:
+def test_there_are_no_import_cycles() -> None:
     graph = grimp.build_graph(*PACKAGES, include_external_packages=False)
     assert [sorted(c) for c in import_cycles(graph)] == []
 

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.settings import Settings
 from infra.storage.migrate import SchemaOutOfDateError, check_schema, report_schema
+from infra.tls import shared_ssl_context
 
 Probe = Callable[[], Awaitable[None]]
 
@@ -139,7 +140,7 @@ def _http_probe(url: str, timeout: float) -> Probe:
     """Up when the server answers below 500 (401 from an MCP server without a token is up)."""
 
     async def probe() -> None:
-        async with httpx.AsyncClient(timeout=timeout) as client:
+        async with httpx.AsyncClient(timeout=timeout, verify=shared_ssl_context()) as client:
             response = await client.get(url)
         if response.status_code >= 500:
             raise RuntimeError(f"HTTP {response.status_code}")

@@ -24,6 +24,7 @@ from infra.settings import (
     ApprovalSettings,
     RunSettings,
 )
+from infra.tls import shared_ssl_context
 from mcp_servers import ReferenceServers
 from testing.identity import sign_in_at_login_page
 from testing.slack import (
@@ -85,7 +86,7 @@ async def link_from_teams(
     personal = fake.personal_conversation_id(user)
     (card,) = await fake.wait_for("posted", where=lambda c: c.conversation_id == personal, wait=60)
     (login_url,) = [a["url"] for c in card.cards for a in c.get("actions", []) if a.get("url")]
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         reply = await sign_in_at_login_page(http, login_url, username)
         page = await http.get(f"{app_url}/oauth/callback", params=reply)
     assert page.status_code == 200, page.text

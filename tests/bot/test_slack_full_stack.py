@@ -12,6 +12,7 @@ import aiohttp
 import httpx
 import pytest
 
+from infra.tls import shared_ssl_context
 from mcp_servers import ReferenceServers
 from testing.identity import RunningIdp, sign_in_at_login_page
 from testing.slack import (
@@ -61,7 +62,7 @@ async def _link_from_slack(
     prompt_url = fake.response_url
     click = block_action(user, "connect_account", "", channel="C0GENERAL")
     await sender.post_interaction({**click, "response_url": prompt_url})
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         reply = await sign_in_at_login_page(http, login_url, username)
         page = await http.get(f"{app}/oauth/callback", params=reply)
     assert page.status_code == 200, page.text

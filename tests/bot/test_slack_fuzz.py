@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from bot.slack import open_bot, serve_http
 from infra.serving import bind_socket
 from infra.storage import create_engine
+from infra.tls import shared_ssl_context
 from testing.fake_assistant import FakeAssistant
 from testing.slack import (
     SIGNING_SECRET,
@@ -262,7 +263,9 @@ def test_fuzzed_requests_never_get_a_5xx_and_the_app_stays_healthy(
     events_url = f"{running_app.url}/slack/events"
     try:
         with (
-            httpx.Client(timeout=10, limits=httpx.Limits(max_connections=BATCH)) as http,
+            httpx.Client(
+                verify=shared_ssl_context(), timeout=10, limits=httpx.Limits(max_connections=BATCH)
+            ) as http,
             ThreadPoolExecutor(BATCH) as pool,
         ):
 

@@ -24,6 +24,7 @@ from pydantic import SecretStr
 
 from infra.serving import bind_socket, socket_url
 from infra.settings import BrokerSettings, McpOAuthClient, McpServerSettings
+from infra.tls import shared_ssl_context
 from mcp_servers import ReferenceServers
 from mcp_servers.app import AuthConfig
 from mcp_servers.docs.seed import seed_docs
@@ -116,7 +117,10 @@ async def test_an_unconnected_user_connects_an_oauth_server_from_slack_and_asks_
 ) -> None:
     app_url, issuer, capture = stack
     callback = f"{app_url}/oauth/mcp/callback"
-    async with aiohttp.ClientSession() as session, httpx.AsyncClient() as browser:
+    async with (
+        aiohttp.ClientSession() as session,
+        httpx.AsyncClient(verify=shared_ssl_context()) as browser,
+    ):
         sender = SlackSender(app_url, session=session)
         await _link_from_slack(sender, app_url, "U0ALICE", "alice", fake_slack)
         before = len(fake_slack.calls_to("chat.postEphemeral"))

@@ -21,6 +21,7 @@ from sqlalchemy import select
 
 from infra.storage import create_engine
 from infra.storage.schema import account_links
+from infra.tls import shared_ssl_context
 from mcp_servers import ReferenceServers
 from testing.identity import RunningIdp, sign_in_at_login_page
 from testing.slack import FakeSlack, SlackSender, mention
@@ -123,7 +124,7 @@ async def test_one_person_links_on_both_platforms_and_asks_in_teams(
             "posted", where=lambda c: c.conversation_id == personal, wait=60
         )
         (login_url,) = [a["url"] for c in card.cards for a in c.get("actions", []) if a.get("url")]
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             reply = await sign_in_at_login_page(http, login_url, "alice")
             page = await http.get(f"{app_url}/oauth/callback", params=reply)
         assert page.status_code == 200, page.text

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from infra.tls import shared_ssl_context
 from opsbot.cli import main
 from tests import forkserver
 
@@ -60,7 +61,7 @@ async def test_idp_serve_and_broker_serve_run_as_processes(tmp_path: Path) -> No
         }
         async with (
             running("broker", "serve", "--port", "0", env=broker_env) as broker_url,
-            httpx.AsyncClient() as http,
+            httpx.AsyncClient(verify=shared_ssl_context()) as http,
         ):
             discovery = (await http.get(f"{idp_url}/.well-known/openid-configuration")).json()
             assert discovery["issuer"] == idp_url

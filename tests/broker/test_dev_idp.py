@@ -14,6 +14,7 @@ from broker.dev_idp import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE_GRANT, TokenRules, 
 from broker.errors import TokenVerificationError
 from broker.oidc import OidcProvider
 from infra.clock import ManualClock
+from infra.tls import shared_ssl_context
 from testing.identity import RunningIdp, login_user, start_dev_idp
 
 EXCHANGED_CLAIMS = {"iss", "sub", "aud", "scope", "exp", "iat", "jti", "client_id", "act", "groups"}
@@ -36,7 +37,7 @@ async def exchange(
     auth = auth or (idp.client_id, idp.client_secret)
     if http is not None:
         return await http.post(idp.token_url, data=data, auth=auth)
-    async with httpx.AsyncClient() as own:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as own:
         return await own.post(idp.token_url, data=data, auth=auth)
 
 
@@ -46,7 +47,7 @@ def claims_of(token: str) -> dict[str, Any]:
 
 
 async def test_discovery_and_jwks_are_served(dev_idp: RunningIdp) -> None:
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         doc = (await http.get(dev_idp.discovery_url)).json()
         jwks = (await http.get(doc["jwks_uri"])).json()
     assert doc["issuer"] == dev_idp.issuer
@@ -58,7 +59,7 @@ async def test_discovery_and_jwks_are_served(dev_idp: RunningIdp) -> None:
 
 async def test_login_through_the_page_gives_verifiable_tokens(dev_idp: RunningIdp) -> None:
     tokens = await login_user(dev_idp, "carol")
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         provider = OidcProvider(dev_idp.issuer, http)
         id_claims = await provider.verify(tokens.id_token, audience=dev_idp.client_id)
     assert id_claims["sub"] == "carol"
@@ -68,7 +69,7 @@ async def test_login_through_the_page_gives_verifiable_tokens(dev_idp: RunningId
 
 
 async def test_login_page_lists_every_demo_user(dev_idp: RunningIdp) -> None:
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         page = await http.get(
             f"{dev_idp.issuer}/authorize",
             params={
@@ -89,7 +90,7 @@ async def test_authorize_refuses_unregistered_redirect_and_missing_pkce(
     dev_idp: RunningIdp,
 ) -> None:
     base = {"response_type": "code", "client_id": "opsbot", "code_challenge_method": "S256"}
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         evil = await http.get(
             f"{dev_idp.issuer}/authorize",
             params={**base, "redirect_uri": "https://evil.example/cb", "code_challenge": "x" * 43},
@@ -115,7 +116,7 @@ async def test_wrong_pkce_verifier_and_code_replay_are_refused(dev_idp: RunningI
         code_challenge=_challenge(verifier),
         code_challenge_method="S256",
     )
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         reply = await sign_in_at_login_page(http, f"{dev_idp.issuer}/authorize?{query}", "alice")
         form = {
             "grant_type": "authorization_code",
@@ -136,7 +137,7 @@ async def test_wrong_pkce_verifier_and_code_replay_are_refused(dev_idp: RunningI
 
 async def test_refresh_token_grant_issues_a_new_access_token(dev_idp: RunningIdp) -> None:
     tokens = await login_user(dev_idp, "dave")
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         response = await http.post(
             dev_idp.token_url,
             data={"grant_type": "refresh_token", "refresh_token": tokens.refresh_token},
@@ -169,7 +170,7 @@ async def test_token_for_server_a_fails_verification_for_server_b(dev_idp: Runni
     body = (
         await exchange(dev_idp, tokens.access_token, audience=dev_idp.audience("ticketing"))
     ).json()
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         provider = OidcProvider(dev_idp.issuer, http)
         assert (
             await provider.verify(body["access_token"], audience=dev_idp.audience("ticketing"))
@@ -189,7 +190,7 @@ async def test_expired_token_fails_verification() -> None:
     async with start_dev_idp(clock=clock) as idp:
         tokens = await login_user(idp, "alice")
         body = (await exchange(idp, tokens.access_token, audience=idp.audience("docs"))).json()
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             provider = OidcProvider(idp.issuer, http, clock=clock)
             await provider.verify(body["access_token"], audience=idp.audience("docs"))
             clock.advance(body["expires_in"])
@@ -203,7 +204,7 @@ async def test_token_minted_in_the_past_fails_plain_pyjwt_verification() -> None
     async with start_dev_idp(clock=clock) as idp:
         tokens = await login_user(idp, "alice")
         body = (await exchange(idp, tokens.access_token, audience=idp.audience("docs"))).json()
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             key = jwt.PyJWKSet.from_dict((await http.get(idp.jwks_url)).json()).keys[0]
     with pytest.raises(jwt.ExpiredSignatureError):
         jwt.decode(body["access_token"], key, algorithms=["RS256"], audience=idp.audience("docs"))
@@ -254,7 +255,7 @@ async def test_no_user_ever_receives_a_scope_their_groups_do_not_grant(
 ) -> None:
     directory = dev_idp.provider.directory
     requests = [[], ALL_SCOPES, *([s] for s in ALL_SCOPES)]
-    http = httpx.AsyncClient()
+    http = httpx.AsyncClient(verify=shared_ssl_context())
     for user in directory.users.values():
         tokens = await login_user(dev_idp, user.subject)
         for name, resource in directory.resources.items():
@@ -295,7 +296,7 @@ async def test_exchange_requires_client_authentication(dev_idp: RunningIdp) -> N
     wrong = await exchange(dev_idp, tokens.access_token, auth=("opsbot", "nope"), **target)
     assert wrong.status_code == 401
     assert wrong.json()["error"] == "invalid_client"
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         anonymous = await http.post(
             dev_idp.token_url,
             data={
@@ -347,7 +348,7 @@ async def test_target_by_resource_parameter_and_one_target_only(dev_idp: Running
 
 async def test_revoked_user_gets_no_more_tokens(dev_idp: RunningIdp) -> None:
     tokens = await login_user(dev_idp, "mallory")
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         refused = await http.post(f"{dev_idp.issuer}/admin/users/mallory/revoke")
         assert refused.status_code == 401  # the admin endpoint needs its token
     await dev_idp.revoke("mallory")
@@ -355,7 +356,7 @@ async def test_revoked_user_gets_no_more_tokens(dev_idp: RunningIdp) -> None:
     assert ex.status_code == 400
     assert ex.json()["error"] == "invalid_grant"
     assert "revoked" in ex.json()["error_description"]
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         refresh = await http.post(
             dev_idp.token_url,
             data={"grant_type": "refresh_token", "refresh_token": tokens.refresh_token},

@@ -18,6 +18,7 @@ from broker import (
     open_identity_service,
 )
 from infra.settings import BrokerSettings, IdpSettings, McpServerSettings, Settings
+from infra.tls import shared_ssl_context
 from testing.identity import (
     SERVICE_SECRET,
     BrokerHarness,
@@ -70,7 +71,7 @@ async def test_inprocess_identity_service_from_settings(
         chat_user = ChatUser("slack", "T9", "U9")
         import httpx
 
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             reply = await sign_in_at_login_page(http, await service.link_url(chat_user), "bob")
         await service.linking.complete(reply["state"], reply["code"], iss=reply.get("iss"))
         bob = await service.resolve(chat_user)

@@ -22,6 +22,7 @@ from broker.dev_idp import TokenRules
 from broker.errors import LinkingError
 from infra.clock import ManualClock
 from infra.settings import IdpSettings, McpServerSettings, Settings
+from infra.tls import shared_ssl_context
 from testing.identity import open_broker, sign_in_at_login_page, start_dev_idp
 
 CAROL = ChatUser("slack", "T1", "U-carol")
@@ -83,7 +84,7 @@ def test_claims_are_read_from_configured_and_nested_names() -> None:
 
 async def test_a_response_from_another_issuer_is_refused() -> None:
     async with start_dev_idp() as idp, open_broker(idp) as harness:
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             reply = await sign_in_at_login_page(http, await harness.linking.start(CAROL), "carol")
         assert reply["iss"] == idp.issuer  # the dev IdP sends RFC 9207 iss
         with pytest.raises(LinkingError, match="another identity provider"):
@@ -96,13 +97,13 @@ async def test_a_response_from_another_issuer_is_refused() -> None:
 async def test_a_response_without_iss_is_refused_when_the_provider_promises_one() -> None:
     async with start_dev_idp() as idp, open_broker(idp) as harness:
         assert (await harness.linking.client.provider.metadata()).iss_parameter_supported
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             reply = await sign_in_at_login_page(http, await harness.linking.start(CAROL), "carol")
         with pytest.raises(LinkingError, match="does not name its issuer"):
             await harness.linking.complete(reply["state"], reply["code"])
         assert await harness.links.get(CAROL) is None
         # With the iss the provider sent, the same flow links.
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             reply = await sign_in_at_login_page(http, await harness.linking.start(CAROL), "carol")
         result = await harness.linking.complete(reply["state"], reply["code"], iss=reply["iss"])
         assert result.link.subject == "carol"

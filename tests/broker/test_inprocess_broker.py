@@ -22,6 +22,7 @@ from broker.dev_idp import TokenRules
 from broker.links import MemoryLinkStore, TokenCipher
 from infra.clock import ManualClock
 from infra.serving import bind_socket, socket_url
+from infra.tls import shared_ssl_context
 from testing.identity import BrokerHarness, RunningIdp, open_broker, start_dev_idp
 
 
@@ -284,7 +285,7 @@ async def test_rotated_refresh_token_is_stored_and_the_old_one_is_dead() -> None
         await harness.broker.invalidate_user("alice")
         await harness.broker.get_token(alice, "ticketing")  # refreshes with the stored one
         assert idp.provider.stats.refreshes == 2
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             old = await http.post(
                 idp.token_url,
                 data={"grant_type": "refresh_token", "refresh_token": first},
@@ -297,7 +298,7 @@ async def test_userinfo_answers_for_a_login_access_token(dev_idp: RunningIdp) ->
     from testing.identity import login_user
 
     tokens = await login_user(dev_idp, "erin")
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         ok = await http.get(
             f"{dev_idp.issuer}/userinfo",
             headers={"Authorization": f"Bearer {tokens.access_token}"},

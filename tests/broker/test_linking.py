@@ -20,6 +20,7 @@ from infra.clock import ManualClock
 from infra.serving import bind_socket, serve_asgi, socket_url
 from infra.storage import create_engine
 from infra.storage.schema import account_links
+from infra.tls import shared_ssl_context
 from testing.identity import BrokerHarness, RunningIdp, open_broker, start_dev_idp
 
 ALICE = ChatUser("slack", "T1", "U-alice")
@@ -86,7 +87,7 @@ def with_param(url: str, name: str, value: str) -> str:
 async def test_linking_end_to_end_through_the_login_page(app: LinkingApp) -> None:
     harness = app.harness
     login_url = await harness.linking.start(ALICE)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         callback = await login_at_idp(http, login_url, "alice")
         assert callback.startswith(app.callback_url)
         done = await http.get(callback)
@@ -102,7 +103,7 @@ async def test_linking_end_to_end_through_the_login_page(app: LinkingApp) -> Non
 async def test_stored_refresh_token_is_not_readable_in_the_database(app: LinkingApp) -> None:
     harness = app.harness
     login_url = await harness.linking.start(ALICE)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         assert (await http.get(await login_at_idp(http, login_url, "alice"))).status_code == 200
     refresh = await harness.links.refresh_token(ALICE)
     assert refresh
@@ -119,7 +120,7 @@ async def test_stored_refresh_token_is_not_readable_in_the_database(app: Linking
 
 async def test_tampered_state_is_refused(app: LinkingApp) -> None:
     login_url = await app.harness.linking.start(ALICE)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         callback = await login_at_idp(http, login_url, "alice")
         state = parse_qs(urlsplit(callback).query)["state"][0]
         flipped = state[:20] + ("A" if state[20] != "A" else "B") + state[21:]
@@ -132,7 +133,7 @@ async def test_tampered_state_is_refused(app: LinkingApp) -> None:
 
 async def test_replayed_state_is_refused(app: LinkingApp) -> None:
     login_url = await app.harness.linking.start(ALICE)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         callback = await login_at_idp(http, login_url, "alice")
         first = await http.get(callback)
         again = await http.get(callback)
@@ -146,7 +147,7 @@ async def test_replayed_state_is_refused(app: LinkingApp) -> None:
 
 async def test_expired_state_is_refused(app: LinkingApp) -> None:
     login_url = await app.harness.linking.start(ALICE)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         callback = await login_at_idp(http, login_url, "alice")
         app.clock.advance(app.harness.linking.flow.ttl.total_seconds() + 1)
         late = await http.get(callback)
@@ -164,7 +165,7 @@ async def test_state_is_bound_to_the_chat_user_who_asked(app: LinkingApp) -> Non
         )
     # Whoever signs in at the IdP, the link is made for the chat user who started it.
     login_url = await app.harness.linking.start(ALICE)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         assert (await http.get(await login_at_idp(http, login_url, "bob"))).status_code == 200
     link = await app.harness.links.get(ALICE)
     assert link is not None
@@ -182,7 +183,7 @@ async def test_unlink_deletes_link_and_refresh_token(app: LinkingApp) -> None:
     assert await harness.links.get(ALICE) is None
     assert await harness.links.refresh_token(ALICE) is None
     # The IdP forgot the refresh token too (RFC 7009 revocation).
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         response = await http.post(
             harness.idp.token_url,
             data={"grant_type": "refresh_token", "refresh_token": refresh},
@@ -199,7 +200,7 @@ async def test_unlink_deletes_link_and_refresh_token(app: LinkingApp) -> None:
 async def test_revoked_user_cannot_link(app: LinkingApp) -> None:
     await app.harness.idp.revoke("erin")
     login_url = await app.harness.linking.start(ALICE)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         callback = await login_at_idp(http, login_url, "erin")
         refused = await http.get(callback)
     assert "error=access_denied" in callback

@@ -24,6 +24,7 @@ from broker.mcp_tokens import McpTokenStore
 from infra.clock import Clock, utc_now
 from infra.serving import bind_socket, serve_asgi, socket_url
 from infra.settings import McpOAuthClient
+from infra.tls import shared_ssl_context
 from testing.identity import BrokerHarness, open_broker, start_dev_idp
 from tests.fixtures.oidc_provider import node, node_provider, sign_in
 
@@ -78,7 +79,7 @@ async def _world(
             registration=True,
             resource={"url": server_url, "scope": "tickets:read"},
         ) as issuer,
-        httpx.AsyncClient() as http,
+        httpx.AsyncClient(verify=shared_ssl_context()) as http,
         start_dev_idp() as idp,
         open_broker(idp, clock=clock) as harness,
     ):
@@ -107,7 +108,7 @@ async def test_oauth_mode_discovers_and_registers_at_a_certified_provider(node: 
     async with (
         node_provider(node, "http://127.0.0.1:9/unused", registration=True) as issuer,
         protected_resource({"authorization_servers": [issuer]}) as server_url,
-        httpx.AsyncClient() as http,
+        httpx.AsyncClient(verify=shared_ssl_context()) as http,
     ):
         found = await discover(server_url, http)
         assert found.issuer == issuer
@@ -141,7 +142,7 @@ async def test_oauth_mode_discovers_and_registers_at_a_certified_provider(node: 
 async def test_oauth_discovery_refuses_what_does_not_add_up(node: str) -> None:
     async with (
         node_provider(node, "http://127.0.0.1:9/unused") as issuer,
-        httpx.AsyncClient() as http,
+        httpx.AsyncClient(verify=shared_ssl_context()) as http,
     ):
         async with protected_resource(None) as server_url:
             with pytest.raises(OAuthDiscoveryError, match="no protected-resource metadata"):
@@ -212,7 +213,7 @@ async def test_oauth_mode_connects_refreshes_and_disconnects_a_user_per_server(
             with pytest.raises(ConnectRequired) as needed:
                 await service.oauth_token(carol, "tickets")
             assert needed.value.server == "tickets"
-            async with httpx.AsyncClient() as browser:
+            async with httpx.AsyncClient(verify=shared_ssl_context()) as browser:
                 page = await sign_in(browser, needed.value.authorize_url, "carol", callback_url)
                 assert page.status_code == 200, page.text
                 assert "opsbot can now use tickets for you" in page.text
@@ -285,7 +286,7 @@ async def test_connect_links_are_single_use_expire_and_stay_with_their_user(node
         async with (
             serve_asgi(resource_app, resource_sock),
             serve_asgi(callback_app, callback_sock),
-            httpx.AsyncClient() as browser,
+            httpx.AsyncClient(verify=shared_ssl_context()) as browser,
         ):
             stale = await connect_url()
             clock.advance(601)  # past the 10-minute state lifetime
@@ -341,7 +342,7 @@ async def test_the_broker_service_hands_out_oauth_tokens_behind_its_secret(node:
             with pytest.raises(ConnectRequired) as needed:
                 await remote.oauth_token(carol, "tickets")
             assert needed.value.server == "tickets"
-            async with httpx.AsyncClient() as browser:
+            async with httpx.AsyncClient(verify=shared_ssl_context()) as browser:
                 # The service here serves no browser route: take the redirect's parameters
                 # and finish through the API, as an app serving /oauth/mcp/callback does.
                 page = await sign_in(browser, needed.value.authorize_url, "carol", callback_url)

@@ -23,6 +23,7 @@ from broker import (
     TokenVerificationError,
 )
 from broker.sso import SsoLinker, SsoPolicy
+from infra.tls import shared_ssl_context
 from testing.identity import BrokerHarness, serve_broker_service, sign_in_at_login_page
 
 
@@ -62,7 +63,10 @@ async def test_remote_errors_keep_their_class(identity_broker: BrokerHarness) ->
 
 async def test_service_requires_its_secret(identity_broker: BrokerHarness) -> None:
     alice = await identity_broker.link("alice")
-    async with serve_broker_service(identity_broker) as remote, httpx.AsyncClient() as http:
+    async with (
+        serve_broker_service(identity_broker) as remote,
+        httpx.AsyncClient(verify=shared_ssl_context()) as http,
+    ):
         impostor = RemoteBroker(remote.base_url, "wrong-secret", http)
         with pytest.raises(BrokerError, match="refused") as refused:
             await impostor.get_token(alice, "docs")
@@ -89,7 +93,7 @@ async def test_identity_service_resolve_link_and_unlink(
         completer: LinkCompleter = remote if kind == "remote" else local
         assert await service.resolve(carol_chat) is None
         url = await service.link_url(carol_chat)
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             reply = await sign_in_at_login_page(http, url, "carol")
         linked = await completer.complete_link(reply["state"], reply["code"], iss=reply["iss"])
         assert (linked.subject, linked.chat_user) == ("carol", carol_chat)

@@ -30,6 +30,7 @@ from broker.web import link_routes
 from infra.serving import bind_socket, serve_asgi, socket_url
 from infra.settings import BrokerSettings, IdpSettings, Settings
 from infra.storage import create_engine
+from infra.tls import shared_ssl_context
 from tests.fixtures.oidc_provider import CLIENT_ID, CLIENT_SECRET, node, node_provider, sign_in
 
 __all__ = ["node"]  # a fixture, imported for pytest
@@ -82,7 +83,7 @@ async def test_link_refresh_and_unlink_against_a_certified_provider(
         issuer,
     ):
         url = await service.link_url(CAROL)
-        async with httpx.AsyncClient() as browser:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as browser:
             page = await sign_in(browser, url, "carol", callback_url)
         assert page.status_code == 200, page.text
         assert "Connected as carol@example.com" in page.text  # email from userinfo
@@ -99,7 +100,7 @@ async def test_link_refresh_and_unlink_against_a_certified_provider(
         refresh_token = await service.linking.links.refresh_token(CAROL)
         assert refresh_token is not None
         assert await service.unlink(CAROL)
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             refused = await http.post(
                 f"{issuer}/token",
                 data={"grant_type": "refresh_token", "refresh_token": refresh_token},
@@ -113,7 +114,7 @@ async def test_without_consent_the_provider_drops_offline_access_and_linking_say
     node: str, tmp_path: Path, sqlite_url: str
 ) -> None:
     async with linking_against_provider(node, tmp_path, sqlite_url) as (service, callback, _):
-        async with httpx.AsyncClient() as browser:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as browser:
             page = await sign_in(browser, await service.link_url(CAROL), "carol", callback)
         assert page.status_code == 502
         assert "no ID token or refresh token" in page.text
@@ -126,7 +127,7 @@ async def test_without_the_userinfo_fallback_its_id_token_lacks_email_and_groups
     async with linking_against_provider(
         node, tmp_path, sqlite_url, prompt="consent", userinfo_fallback=False
     ) as (service, callback, _):
-        async with httpx.AsyncClient() as browser:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as browser:
             page = await sign_in(browser, await service.link_url(CAROL), "carol", callback)
         assert page.status_code == 200, page.text
         assert "Connected as carol." in page.text  # the subject: no email in the ID token
@@ -143,7 +144,7 @@ async def test_a_response_stripped_of_its_iss_is_refused(
         callback,
         _,
     ):
-        async with httpx.AsyncClient() as browser:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as browser:
             url = await service.link_url(CAROL)
             page = await sign_in(browser, url, "carol", callback, drop_iss=True)
         assert page.status_code == 502

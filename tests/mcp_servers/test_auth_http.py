@@ -8,6 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from infra.tls import shared_ssl_context
 from mcp_servers import ReferenceServers
 from testing.mcp import MintToken, TestIssuer, http_refusal, mcp_session
 
@@ -156,7 +157,7 @@ async def test_read_scope_still_works_after_a_refusal(
 async def test_protected_resource_metadata(reference_servers: ReferenceServers) -> None:
     server = reference_servers.ticketing
     base = server.url.removesuffix("/mcp")
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         document = (await http.get(f"{base}/.well-known/oauth-protected-resource/mcp")).json()
     assert document["resource"] == server.audience
     assert document["scopes_supported"] == ["tickets:read", "tickets:write"]
@@ -168,7 +169,7 @@ async def test_protected_resource_metadata(reference_servers: ReferenceServers) 
 async def test_malformed_authorization_header_gets_401(
     reference_servers: ReferenceServers, header: str
 ) -> None:
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         response = await http.post(
             reference_servers.ticketing.url,
             headers={"Authorization": header, "Accept": "application/json, text/event-stream"},
@@ -201,7 +202,7 @@ async def test_a_session_is_bound_to_the_credential_that_opened_it(
         "method": "tools/call",
         "params": {"name": "get_ticket", "arguments": {"key": "PAY-101"}},
     }
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         opened = await http.post(url, json=initialize, headers=alice)
         assert opened.status_code == 200
         session = {"mcp-session-id": opened.headers["mcp-session-id"]}
@@ -277,7 +278,7 @@ async def test_oversized_body_is_refused_and_the_server_keeps_serving(
         "Accept": "application/json, text/event-stream",
         "Content-Type": "application/json",
     }
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         response = await http.post(
             reference_servers.ticketing.url, content=b"x" * 1_100_000, headers=headers
         )

@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from infra.serving import bind_socket, serve_asgi
+from infra.tls import shared_ssl_context
 from mcp_servers import ReferenceServers, start_reference_servers
 from testing.mcp import MintToken, TestIssuer, _rsa_key, http_refusal, mcp_session
 
@@ -279,7 +280,7 @@ async def test_hostile_tokens_never_get_5xx_over_raw_http(
             "clientInfo": {"name": "t", "version": "0"},
         },
     }
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         for token in tokens:
             response = await http.post(
                 servers.ticketing.url,

@@ -19,6 +19,7 @@ import pytest
 from pydantic import ValidationError
 
 from infra.settings import Settings
+from infra.tls import shared_ssl_context
 from mcp_servers import ReferenceServers, start_reference_servers
 from mcp_servers.hosts import normalize_allowed_host, transport_security
 from testing.mcp import MintToken, TestIssuer, directory_grants
@@ -40,14 +41,14 @@ async def _initialize(url: str, token: str | None, **headers: str) -> httpx.Resp
     sent = {"Accept": "application/json, text/event-stream", **headers}
     if token:
         sent["Authorization"] = f"Bearer {token}"
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         return await http.post(url, json=INITIALIZE, headers=sent)
 
 
 async def test_healthz_needs_no_token_no_session_and_any_host(
     reference_servers: ReferenceServers,
 ) -> None:
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         for server in reference_servers:
             base = server.url.removesuffix("/mcp")
             for host in (None, "10.1.2.3:8080", "evil.example.com"):
@@ -84,7 +85,7 @@ async def test_other_hosts_get_421_before_any_token_is_looked_at(
             response = await _initialize(server.url, sent_token, Host=host)
             assert response.status_code == 421, (host, sent_token is not None)
             assert "www-authenticate" not in response.headers
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         metadata = await http.get(
             f"{base}/.well-known/oauth-protected-resource/mcp",
             headers={"Host": "evil.example.com"},
@@ -218,7 +219,7 @@ async def test_opsbot_mcp_answers_the_configured_host_only(
         for host in ("tickets.internal", "evil.example.com"):
             statuses[host] = (await _initialize(url, token, Host=host)).status_code
         assert statuses == {"tickets.internal": 200, "evil.example.com": 421}
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             health = await http.get(url.removesuffix("/mcp") + "/healthz")
         assert health.status_code == 200
     finally:

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from mcp import ClientSession
 from mcp.types import CallToolResult, TextContent
 
+from infra.tls import shared_ssl_context
 from mcp_servers import ReferenceServers
 from mcp_servers.ticketing import INJECTION_TICKETS
 from testing.mcp import MintToken, mcp_session
@@ -308,7 +309,7 @@ async def test_malformed_json_rpc_does_not_break_the_server(
 
     token = mcp_token("alice", "ticketing")
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         for body in (b"{not json", b"[]", json.dumps({"jsonrpc": "2.0", "method": 5}).encode()):
             response = await http.post(
                 reference_servers.ticketing.url,

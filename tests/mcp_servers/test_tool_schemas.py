@@ -11,6 +11,7 @@ import pytest
 from mcp.shared.exceptions import McpError
 from mcp.types import METHOD_NOT_FOUND
 
+from infra.tls import shared_ssl_context
 from mcp_servers import AuthConfig, ReferenceServers
 from mcp_servers.app import ScopedServer
 from mcp_servers.database import build_database
@@ -116,7 +117,7 @@ async def test_initialize_over_raw_http_lists_only_tools(
         "Authorization": f"Bearer {mcp_token('alice', 'docs')}",
         "Accept": "application/json, text/event-stream",
     }
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         response = await http.post(reference_servers.docs.url, json=initialize, headers=headers)
     assert response.status_code == 200
     capabilities = _one_answer(response)["result"]["capabilities"]
@@ -154,7 +155,7 @@ async def test_a_tool_call_is_answered_with_one_json_body(
             "clientInfo": {"name": "t", "version": "0"},
         },
     }
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         started = await http.post(url, json=initialize, headers=headers)
         assert started.headers["content-type"].startswith("application/json"), started.headers
         session = {**headers, "Mcp-Session-Id": started.headers["mcp-session-id"]}

@@ -21,6 +21,7 @@ from infra.settings import (
     McpServerSettings,
     ObservabilitySettings,
 )
+from infra.tls import shared_ssl_context
 from mcp_servers import ReferenceServers
 from testing.identity import RunningIdp, sign_in_at_login_page
 from testing.slack import FakeSlack, SlackSender
@@ -55,7 +56,7 @@ class OpsApp:
     stop_app: Callable[[], Awaitable[None]]
 
     async def scrape(self) -> Samples:
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             response = await http.get(f"{self.url}/metrics")
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/plain")
@@ -66,7 +67,7 @@ class OpsApp:
         status, body = await self.sender.post_command("link", user=user)
         assert status == 200
         login_url = json.loads(body)["blocks"][1]["elements"][0]["url"]
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             reply = await sign_in_at_login_page(http, login_url, username)
             page = await http.get(f"{self.url}/oauth/callback", params=reply)
         assert page.status_code == 200, page.text

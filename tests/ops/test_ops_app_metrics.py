@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 
+from infra.tls import shared_ssl_context
 from testing.slack import (
     APPROVALS_CHANNEL_ID,
     block_action,
@@ -19,7 +20,7 @@ from tests.ops.conftest import OpsApp, delta, value
 
 
 async def _ready(app: OpsApp) -> tuple[int, dict[str, object]]:
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         response = await http.get(f"{app.url}/readyz")
     return response.status_code, response.json()
 
@@ -52,7 +53,7 @@ async def test_readyz_names_a_stopped_mcp_server(ops_app: OpsApp) -> None:
     assert checks["mcp:search"]["ok"] is False
     assert checks["mcp:ticketing"]["ok"] is True
 
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         alive = await http.get(f"{ops_app.url}/healthz")
     assert alive.status_code == 200
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 from cryptography.fernet import Fernet
 
+from infra.tls import shared_ssl_context
 from mcp_servers import ReferenceServers
 from testing.identity import RunningIdp, sign_in_at_login_page
 from testing.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack, SlackSender
@@ -79,7 +80,7 @@ class AppProcess:
         return sum(text in line for line in self.lines)
 
     async def readyz(self) -> tuple[int, str]:
-        async with httpx.AsyncClient(timeout=10) as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context(), timeout=10) as http:
             response = await http.get(f"{self.url}/readyz")
         return response.status_code, response.text
 
@@ -88,7 +89,7 @@ class AppProcess:
         status, body = await sender.post_command("link", user=user)
         assert status == 200, body
         login_url = json.loads(body)["blocks"][1]["elements"][0]["url"]
-        async with httpx.AsyncClient(timeout=10) as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context(), timeout=10) as http:
             reply = await sign_in_at_login_page(http, login_url, username)
             page = await http.get(f"{self.url}/oauth/callback", params=reply)
         assert page.status_code == 200, page.text

@@ -20,6 +20,7 @@ from broker import BrokerUnavailableError, Identity
 from broker.remote import RemoteBroker
 from broker.types import ChatUser
 from infra.storage import create_engine
+from infra.tls import shared_ssl_context
 from testing.agent import (
     AgentEnv,
     FailingChatModel,
@@ -173,7 +174,7 @@ async def test_broker_service_down_gives_a_clear_error_not_a_hang() -> None:
         alice = await harness.link("alice")
         async with serve_broker_service(harness) as remote:
             base_url = remote.base_url
-        async with httpx.AsyncClient(timeout=5.0) as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context(), timeout=5.0) as http:
             down = RemoteBroker(base_url, SERVICE_SECRET, http)
             with pytest.raises(BrokerUnavailableError):
                 await down.get_token(alice, "fake")

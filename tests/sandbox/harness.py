@@ -18,6 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import serve_http
 from infra.serving import bind_socket, serve_asgi, socket_url
+from infra.tls import shared_ssl_context
 from sandbox import AppDelivery, SlackEmulator
 from sandbox.web import build_app
 from testing.slack_webapi import WebApi
@@ -121,7 +122,7 @@ async def open_harness() -> AsyncIterator[Harness]:
     api = WebApi(workspace, BOT_TOKEN)
     ui_sock, app_sock = bind_socket(), bind_socket()
     ui_url = socket_url(ui_sock)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         delivery = AppDelivery(f"{socket_url(app_sock)}/slack/events", SECRET, http)
         emulator = SlackEmulator(workspace, delivery, ui_url)
         client = AsyncWebClient(token=BOT_TOKEN, base_url=f"{ui_url}/api/")

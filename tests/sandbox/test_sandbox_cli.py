@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from infra.tls import shared_ssl_context
 from testing.slack_workspace import BOT_USER_ID
 from tests.sandbox.sandbox_process import spawn_opsbot_dev
 
@@ -23,7 +24,7 @@ from tests.sandbox.sandbox_process import spawn_opsbot_dev
 async def test_starts_prints_the_url_and_stops_cleanly_on_a_double_ctrl_c(tmp_path: Path) -> None:
     async with spawn_opsbot_dev(tmp_path) as dev:
         url = await dev.wait_ready()
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
             page = await http.get(url)
             users = (await http.get(f"{url}/ui/users")).json()["users"]
         assert page.status_code == 200
@@ -59,7 +60,7 @@ async def test_the_url_comes_first_and_a_message_sent_at_once_is_answered(tmp_pa
     async with spawn_opsbot_dev(tmp_path) as dev:
         url = await dev.wait_ready()
         seconds = time.perf_counter() - started
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx.AsyncClient(verify=shared_ssl_context(), timeout=30) as http:
             said = await http.post(
                 f"{url}/ui/say",
                 json={"user": "UALICE", "channel": "C0OPS", "text": "@opsbot show ticket PAY-102"},

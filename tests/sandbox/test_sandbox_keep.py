@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
+from infra.tls import shared_ssl_context
 from testing.identity import sign_in_at_login_page
 from tests.sandbox.sandbox_process import DevProcess, spawn_opsbot_dev
 
@@ -90,7 +91,7 @@ async def running(data_dir: Path, *args: str) -> AsyncIterator[DevProcess]:
 
 async def test_keep_carries_links_and_a_pending_approval_over_a_restart(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    async with httpx.AsyncClient(timeout=60) as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context(), timeout=60) as http:
         async with running(data_dir, "--keep") as dev:
             assert "kept across restarts" in "".join(dev.output)
             await connect(http, dev, "alice")
@@ -132,7 +133,7 @@ async def test_without_keep_the_same_data_directory_starts_from_the_seed_data(
     tmp_path: Path,
 ) -> None:
     data_dir = tmp_path / "data"
-    async with httpx.AsyncClient(timeout=60) as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context(), timeout=60) as http:
         async with running(data_dir, "--keep") as dev:
             await connect(http, dev, "alice")
         async with running(data_dir) as dev:

@@ -16,6 +16,7 @@ import pytest
 
 from infra.serving import PortInUseError, bind_socket
 from infra.settings import SandboxSettings, Settings
+from infra.tls import shared_ssl_context
 from sandbox import Sandbox, bind_ports, open_sandbox
 from testing.identity import sign_in_at_login_page
 from testing.slack_workspace import BOT_USER_ID, Message
@@ -69,7 +70,7 @@ async def connect(sandbox: Sandbox, user: str, username: str) -> None:
         "a connect prompt",
     )
     url = prompt[-1].blocks[1]["elements"][0]["url"]
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         reply = await sign_in_at_login_page(http, url, username)
         page = await http.get(f"{sandbox.urls.app}/oauth/callback", params=reply)
     assert page.status_code == 200, page.text
@@ -89,7 +90,7 @@ async def test_answer_approval_and_edit_errors_through_the_emulator(sandbox: San
     )
     link = f"{sandbox.urls.ui}/sources/ticketing/tickets/PAY-102"
     assert link in texts(answer[0])
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         page = await http.get(link)
     assert page.status_code == 200
     assert "PAY-102" in page.text
@@ -103,7 +104,7 @@ async def test_answer_approval_and_edit_errors_through_the_emulator(sandbox: San
     )
     doc_link = f"{sandbox.urls.ui}/sources/docs/docs/payments-refund-stuck"
     assert doc_link in texts(cited[0])
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
         doc_page = await http.get(doc_link)
     assert doc_page.status_code == 200
 
@@ -229,7 +230,7 @@ async def test_dm_assistant_thread_and_app_home_approval(sandbox: Sandbox) -> No
 
 
 async def test_the_sandbox_app_serves_health_readiness_and_metrics(sandbox: Sandbox) -> None:
-    async with httpx.AsyncClient(base_url=sandbox.urls.app) as http:
+    async with httpx.AsyncClient(verify=shared_ssl_context(), base_url=sandbox.urls.app) as http:
         assert (await http.get("/healthz")).status_code == 200
         ready = await http.get("/readyz")
         assert ready.status_code == 200, ready.text
