@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
+import httpx
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
 from audit.log import AuditEvent, AuditLog
 from infra.clock import Clock, utc_now
+from infra.tls import shared_ssl_context
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +132,12 @@ class McpChangeLog:
             return Unknown(f"no token to read {server}'s change log ({type(exc).__name__})")
         headers = {"Authorization": f"Bearer {token}"}
         async with (
-            create_mcp_http_client(headers=headers) as http,
+            httpx.AsyncClient(
+                headers=headers,
+                # The SDK's own client (``create_mcp_http_client``) with the shared TLS context.
+                timeout=httpx.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+                verify=shared_ssl_context(),
+            ) as http,
             streamable_http_client(url, http_client=http) as (read, write, _),
             ClientSession(read, write) as session,
         ):

@@ -27,9 +27,6 @@ from typing import Any
 import httpx
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -38,6 +35,7 @@ from starlette.routing import Route
 from infra.serving import bind_socket, serve_asgi
 from infra.tls import shared_ssl_context
 from mcp_servers import start_reference_servers
+from testing.mcp import mcp_session
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,17 +74,6 @@ async def _issuer() -> AsyncIterator[tuple[str, Callable[..., str]]]:
         yield issuer, mint
 
 
-@contextlib.asynccontextmanager
-async def _session(url: str, token: str) -> AsyncIterator[ClientSession]:
-    async with (
-        create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
-        streamable_http_client(url, http_client=http) as (read, write, _),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
-
-
 async def _time(n: int, call: Callable[[], Awaitable[Any]]) -> dict[str, float]:
     samples = []
     for _ in range(n):
@@ -111,7 +98,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         alice_d = mint("alice", servers.docs.audience, "docs:read", ["team-payments"])
         alice_db = mint("alice", servers.database.audience, "db:read", ["team-payments"])
 
-        async with _session(ticketing.url, alice_t) as s:
+        async with mcp_session(ticketing.url, alice_t) as s:
 
             async def get() -> None:
                 result = await s.call_tool("get_ticket", {"key": "PAY-101"})
@@ -151,19 +138,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             results["add_comment"] = await _time(args.calls, comment)
 
         async def fresh() -> None:
-            async with _session(ticketing.url, alice_t) as s:
+            async with mcp_session(ticketing.url, alice_t) as s:
                 assert not (await s.call_tool("get_ticket", {"key": "PAY-101"})).isError
 
         results["fresh_session"] = await _time(args.fresh_calls, fresh)
 
-        async with _session(servers.docs.url, alice_d) as s:
+        async with mcp_session(servers.docs.url, alice_d) as s:
 
             async def search() -> None:
                 assert not (await s.call_tool("search_docs", {"query": "refund stuck"})).isError
 
             results["search_docs"] = await _time(args.calls, search)
 
-        async with _session(servers.database.url, alice_db) as s:
+        async with mcp_session(servers.database.url, alice_db) as s:
 
             async def jobs() -> None:
                 assert not (await s.call_tool("list_failed_jobs", {"since_hours": 48})).isError

@@ -26,15 +26,21 @@ PACKAGES = [
     "testing",
 ]
 CLIENTS = {"AsyncClient", "Client"}
+# The MCP SDK's client factory builds a client with a TLS context of its own.
+FACTORIES = {"create_mcp_http_client"}
 
 
 def clients_without_a_context(source: str) -> list[int]:
-    """Lines that build an ``httpx`` client with neither ``verify=`` nor ``transport=``."""
+    """Lines that build an ``httpx`` client with neither ``verify=`` nor ``transport=``,
+    or through the MCP SDK's factory."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
+        if isinstance(func, ast.Name) and func.id in FACTORIES:
+            found.append(node.lineno)
+            continue
         if not (
             isinstance(func, ast.Attribute)
             and func.attr in CLIENTS
@@ -64,8 +70,9 @@ def test_the_finder_finds_a_client_without_a_context() -> None:
         "a = httpx.AsyncClient(timeout=5)\n"
         "b = httpx.AsyncClient(verify=ctx)\n"
         "c = httpx.Client(transport=t)\n"
+        "d = create_mcp_http_client(headers=h)\n"
     )
-    assert clients_without_a_context(source) == [2]
+    assert clients_without_a_context(source) == [2, 5]
 
 
 def test_one_context_per_process() -> None:
