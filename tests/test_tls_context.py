@@ -19,11 +19,9 @@ from infra.serving import bind_socket, serve_aiohttp
 from infra.tls import shared_ssl_context
 
 ROOT = Path(__file__).resolve().parent.parent
-# The product's packages, and the sandbox and test fakes that run beside it.
-PACKAGES = [
-    *tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["root_packages"],
-    "sandbox",
-    "testing",
+# The product's packages (the sandbox and the test fakes among them: they run beside it).
+PACKAGES: list[str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+    "root_packages"
 ]
 CLIENTS = {"AsyncClient", "Client"}
 # The MCP SDK's client factory builds a client with a TLS context of its own.
