@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from microsoft_agents.activity import Activity, ActivityTypes
+from microsoft_agents.activity import Activity, ActivityTypes, InvokeResponse
 from microsoft_agents.hosting.aiohttp import CloudAdapter
 from microsoft_agents.hosting.core import (
     AgentApplication,
     ApplicationOptions,
     MemoryStorage,
+    RouteRank,
     TurnContext,
     TurnState,
 )
@@ -45,6 +46,7 @@ from infra.clock import Clock, utc_now
 from infra.storage.faults import is_connection_error
 
 log = logging.getLogger(__name__)
+ACTIVITY_LOGGER = "microsoft_agents.activity.activity"
 _MESSAGE_ID = ";messageid="
 
 
@@ -158,10 +160,63 @@ def build_agent_application(
         adapter.sso.register(application)
     else:
         register_sso_off(application)
+    register_fallbacks(application)
     return application
 
 
+def register_fallbacks(application: AgentApplication[TurnState]) -> None:
+    """Routes for what no other route takes (registered last, ranked last).
+
+    An invoke opsbot does not implement (its manifest declares no other) gets a clear 400
+    and one line, not the SDK's 501. Any other activity (conversation updates when the app
+    is installed or members join, reactions, edits) is ignored at DEBUG: the SDK would log
+    a warning for each, with the activity's text in it."""
+
+    async def on_other_invoke(context: TurnContext, _state: TurnState) -> None:
+        name = str(context.activity.name or "")[:64]
+        log.info("refused a Teams invoke opsbot does not handle: %r", name)
+        await context.send_activity(
+            Activity(
+                type=ActivityTypes.invoke_response,
+                value=InvokeResponse(
+                    status=400, body={"error": f"opsbot does not handle {name!r} invokes"}
+                ),
+            )
+        )
+
+    async def on_other_activity(context: TurnContext, _state: TurnState) -> None:
+        log.debug("ignored a Teams %s activity", str(context.activity.type)[:32])
+
+    application.invoke()(on_other_invoke)
+    application.add_route(
+        lambda context: context.activity.type != ActivityTypes.invoke,
+        on_other_activity,
+        rank=RouteRank.LAST,
+    )
+
+
+class RefusedActivityAtDebug(logging.Filter):
+    """The SDK's ``Activity`` model logs every activity it cannot read as an ERROR with a
+    traceback (and the values it refused); the server answers those 400 with one line of
+    its own (``bot.teams.server``), so the SDK's record goes to DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Validation error for Activity"):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.exc_info = record.exc_text = None
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def quiet_refused_activities() -> None:
+    """Install ``RefusedActivityAtDebug`` on the SDK's activity logger (once)."""
+    logger = logging.getLogger(ACTIVITY_LOGGER)
+    if not any(isinstance(f, RefusedActivityAtDebug) for f in logger.filters):
+        logger.addFilter(RefusedActivityAtDebug())
+
+
 def make_cloud_adapter(factory: PooledClientFactory) -> CloudAdapter:
+    quiet_refused_activities()
     cloud = CloudAdapter(channel_service_client_factory=factory)
 
     async def on_turn_error(_context: TurnContext, error: Exception) -> None:

@@ -214,6 +214,8 @@ class ConnectorAuth:
         if prefixes and not service_url.startswith(prefixes):
             raise Rejected("serviceUrl is not an allowed Bot Connector endpoint")
         channel = activity.get("channelId")
+        if not isinstance(channel, str) or not channel:
+            raise Rejected("activity has no channelId")
         if endorsements is not None and channel not in endorsements:
             raise Rejected(f"key is not endorsed for channel {str(channel)[:32]!r}")
         tenant = activity_tenant(activity)

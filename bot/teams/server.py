@@ -75,7 +75,25 @@ async def authenticate(
         auth.check_activity(claims, activity)
     except Rejected as exc:
         return refuse(log, request, 401, f"unauthenticated: {exc.reason}", len(raw))
+    missing = envelope_problem(activity)
+    if missing is not None:
+        return refuse(log, request, 400, f"malformed activity: {missing}", len(raw))
     return claims, activity
+
+
+def envelope_problem(activity: dict[str, Any]) -> str | None:
+    """What the activity's envelope lacks, if anything: every activity the Bot Connector
+    sends has a type, a sender, a recipient and a conversation, each with an id. Without
+    them the SDK finds no route and answers an invoke with its 501."""
+    kind = activity.get("type")
+    if not isinstance(kind, str) or not kind.strip():
+        return "no type"
+    for part in ("from", "recipient", "conversation"):
+        value = activity.get(part)
+        ident = value.get("id") if isinstance(value, dict) else None
+        if not isinstance(ident, str) or not ident.strip():
+            return f"no {part}.id"
+    return None
 
 
 async def process_with_sdk(

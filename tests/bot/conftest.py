@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -108,3 +109,15 @@ def _front(adapter: object, database_url: str) -> AckFront | None:
 async def env(run_app: RunApp, fake_assistant: FakeAssistant) -> AsyncIterator[SlackEnv]:
     async with run_app(fake_assistant) as running:
         yield running
+
+
+class ProblemLog(logging.Handler):
+    """Log records that carry a traceback, or are errors: a fuzz must cause none."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info or record.levelno >= logging.ERROR:
+            self.records.append(record)

@@ -39,7 +39,7 @@ from testing.slack import (
     start_fake_slack,
     view_submission,
 )
-from tests.bot.conftest import ALICE, BOB, slack_config
+from tests.bot.conftest import ALICE, BOB, ProblemLog, slack_config
 from tests.bot.test_slack_events import _texts
 
 REQUESTS = 2_000
@@ -51,18 +51,6 @@ class RunningApp:
     url: str
     fake: FakeSlack
     loop: asyncio.AbstractEventLoop
-
-
-class _Problems(logging.Handler):
-    """Log records that carry a traceback, or are errors: the fuzz must cause none."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.exc_info or record.levelno >= logging.ERROR:
-            self.records.append(record)
 
 
 @pytest.fixture
@@ -258,7 +246,7 @@ def test_fuzzed_requests_never_get_a_5xx_and_the_app_stays_healthy(
     running_app: RunningApp,
 ) -> None:
     statuses: collections.Counter[int] = collections.Counter()
-    problems = _Problems()
+    problems = ProblemLog()
     logging.getLogger().addHandler(problems)
     events_url = f"{running_app.url}/slack/events"
     try:

@@ -92,17 +92,17 @@ async def test_a_duplicate_delivery_is_one_job_and_one_answer(
     assert len([c for c in env.fake.posted() if c.cards]) == 1
 
 
-async def test_a_message_the_sdk_cannot_reference_goes_the_sdks_way_not_a_500(
+async def test_a_message_the_sdk_cannot_reference_is_a_400_not_a_500(
     run_teams: RunTeams, assistant: FakeAssistant, sqlite_url: str
 ) -> None:
     """A message without a recipient passes the SDK's model but not its conversation
-    reference: the front answered 500 (aiohttp's, with a traceback). It is handed to the SDK,
-    as a shape its models refuse is, and answered as the SDK-served route answers it (the
-    SDK's app logs the failed turn and answers 202); nothing is stored or run."""
+    reference: the front answered 500 (aiohttp's, with a traceback), later 202 (the SDK's
+    app logged the failed turn). The envelope check refuses it first, on both routes, with
+    a clear 400 (``bot.teams.server.envelope_problem``); nothing is stored or run."""
     async with run_teams(assistant, durable=True) as env:
         odd = env.fake.personal(ALICE, "which jobs failed?")
         del odd["recipient"]
-        assert (await env.post(odd))[0] == 202
+        assert (await env.post(odd))[0] == 400
         await env.fake.settle(quiet=0.3)
         assert await _stored(sqlite_url) == (0, 0)
     assert assistant.messages == []
