@@ -87,9 +87,11 @@ def message_from(activity: Activity) -> TeamsMessage | None:
         return None
     kind = conversation.conversation_type or "personal"
     conversation_id = str(conversation.id)
-    if kind == "channel" and _MESSAGE_ID not in conversation_id:
-        # A new post: it is the root of its own reply chain.
-        conversation_id = f"{conversation_id}{_MESSAGE_ID}{activity.id}"
+    base, _, named_root = conversation_id.partition(_MESSAGE_ID)
+    if kind == "channel" and not named_root:
+        # A new post: it is the root of its own reply chain (an empty ``;messageid=`` names
+        # no root either, and a reply to "" cannot be sent).
+        conversation_id = f"{base}{_MESSAGE_ID}{activity.id}"
     root = conversation_id.partition(_MESSAGE_ID)[2] if kind == "channel" else None
     reference = activity.get_conversation_reference()
     reference.activity_id = root
@@ -227,15 +229,22 @@ def make_cloud_adapter(factory: PooledClientFactory) -> CloudAdapter:
 
 
 def log_turn_failure(error: Exception) -> None:
-    """One line when the Bot Connector could not be reached or dropped the connection (a
-    network fault: the cause is in the exception's text, a traceback adds nothing); a
-    traceback for anything else, which is a bug to find."""
+    """One line when the Bot Connector could not be reached, dropped the connection or
+    refused a call (the cause is in the exception's text or status, a traceback adds
+    nothing); a traceback for anything else, which is a bug to find."""
     if isinstance(error, aiohttp.ClientConnectionError | TimeoutError):
         text = str(error).splitlines()[0][:300] if str(error) else ""
         log.error(
             "a Teams turn failed: the Bot Connector did not answer (%s: %s)",
             type(error).__name__,
             text,
+        )
+        return
+    if isinstance(error, aiohttp.ClientResponseError):
+        log.error(
+            "a Teams turn failed: the Bot Connector answered %s to %s",
+            error.status,
+            error.request_info.url.path[:200],
         )
         return
     log.error("a Teams turn failed: %s", type(error).__name__, exc_info=error)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -33,6 +34,8 @@ from infra.chat_http import (
 )
 
 MESSAGES_PATH = "/api/messages"
+# Path, query and fragment characters, control characters and dot segments.
+UNSAFE_ID = re.compile(r"[/\\?#%\x00-\x1f\x7f]|\.\.")
 log = logging.getLogger(__name__)
 
 
@@ -83,16 +86,22 @@ async def authenticate(
 
 def envelope_problem(activity: dict[str, Any]) -> str | None:
     """What the activity's envelope lacks, if anything: every activity the Bot Connector
-    sends has a type, a sender, a recipient and a conversation, each with an id. Without
-    them the SDK finds no route and answers an invoke with its 501."""
-    kind = activity.get("type")
-    if not isinstance(kind, str) or not kind.strip():
-        return "no type"
+    sends has a type and an id, a sender, a recipient and a conversation, each with an id.
+    Without them the SDK finds no route (an invoke got its 501) or the reply fails."""
+    for key in ("type", "id"):  # its id is what a reply answers
+        value = activity.get(key)
+        if not isinstance(value, str) or not value.strip():
+            return f"no {key}"
     for part in ("from", "recipient", "conversation"):
         value = activity.get(part)
         ident = value.get("id") if isinstance(value, dict) else None
         if not isinstance(ident, str) or not ident.strip():
             return f"no {part}.id"
+    # The conversation id goes into the Connector's URL paths (v3/conversations/{id}/...),
+    # unescaped by the SDK: one with a path or query in it would send the bot's replies,
+    # with its token, to another path of the Connector.
+    if UNSAFE_ID.search(activity["conversation"]["id"]):
+        return "conversation.id is not a Teams conversation id"
     return None
 
 
