@@ -1,9 +1,10 @@
 """``POST /api/messages``: size cap, opsbot's own authentication, then the Agents SDK.
 
 The order matters: the body is read with a cap (413), the token verified (401), the body
-parsed (400) and bound to the token (``serviceurl``, tenant: 401); any failure is one log line
-and nothing else runs. Only then is the activity handed to ``CloudAdapter.process`` with the
-verified claims as its ``ClaimsIdentity``.
+parsed (400) and bound to the token (``serviceurl``, channel, tenant: 401), its envelope
+checked (ids of the activity, sender, recipient and conversation: 400); any failure is one
+log line and nothing else runs. Only then is the activity handed to
+``CloudAdapter.process`` with the verified claims as its ``ClaimsIdentity``.
 
 Example::
 
