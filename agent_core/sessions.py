@@ -54,7 +54,7 @@ from agent_core.transport import ConnectionPools, request_only_transport
 from agent_core.validation import ValidatingSession
 from broker import AccessToken, Broker, Identity
 from infra.faults import crash_point
-from infra.logging import quiet_mcp_streams
+from infra.logging import demote_to_debug, quiet_mcp_streams
 from infra.tls import shared_ssl_context
 
 __all__ = ["RunSessions", "ServerConfig", "SessionStats", "classify_failure"]
@@ -64,23 +64,11 @@ T = TypeVar("T")
 MCP_CLIENT_LOGGER = "mcp.client.streamable_http"
 
 
-class PerCallAtDebug(logging.Filter):
+def quiet_mcp_client() -> None:
     """The MCP client says at INFO what it does for every session (its id, the protocol
     version, stream reconnects); opsbot opens one per server per run, so at INFO that is a
     few lines per tool call. They are DEBUG lines here; warnings and errors are untouched."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno != logging.INFO:
-            return True
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
-
-
-def quiet_mcp_client() -> None:
-    """Install ``PerCallAtDebug`` on the MCP client's logger (once)."""
-    logger = logging.getLogger(MCP_CLIENT_LOGGER)
-    if not any(isinstance(f, PerCallAtDebug) for f in logger.filters):
-        logger.addFilter(PerCallAtDebug())
+    demote_to_debug(MCP_CLIENT_LOGGER, "per-session", lambda r: r.levelno == logging.INFO)
 
 
 quiet_mcp_client()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import structlog
@@ -41,6 +41,31 @@ def quiet_mcp_streams() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _StreamCloseFilter) for f in logger.filters):
             logger.addFilter(_StreamCloseFilter())
+
+
+class AtDebug(logging.Filter):
+    """A library's records that ``routine`` picks, demoted to DEBUG (dropped unless DEBUG
+    is on for that logger); every other record passes as it is."""
+
+    def __init__(self, tag: str, routine: Callable[[logging.LogRecord], bool]) -> None:
+        super().__init__()
+        self.tag = tag
+        self._routine = routine
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self._routine(record):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def demote_to_debug(
+    logger_name: str, tag: str, routine: Callable[[logging.LogRecord], bool]
+) -> None:
+    """Install ``AtDebug(tag, routine)`` on ``logger_name`` (once per tag)."""
+    logger = logging.getLogger(logger_name)
+    if not any(isinstance(f, AtDebug) and f.tag == tag for f in logger.filters):
+        logger.addFilter(AtDebug(tag, routine))
 
 
 @contextlib.contextmanager

@@ -43,6 +43,7 @@ from bot.teams.outbound import TeamsOutbound
 from bot.teams.sso import register_sso_off
 from bot.teams.store import SqlConversations, SqlProcessedActivities
 from infra.clock import Clock, utc_now
+from infra.logging import demote_to_debug
 from infra.storage.faults import is_connection_error
 
 log = logging.getLogger(__name__)
@@ -87,14 +88,14 @@ def message_from(activity: Activity) -> TeamsMessage | None:
         return None
     kind = conversation.conversation_type or "personal"
     conversation_id = str(conversation.id)
-    base, _, named_root = conversation_id.partition(_MESSAGE_ID)
-    if kind == "channel" and not named_root:
+    base, _, root = conversation_id.partition(_MESSAGE_ID)
+    if kind == "channel" and not root:
         # A new post: it is the root of its own reply chain (an empty ``;messageid=`` names
         # no root either, and a reply to "" cannot be sent).
-        conversation_id = f"{base}{_MESSAGE_ID}{activity.id}"
-    root = conversation_id.partition(_MESSAGE_ID)[2] if kind == "channel" else None
+        root = str(activity.id)
+        conversation_id = f"{base}{_MESSAGE_ID}{root}"
     reference = activity.get_conversation_reference()
-    reference.activity_id = root
+    reference.activity_id = root if kind == "channel" else None
     if reference.conversation is not None:
         reference.conversation.id = conversation_id
     return TeamsMessage(
@@ -197,24 +198,15 @@ def register_fallbacks(application: AgentApplication[TurnState]) -> None:
     )
 
 
-class RefusedActivityAtDebug(logging.Filter):
+def quiet_refused_activities() -> None:
     """The SDK's ``Activity`` model logs every activity it cannot read as an ERROR with a
     traceback (and the values it refused); the server answers those 400 with one line of
     its own (``bot.teams.server``), so the SDK's record goes to DEBUG."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.getMessage().startswith("Validation error for Activity"):
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-            record.exc_info = record.exc_text = None
-            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
-        return True
-
-
-def quiet_refused_activities() -> None:
-    """Install ``RefusedActivityAtDebug`` on the SDK's activity logger (once)."""
-    logger = logging.getLogger(ACTIVITY_LOGGER)
-    if not any(isinstance(f, RefusedActivityAtDebug) for f in logger.filters):
-        logger.addFilter(RefusedActivityAtDebug())
+    demote_to_debug(
+        ACTIVITY_LOGGER,
+        "refused-activity",
+        lambda r: r.getMessage().startswith("Validation error for Activity"),
+    )
 
 
 def make_cloud_adapter(factory: PooledClientFactory) -> CloudAdapter:

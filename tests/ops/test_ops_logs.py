@@ -73,3 +73,32 @@ def test_settings_select_json_logs(capsys: pytest.CaptureFixture[str]) -> None:
     logging.getLogger("opsbot.test").warning("hello %s", "json")
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert json.loads(err)["event"] == "hello json"
+
+
+def test_a_librarys_routine_records_are_demoted_to_debug_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``infra.logging.demote_to_debug``: the records it picks are DEBUG (gone unless DEBUG
+    is on); the others pass unchanged; installing twice adds one filter."""
+    from infra.logging import AtDebug, demote_to_debug
+
+    name = "tests.some_library"
+    logger = logging.getLogger(name)
+    for _ in range(2):
+        demote_to_debug(name, "chatter", lambda r: r.getMessage().startswith("chatter"))
+    assert len([f for f in logger.filters if isinstance(f, AtDebug)]) == 1
+    try:
+        with caplog.at_level(logging.INFO, logger=name):
+            logger.error("chatter about a session")
+            logger.error("a real failure")
+        assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+            ("ERROR", "a real failure")
+        ]
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger=name):
+            logger.error("chatter again")
+        assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+            ("DEBUG", "chatter again")
+        ]
+    finally:
+        logger.filters.clear()
