@@ -12,7 +12,8 @@ Exception tree::
         ├── ToolAuthError        the server refused the user's token (401) or scope (403)
         ├── ToolTimeoutError     no answer in time (for a write: outcome unknown)
         ├── ToolTransientError   5xx, 429, connection failure: worth a retry for idempotent reads
-        ├── ToolResultError      the tool reported an error; carries the server's text
+        ├── ToolResultError      the tool (or the server) reported an error; the server's text
+        ├── ToolProtocolError    the reply broke MCP (unreadable, malformed, off its schema)
         ├── ServerUnavailableError  the server is down or its circuit breaker is open
         ├── CredentialError      the broker could not mint a token for this user and server
         ├── CredentialUnavailableError  the broker/IdP is unreachable right now (transient)
@@ -104,6 +105,11 @@ class CredentialError(ToolCallError):
 
 class ToolResultError(ToolCallError):
     """The tool ran and reported an error (bad arguments, unknown key, ...): the server's text."""
+
+
+class ToolProtocolError(ToolCallError):
+    """The server's reply could not be used: not MCP, a malformed result, or a result off the
+    tool's output schema. Not retried; for a write, whether it was applied is not known."""
 
 
 class CredentialUnavailableError(ToolCallError):

@@ -32,6 +32,7 @@ from agent_core.errors import (
     ServerUnavailableError,
     ToolAuthError,
     ToolCallError,
+    ToolProtocolError,
     ToolResultError,
     ToolTimeoutError,
     ToolTransientError,
@@ -207,6 +208,15 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                 f"{name} failed: {exc}",
                 people=f"the {server} server refused {name}: {exc}",
                 outcome="failed",
+            )
+        except ToolProtocolError as exc:
+            applied = " Whether it was applied is not known yet." if is_write else ""
+            return error_message(
+                request,
+                f"{name} failed: {exc}.{applied} Do not retry; tell the user.",
+                people=f"{server} sent a reply opsbot could not use for {name}"
+                + ("; whether it was applied is not known yet" if is_write else ""),
+                outcome=unknown,
             )
         except ToolTimeoutError:
             if is_write:

@@ -36,7 +36,8 @@ from langchain_mcp_adapters.interceptors import (
 )
 from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
 from mcp import ClientSession, McpError
-from mcp.types import Implementation, InitializeResult
+from mcp.types import ErrorData, Implementation, InitializeResult
+from pydantic import ValidationError
 
 from agent_core.binding import ActingAs, AuditInterceptor, MCPHandler, RunContext
 from agent_core.credentials import Credentials, OAuthTokenSource, ServerConfig, SessionStats
@@ -45,13 +46,21 @@ from agent_core.errors import (
     ServerUnavailableError,
     ToolAuthError,
     ToolCallError,
+    ToolProtocolError,
+    ToolResultError,
     ToolTimeoutError,
     ToolTransientError,
 )
 from agent_core.health import ServerHealth
 from agent_core.tools import DiscoveryCache, ServerTools, ToolDefinition
-from agent_core.transport import ConnectionPools, request_only_transport
-from agent_core.validation import ValidatingSession
+from agent_core.transport import (
+    ConnectionPools,
+    ServerError,
+    SessionEnded,
+    UnreadableReply,
+    request_only_transport,
+)
+from agent_core.validation import MalformedResultError, ValidatingSession
 from broker import AccessToken, Broker, Identity
 from infra.faults import crash_point
 from infra.logging import demote_to_debug, quiet_mcp_streams
@@ -72,6 +81,18 @@ def quiet_mcp_client() -> None:
 
 
 quiet_mcp_client()
+# A reply it cannot parse, the SDK logs as an error with a traceback (and the server's text);
+# the transport answers the request instead, and the guard logs one line (see below).
+demote_to_debug(
+    MCP_CLIENT_LOGGER,
+    "unreadable reply",
+    lambda r: r.getMessage().startswith(
+        ("Error parsing JSON response", "Error parsing SSE message", "Unexpected content type")
+    ),
+)
+log = logging.getLogger(__name__)
+# What of a server's own error text a person or the model is shown, at the most.
+SERVER_TEXT_CHARS = 300
 
 # Every session's end makes the SDK log a closed SSE stream as an error with a traceback:
 # noise in every process that opens sessions (the bot, bench, tests), and costly to format.
@@ -113,12 +134,28 @@ def _root_causes(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+def reply_failure(server: str, error: ErrorData) -> ToolCallError | None:
+    """The failure a request's error answer states (``agent_core.transport``): an error the
+    server sent, a reply that could not be read, or a session the server ended; ``None``
+    for an error the SDK raised itself (a timeout, a closed connection)."""
+    if isinstance(error, UnreadableReply):
+        return ToolProtocolError(server, f"{server} sent a reply that is not MCP ({error.message})")
+    if isinstance(error, ServerError):
+        text = " ".join(error.message.split())[:SERVER_TEXT_CHARS] or f"error {error.code}"
+        return ToolResultError(server, text)
+    if isinstance(error, SessionEnded):
+        return ToolTransientError(server, f"{server} ended the session")
+    return None
+
+
 def classify_failure(server: str, exc: BaseException, statuses: list[int]) -> ToolCallError:
     """Map a transport failure (and the HTTP statuses seen) to a ``ToolCallError``."""
     codes = list(statuses)
     for cause in _root_causes(exc):
         if isinstance(cause, ToolCallError):
             return cause
+        if isinstance(cause, McpError) and (stated := reply_failure(server, cause.error)):
+            return stated
         if isinstance(cause, httpx.HTTPStatusError):
             codes.append(cause.response.status_code)
         if isinstance(cause, httpx.TimeoutException | TimeoutError):
@@ -284,8 +321,13 @@ class RunSessions:
             try:
                 result: MCPToolCallResult = await _call_or_die(held, handler(request), timeout)
             except McpError as exc:
-                if exc.error.code == httpx.codes.REQUEST_TIMEOUT:
-                    failure: ToolCallError = ToolTimeoutError(
+                stated = reply_failure(server, exc.error)
+                if stated is not None:
+                    if isinstance(exc.error, SessionEnded):  # the next call opens another
+                        self._retire(server, held)
+                    failure: ToolCallError = stated
+                elif exc.error.code == httpx.codes.REQUEST_TIMEOUT:
+                    failure = ToolTimeoutError(
                         server, f"{server} did not answer {request.name} within {timeout:g}s"
                     )
                 else:
@@ -295,6 +337,8 @@ class RunSessions:
                         with contextlib.suppress(BaseException):
                             await asyncio.wait_for(asyncio.shield(held.task), timeout=2)
                     failure = classify_failure(server, exc, held.http_errors)
+                if isinstance(failure, ToolProtocolError):
+                    log.warning("%s (answering %s)", failure, request.name)
                 await self._health.record(server, failure)
                 raise failure from None
             except TimeoutError:
@@ -312,6 +356,14 @@ class RunSessions:
             ) as exc:
                 failure = classify_failure(server, exc, held.http_errors)
                 await self._health.record(server, failure)
+                raise failure from None
+            except (ValidationError, MalformedResultError) as exc:
+                # A result that is not a CallToolResult, or off the tool's output schema.
+                failure = ToolProtocolError(
+                    server, f"{server} sent a malformed result for {request.name}"
+                )
+                detail = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else exc
+                log.warning("%s (%s)", failure, str(detail)[:SERVER_TEXT_CHARS])
                 raise failure from None
             finally:
                 held.calls -= 1

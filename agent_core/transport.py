@@ -25,20 +25,39 @@ takes requests once it answered ``initialize``). A refused notification still en
 session: its POST fails in the transport's task group. A session closed at once waits (briefly)
 for that POST to end before its ``DELETE``: a server that ends the session under the
 notification's request breaks the connection it answers on, and the close then failed.
+
+Every request gets an answer at once. When a request's POST ends without its JSON-RPC
+response (a body that is not JSON or not JSON-RPC, another content type, an event stream
+that ends early, a response to another id), the SDK logs an error and the request waited for
+the call's timeout, then for each retry's. Here the request is answered then with an error
+whose data is ``UnreadableReply`` (what was wrong); an error the server itself sent carries
+``ServerError``. Callers tell the two apart from the SDK's own errors by those types
+(``agent_core.sessions.classify_failure``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import anyio
 import httpx
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
 from mcp.shared.message import SessionMessage
+from mcp.types import (
+    INTERNAL_ERROR,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCMessage,
+    JSONRPCRequest,
+    JSONRPCResponse,
+    RequestId,
+)
 
 from agent_core.netio import AsyncioBackend
 from agent_core.proxies import DIRECT, Proxies
@@ -55,6 +74,65 @@ _BACKEND = AsyncioBackend()
 
 ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
 WriteStream = MemoryObjectSendStream[SessionMessage]
+
+
+class ServerError(ErrorData):
+    """A JSON-RPC error the server sent in answer to a request (not one the SDK made up)."""
+
+
+class UnreadableReply(ErrorData):
+    """The answer given to a request whose reply could not be read; ``message`` says why."""
+
+
+class SessionEnded(ErrorData):
+    """The answer to a request the server refused with 404: it no longer knows the session."""
+
+
+class _Answering:
+    """The read stream as one request's POST writes to it: notes whether the request was
+    answered, marks the server's errors and keeps unparsable parts (the SDK's exceptions)."""
+
+    def __init__(self, inner: MemoryObjectSendStream[SessionMessage | Exception], request_id: str):
+        self._inner = inner
+        self._id = request_id
+        self.answered = False
+        self.problem = "it held no answer to the request"
+
+    async def send(self, item: SessionMessage | Exception) -> None:
+        if isinstance(item, Exception):
+            self.problem = f"unreadable: {type(item).__name__}"
+            return
+        root = item.message.root
+        if isinstance(root, JSONRPCResponse | JSONRPCError) and str(root.id) == self._id:
+            self.answered = True
+            if isinstance(root, JSONRPCError) and type(root.error) is ErrorData:
+                root.error = ServerError.model_validate(root.error, from_attributes=True)
+        await self._inner.send(item)
+
+
+class _AnsweringTransport(StreamableHTTPTransport):
+    """The SDK's transport, where a request whose POST ended unanswered gets its answer."""
+
+    async def _handle_post_request(self, ctx: RequestContext) -> None:
+        root = ctx.session_message.message.root
+        if not isinstance(root, JSONRPCRequest):
+            await super()._handle_post_request(ctx)
+            return
+        answering = _Answering(ctx.read_stream_writer, str(root.id))
+        await super()._handle_post_request(
+            dataclasses.replace(ctx, read_stream_writer=answering)  # type: ignore[arg-type]
+        )
+        if not answering.answered:
+            error = UnreadableReply(code=INTERNAL_ERROR, message=answering.problem)
+            reply = JSONRPCError(jsonrpc="2.0", id=root.id, error=error)
+            await ctx.read_stream_writer.send(SessionMessage(JSONRPCMessage(reply)))
+
+    async def _send_session_terminated_error(
+        self, read_stream_writer: Any, request_id: RequestId
+    ) -> None:
+        error = SessionEnded(code=32600, message="Session terminated")  # as the SDK's
+        reply = JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+        await read_stream_writer.send(SessionMessage(JSONRPCMessage(reply)))
 
 
 class _Drained(httpx.AsyncByteStream):
@@ -152,7 +230,7 @@ async def request_only_transport(
     read_writer, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     to_sdk, sdk_reader = anyio.create_memory_object_stream[SessionMessage](0)
-    transport = StreamableHTTPTransport(url)
+    transport = _AnsweringTransport(url)
     async with anyio.create_task_group() as tg:
         initialized = _InitializedPost(tg)
         try:

@@ -24,9 +24,19 @@ from referencing.exceptions import Unresolvable
 
 from infra.json_schema import compiled, compiled_count, schema_hash
 
-__all__ = ["ValidatingSession", "compiled", "compiled_count", "schema_hash"]
+__all__ = [
+    "MalformedResultError",
+    "ValidatingSession",
+    "compiled",
+    "compiled_count",
+    "schema_hash",
+]
 
 log = logging.getLogger(__name__)
+
+
+class MalformedResultError(RuntimeError):
+    """A tool's result does not fit its output schema (a ``RuntimeError``, as mcp raises)."""
 
 
 class ValidatingSession(ClientSession):
@@ -46,7 +56,7 @@ class ValidatingSession(ClientSession):
         if schema is None:
             return
         if result.structuredContent is None:
-            raise RuntimeError(
+            raise MalformedResultError(
                 f"Tool {name} has an output schema but did not return structured content"
             )
         try:
@@ -55,8 +65,8 @@ class ValidatingSession(ClientSession):
                 validator = self._validators[name] = compiled(schema)
             validator.validate(result.structuredContent)
         except ValidationError as e:
-            raise RuntimeError(f"Invalid structured content returned by tool {name}: {e}") from e
-        except SchemaError as e:
-            raise RuntimeError(f"Invalid schema for tool {name}: {e}") from e
-        except Unresolvable as e:
-            raise RuntimeError(f"Invalid schema for tool {name}: {e}") from e
+            raise MalformedResultError(
+                f"Invalid structured content returned by tool {name}: {e.message}"
+            ) from e
+        except (SchemaError, Unresolvable) as e:
+            raise MalformedResultError(f"Invalid output schema for tool {name}: {e}") from e

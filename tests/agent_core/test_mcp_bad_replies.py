@@ -1,0 +1,209 @@
+"""A server that answers a call with something that is not a usable MCP reply.
+
+Found by sending a third-party server's worst replies at a run: a body that is not JSON or not
+JSON-RPC, another content type, an event stream that ends without the answer, an answer to
+another request, a result that is not a ``CallToolResult`` or is off the tool's output schema.
+Each made the SDK log an error with a traceback and left the call waiting for its timeout (three
+times with read retries: a one-minute turn that tripped the breaker), told the model to "fix
+its arguments", or raised out of ``Agent.run``. Now each call fails at once, is not retried,
+the model and the person read what went wrong, the log has one line, and the server stays in
+use. A JSON-RPC error the server sends is the server's answer (its text, not "the connection
+failed"), and a session the server no longer knows (404) is opened again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+
+from agent_core import Answer, Interrupt
+from testing.agent import (
+    FaultPlan,
+    RawReply,
+    ScriptedChatModel,
+    call,
+    fake_mcp_server,
+    final,
+    tool_results,
+)
+from tests.agent_core.test_tool_errors import ALICE, make_agent, run
+
+JSON = ("Content-Type", "application/json")
+EVENTS = ("Content-Type", "text/event-stream")
+
+
+def _rpc(message: dict[str, Any]) -> bytes:
+    return json.dumps(message).replace('"ID"', "{id}").encode()
+
+
+def _result(result: Any) -> bytes:
+    return _rpc({"jsonrpc": "2.0", "id": "ID", "result": result})
+
+
+def _event(data: bytes) -> bytes:
+    return b"event: message\ndata: " + data + b"\n\n"
+
+
+NOT_MCP = "sent a reply that is not MCP"
+MALFORMED = "sent a malformed result for lookup"
+
+# name: (the reply, what the model reads)
+BAD_REPLIES = {
+    "not JSON": (RawReply(200, (JSON,), (b"<<not json>>",)), NOT_MCP),
+    "empty body": (RawReply(200, (JSON,), ()), NOT_MCP),
+    "JSON but not JSON-RPC": (RawReply(200, (JSON,), (b"[1, 2]",)), NOT_MCP),
+    "invalid UTF-8": (
+        RawReply(200, (JSON,), (b'{"jsonrpc": "2.0", "id": {id}, "result": "\xff\xfe"}',)),
+        NOT_MCP,
+    ),
+    "nested 100,000 deep": (
+        RawReply(200, (JSON,), (b'{"jsonrpc": "2.0", "id": {id}, "result": ' + b"[" * 100_000,)),
+        NOT_MCP,
+    ),
+    "an error with the wrong types": (
+        RawReply(
+            200,
+            (JSON,),
+            (_rpc({"jsonrpc": "2.0", "id": "ID", "error": {"code": "x", "message": 5}}),),
+        ),
+        NOT_MCP,
+    ),
+    "an answer to another request": (
+        RawReply(200, (JSON,), (_rpc({"jsonrpc": "2.0", "id": 987654, "result": {}}),)),
+        NOT_MCP + " (it held no answer to the request)",
+    ),
+    "HTML": (RawReply(200, (("Content-Type", "text/html"),), (b"<h1>Sign in</h1>",)), NOT_MCP),
+    "no content type": (RawReply(200, (), (_result({"content": []}),)), NOT_MCP),
+    "an event stream that is not SSE": (RawReply(200, (EVENTS,), (b"garbage\n\n",)), NOT_MCP),
+    "an event that is not JSON": (RawReply(200, (EVENTS,), (_event(b"nope"),)), NOT_MCP),
+    "a result that is a string": (RawReply(200, (JSON,), (_result("done"),)), NOT_MCP),
+    "content that is not a list": (
+        RawReply(200, (JSON,), (_result({"content": "text"}),)),
+        MALFORMED,
+    ),
+    "content of an unknown type": (
+        RawReply(200, (JSON,), (_result({"content": [{"type": "hologram"}]}),)),
+        MALFORMED,
+    ),
+    "no structured content for an output schema": (
+        RawReply(200, (EVENTS,), (_event(_result({"content": []})),)),
+        MALFORMED,
+    ),
+    "structured content that is a list": (
+        RawReply(200, (JSON,), (_result({"content": [], "structuredContent": [1]}),)),
+        MALFORMED,
+    ),
+}
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[tuple[str, FaultPlan]]:
+    async with fake_mcp_server() as server:
+        yield server
+
+
+def _quiet(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """What an operator would read: warnings and errors, and any traceback at all."""
+    return [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+
+
+class _Reader:
+    """A model that calls ``tool`` once, keeps what it read and answers without quoting it."""
+
+    def __init__(self, tool: str, **args: Any) -> None:
+        self.read: list[str] = []
+        self.model = ScriptedChatModel(steps=[call(tool, **args), self._answer])
+
+    def _answer(self, messages: list[BaseMessage]) -> Any:
+        self.read.extend(str(m.content) for m in tool_results(messages))
+        return final("done")
+
+
+@pytest.mark.parametrize("case", list(BAD_REPLIES))
+async def test_a_reply_that_is_not_usable_fails_the_call_at_once(
+    fake: tuple[str, FaultPlan], case: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    url, plan = fake
+    reply, told = BAD_REPLIES[case]
+    reader = _Reader("fake_lookup", item="X-1")
+    # Retries and a long timeout: neither may be waited for, or used.
+    agent = make_agent(url, reader.model, read_timeout=60, read_retries=2, breaker_threshold=1)
+    plan.raw_replies["lookup"] = [reply]
+    caplog.set_level(logging.INFO)
+
+    _, result = await asyncio.wait_for(run(agent, f"look up X-1 ({case})"), 15)
+
+    assert isinstance(result, Answer)
+    assert plan.calls["lookup"] == 1  # not retried: the same server would say the same
+    assert len(reader.read) == 1
+    assert "fake_lookup failed: fake " + told in reader.read[0]
+    assert "Do not retry" in reader.read[0]
+    logged = _quiet(caplog)
+    assert [(r.name, r.levelname) for r in logged] == [("agent_core.sessions", "WARNING")]
+    assert not logged[0].exc_info
+    assert "\n" not in logged[0].getMessage()
+    # The server is not taken for down (the breaker opens at the first failure it counts).
+    _, result = await run(agent, f"look up X-1 again ({case})")
+    assert isinstance(result, Answer)
+    assert '"status": "ok"' in reader.read[1]
+
+
+async def test_a_json_rpc_error_is_the_servers_answer_not_a_broken_connection(
+    fake: tuple[str, FaultPlan], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, plan = fake
+    reader = _Reader("fake_lookup", item="X-1")
+    agent = make_agent(url, reader.model, read_timeout=60, read_retries=2, breaker_threshold=1)
+    error = {"code": -32000, "message": "Ticket store\n is read-only today " + "x" * 500}
+    plan.raw_replies["lookup"] = [
+        RawReply(200, (JSON,), (_rpc({"jsonrpc": "2.0", "id": "ID", "error": error}),))
+    ]
+    caplog.set_level(logging.INFO)
+
+    _, result = await asyncio.wait_for(run(agent, "look up X-1"), 15)
+
+    assert isinstance(result, Answer)
+    assert plan.calls["lookup"] == 1
+    # The server's own words, on one line and cut short, not "the connection failed".
+    assert reader.read[0].startswith("fake_lookup failed: Ticket store is read-only today x")
+    assert len(reader.read[0]) < 400
+    assert "connection" not in reader.read[0]
+    assert _quiet(caplog) == []
+
+
+async def test_a_session_the_server_forgot_is_opened_again(fake: tuple[str, FaultPlan]) -> None:
+    url, plan = fake
+    reader = _Reader("fake_lookup", item="X-1")
+    agent = make_agent(url, reader.model, read_retries=1)
+    plan.raw_replies["lookup"] = [RawReply(404, (JSON,), (b'{"error": "unknown session"}',))]
+
+    _, result = await asyncio.wait_for(run(agent, "look up X-1"), 15)
+
+    assert isinstance(result, Answer)
+    assert plan.calls["lookup"] == 2
+    assert '"status": "ok"' in reader.read[0]
+    assert agent.stats.sessions_opened == 2
+
+
+async def test_an_unreadable_reply_to_a_write_leaves_its_outcome_open_and_is_not_resent(
+    fake: tuple[str, FaultPlan],
+) -> None:
+    url, plan = fake
+    reader = _Reader("fake_change", item="X-1")
+    agent = make_agent(url, reader.model, write_attempts=3)
+    plan.raw_replies["change"] = [RawReply(200, (JSON,), (b"{{{",))]
+    thread, pending = await run(agent, "change X-1")
+    assert isinstance(pending, Interrupt)
+
+    result = await asyncio.wait_for(agent.resume(ALICE, thread, [{"type": "approve"}]), 15)
+
+    assert isinstance(result, Answer)
+    assert plan.calls["change"] == 1  # a keyed write is resent only when nothing was read
+    assert "Whether it was applied is not known yet" in reader.read[0]
+    assert result.actions_taken == ["fake_change (item=X-1): outcome unknown — being reconciled"]
