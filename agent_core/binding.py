@@ -163,6 +163,9 @@ async def tell_progress(ctx: RunContext, event: ToolCallEvent, outcome: str | No
 # The server could not be reached (or failed transiently); a write is retried only when
 # the idempotency key makes a second attempt safe.
 _UNREACHABLE = (ServerUnavailableError, ToolTransientError)
+# The most of one result's text a model reads (~25k tokens): a server that does not limit its
+# results must not fill the context window, or fail the model's call, with one answer.
+MAX_RESULT_CHARS = 100_000
 
 
 def failure_reason(server: str, exc: ToolCallError) -> str:
@@ -243,7 +246,7 @@ class AuditInterceptor:
             if isinstance(result, CallToolResult):
                 if result.isError:
                     raise ToolResultError(server, result_text(result.content) or f"{name} failed")
-                result = _convertible(result)
+                result = _for_the_model(result)
             outcome, reason = "success", None
             return result
         except ToolCallError as exc:
@@ -277,15 +280,30 @@ async def _with_retries(
     raise AssertionError("unreachable: tenacity reraises the last failure")
 
 
-def _convertible(result: CallToolResult) -> CallToolResult:
-    # The adapters cannot convert audio yet; a third-party server returning some must not
-    # fail the run, so the model is told what was left out.
-    if not any(isinstance(block, AudioContent) for block in result.content):
+def _for_the_model(result: CallToolResult) -> CallToolResult:
+    """``result`` as the model may read it: audio (the adapters cannot convert it yet) named,
+    not sent; text past ``MAX_RESULT_CHARS`` cut, with a note saying how much and why."""
+    total = sum(len(block.text) for block in result.content if isinstance(block, TextContent))
+    audio = any(isinstance(block, AudioContent) for block in result.content)
+    if total <= MAX_RESULT_CHARS and not audio:
         return result
-    content = [
-        TextContent(type="text", text=f"[{block.mimeType} audio omitted]")
-        if isinstance(block, AudioContent)
-        else block
-        for block in result.content
-    ]
+    content: list[Any] = []
+    left = MAX_RESULT_CHARS
+    for block in result.content:
+        if isinstance(block, AudioContent):
+            content.append(TextContent(type="text", text=f"[{block.mimeType} audio omitted]"))
+        elif not isinstance(block, TextContent):
+            content.append(block)
+        elif left > 0:
+            content.append(block.model_copy(update={"text": block.text[:left]}))
+            left -= len(block.text)
+    if total > MAX_RESULT_CHARS:
+        cut = total - MAX_RESULT_CHARS
+        content.append(
+            TextContent(
+                type="text",
+                text=f"[{cut:,} more characters of this result were cut; ask for less, "
+                "e.g. with a filter or a smaller page]",
+            )
+        )
     return result.model_copy(update={"content": content})

@@ -32,13 +32,16 @@ that ends early, a response to another id), the SDK logs an error and the reques
 the call's timeout, then for each retry's. Here the request is answered then with an error
 whose data is ``UnreadableReply`` (what was wrong); an error the server itself sent carries
 ``ServerError``. Callers tell the two apart from the SDK's own errors by those types
-(``agent_core.sessions.classify_failure``).
+(``agent_core.sessions.classify_failure``). A reply larger than ``MAX_REPLY_BYTES`` is not read
+on: it is unreadable too (the SDK reads a whole reply into memory, then parses it on the event
+loop: 6 MB of JSON held the loop for 3 s here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -69,6 +72,8 @@ KEEPALIVE_EXPIRY_S = 2.0
 # stream right after it. Reading that end (briefly, and little) keeps the connection reusable.
 DRAIN_S = 0.5
 DRAIN_BYTES = 64 * 1024
+# The most of one reply read; a tool result for a model is far smaller (agent_core.binding).
+MAX_REPLY_BYTES = 4 * 1024 * 1024
 
 _BACKEND = AsyncioBackend()
 
@@ -88,6 +93,10 @@ class SessionEnded(ErrorData):
     """The answer to a request the server refused with 404: it no longer knows the session."""
 
 
+class ReplyTooLargeError(httpx.ReadError):
+    """A reply went past ``MAX_REPLY_BYTES``; it is not read further."""
+
+
 class _Answering:
     """The read stream as one request's POST writes to it: notes whether the request was
     answered, marks the server's errors and keeps unparsable parts (the SDK's exceptions)."""
@@ -100,7 +109,8 @@ class _Answering:
 
     async def send(self, item: SessionMessage | Exception) -> None:
         if isinstance(item, Exception):
-            self.problem = f"unreadable: {type(item).__name__}"
+            if not isinstance(item, ReplyTooLargeError):  # that one said so (``_Drained``)
+                self.problem = f"unreadable: {type(item).__name__}"
             return
         root = item.message.root
         if isinstance(root, JSONRPCResponse | JSONRPCError) and str(root.id) == self._id:
@@ -108,6 +118,13 @@ class _Answering:
             if isinstance(root, JSONRPCError) and type(root.error) is ErrorData:
                 root.error = ServerError.model_validate(root.error, from_attributes=True)
         await self._inner.send(item)
+
+
+# The request whose reply this task reads: a body past the limit says so to it (the SDK
+# swallows a failed event stream's error; it reads the stream in this same task).
+_ANSWERING: contextvars.ContextVar[_Answering | None] = contextvars.ContextVar(
+    "opsbot_mcp_answering", default=None
+)
 
 
 class _AnsweringTransport(StreamableHTTPTransport):
@@ -119,9 +136,13 @@ class _AnsweringTransport(StreamableHTTPTransport):
             await super()._handle_post_request(ctx)
             return
         answering = _Answering(ctx.read_stream_writer, str(root.id))
-        await super()._handle_post_request(
-            dataclasses.replace(ctx, read_stream_writer=answering)  # type: ignore[arg-type]
-        )
+        token = _ANSWERING.set(answering)
+        try:
+            await super()._handle_post_request(
+                dataclasses.replace(ctx, read_stream_writer=answering)  # type: ignore[arg-type]
+            )
+        finally:
+            _ANSWERING.reset(token)
         if not answering.answered:
             error = UnreadableReply(code=INTERNAL_ERROR, message=answering.problem)
             reply = JSONRPCError(jsonrpc="2.0", id=root.id, error=error)
@@ -139,12 +160,21 @@ class _Drained(httpx.AsyncByteStream):
     """A response body that, closed before its end, reads the rest first when it comes at
     once: a connection is reusable only after its response ended."""
 
-    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+    def __init__(self, inner: httpx.AsyncByteStream, limit: int) -> None:
         self._inner = inner
+        self._limit = limit
         self._ended = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = 0
         async for chunk in self._inner:
+            read += len(chunk)
+            if read > self._limit:
+                too_large = ReplyTooLargeError(f"larger than {self._limit / 2**20:g} MiB")
+                answering = _ANSWERING.get()
+                if answering is not None:
+                    answering.problem = str(too_large)
+                raise too_large
             yield chunk
         self._ended = True
 
@@ -164,10 +194,14 @@ class _Drained(httpx.AsyncByteStream):
 class _SharedPool(httpx.AsyncHTTPTransport):
     """A connection pool that a client's close leaves open (``ConnectionPools`` owns it)."""
 
+    def __init__(self, *, max_reply_bytes: int, **options: Any) -> None:
+        super().__init__(**options)
+        self._max_reply_bytes = max_reply_bytes
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await super().handle_async_request(request)
         assert isinstance(response.stream, httpx.AsyncByteStream)  # httpx gives an async stream
-        response.stream = _Drained(response.stream)
+        response.stream = _Drained(response.stream, self._max_reply_bytes)
         return response
 
     async def __aenter__(self) -> _SharedPool:
@@ -191,10 +225,14 @@ class ConnectionPools:
     """
 
     def __init__(
-        self, keepalive_expiry: float = KEEPALIVE_EXPIRY_S, proxies: Proxies = DIRECT
+        self,
+        keepalive_expiry: float = KEEPALIVE_EXPIRY_S,
+        proxies: Proxies = DIRECT,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
         self._keepalive_expiry = keepalive_expiry
         self._proxies = proxies
+        self._max_reply_bytes = max_reply_bytes
         self._pools: dict[str, tuple[asyncio.AbstractEventLoop, _SharedPool]] = {}
 
     def for_server(self, server: str, url: str, verify: object) -> httpx.AsyncBaseTransport:
@@ -204,7 +242,8 @@ class ConnectionPools:
         held = self._pools.get(server)
         if held is None or held[0] is not loop:
             pool = _SharedPool(
-                verify=verify,  # type: ignore[arg-type]  # an ssl.SSLContext
+                max_reply_bytes=self._max_reply_bytes,
+                verify=verify,  # an ssl.SSLContext
                 limits=httpx.Limits(keepalive_expiry=self._keepalive_expiry),
                 proxy=self._proxies.for_url(url),
             )

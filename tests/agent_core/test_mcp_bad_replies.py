@@ -8,7 +8,8 @@ times with read retries: a one-minute turn that tripped the breaker), told the m
 its arguments", or raised out of ``Agent.run``. Now each call fails at once, is not retried,
 the model and the person read what went wrong, the log has one line, and the server stays in
 use. A JSON-RPC error the server sends is the server's answer (its text, not "the connection
-failed"), and a session the server no longer knows (404) is opened again.
+failed"), and a session the server no longer knows (404) is opened again. A reply past 4 MiB
+is not read on, and a result's text past what a model should read is cut, with a note.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ def _rpc(message: dict[str, Any]) -> bytes:
 
 def _result(result: Any) -> bytes:
     return _rpc({"jsonrpc": "2.0", "id": "ID", "result": result})
+
+
+def _text(text: str) -> dict[str, str]:
+    return {"type": "text", "text": text}
 
 
 def _event(data: bytes) -> bytes:
@@ -98,6 +103,15 @@ BAD_REPLIES = {
     "structured content that is a list": (
         RawReply(200, (JSON,), (_result({"content": [], "structuredContent": [1]}),)),
         MALFORMED,
+    ),
+    # Read whole into memory, then parsed on the event loop: not past MAX_REPLY_BYTES.
+    "a reply of 5 MiB": (
+        RawReply(200, (JSON,), (_result({"content": [_text("x" * 5 * 2**20)]}),)),
+        NOT_MCP + " (larger than 4 MiB)",
+    ),
+    "an event stream of 5 MiB": (
+        RawReply(200, (EVENTS,), (_event(_result({"content": [_text("x" * 5 * 2**20)]})),)),
+        NOT_MCP + " (larger than 4 MiB)",
     ),
 }
 
@@ -207,3 +221,26 @@ async def test_an_unreadable_reply_to_a_write_leaves_its_outcome_open_and_is_not
     assert plan.calls["change"] == 1  # a keyed write is resent only when nothing was read
     assert "Whether it was applied is not known yet" in reader.read[0]
     assert result.actions_taken == ["fake_change (item=X-1): outcome unknown — being reconciled"]
+
+
+async def test_a_result_longer_than_a_model_should_read_is_cut_with_a_note(
+    fake: tuple[str, FaultPlan],
+) -> None:
+    url, plan = fake
+    reader = _Reader("fake_lookup", item="X-1")
+    agent = make_agent(url, reader.model)
+    blocks = [_text("7" * 60_000), _text("8" * 60_000), _text("9" * 180_000)]
+    structured = {"id": "X-1", "status": "ok"}
+    plan.raw_replies["lookup"] = [
+        RawReply(200, (JSON,), (_result({"content": blocks, "structuredContent": structured}),))
+    ]
+
+    _, result = await run(agent, "look up X-1")
+
+    assert isinstance(result, Answer)
+    read = reader.read[0]
+    assert read.count("7") == 60_000
+    assert read.count("8") == 40_000
+    assert "9" not in read
+    assert "[200,000 more characters of this result were cut; ask for less" in read
+    assert len(read) < 100_500

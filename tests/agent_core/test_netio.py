@@ -95,7 +95,7 @@ async def serving(tls: ssl.SSLContext | None = None) -> AsyncIterator[str]:
 
 
 async def fetch_twice(url: str, verify: ssl.SSLContext) -> None:
-    pools = ConnectionPools()
+    pools = ConnectionPools(max_reply_bytes=2 * len(BODY))  # the backend, not the MCP limit
     pool = pools.for_server("big", url, verify)
     assert isinstance(pool._pool._network_backend, AsyncioBackend)  # type: ignore[attr-defined]
     try:
