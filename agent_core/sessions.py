@@ -483,16 +483,21 @@ class RunSessions:
             failure = classify_failure(server, exc, held.http_errors)
             await self._health.record(server, failure)
             raise failure from None
-        tools = tuple(
-            ToolDefinition(
-                server=server,
-                name=t.name,
-                description=t.description or "",
-                input_schema=t.inputSchema,
-                output_schema=t.outputSchema,
-                annotations=t.annotations.model_dump(exclude_none=True) if t.annotations else {},
-            )
-            for t in listed
+        tools = _one_per_name(
+            server,
+            [
+                ToolDefinition(
+                    server=server,
+                    name=t.name,
+                    description=t.description or "",
+                    input_schema=t.inputSchema,
+                    output_schema=t.outputSchema,
+                    annotations=(
+                        t.annotations.model_dump(exclude_none=True) if t.annotations else {}
+                    ),
+                )
+                for t in listed
+            ],
         )
         entry = ServerTools(server=server, version=version, tools=tools)
         self._cache.put(entry)
@@ -525,6 +530,24 @@ class RunSessions:
         await asyncio.gather(*(_stop(h) for h in held), *self._stopping, return_exceptions=True)
         if self._own_pools:
             await self._pools.aclose()
+
+
+def _one_per_name(server: str, tools: list[ToolDefinition]) -> tuple[ToolDefinition, ...]:
+    """The first of tools a server lists under one model-visible name (listed twice, or two
+    names alike but for characters a model's tool name cannot have); one line for the rest."""
+    kept: dict[str, ToolDefinition] = {}
+    for d in tools:
+        first = kept.setdefault(d.prefixed_name, d)
+        if first is not d:
+            log.warning(
+                "mcp server %s lists %r and %r, one tool name for the model (%s): %r left out",
+                server,
+                first.name,
+                d.name,
+                d.prefixed_name,
+                d.name,
+            )
+    return tuple(kept.values())
 
 
 async def _list_all(session: ClientSession) -> list[Any]:

@@ -14,7 +14,9 @@ graph serves every user without sharing credentials.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -29,9 +31,23 @@ from agent_core.policy import ToolPolicy
 IDEMPOTENCY_ARG = "idempotency_key"
 
 
+# What every model provider takes as a tool name (OpenAI's pattern, the strictest); MCP
+# allows more (dots, slashes, 128 characters), and a name a provider refuses fails every turn.
+MODEL_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
 def prefixed(server: str, tool: str) -> str:
-    """The model-visible name of ``tool`` on ``server`` (the adapters' convention)."""
-    return f"{server}_{tool}"
+    """The model-visible name of ``tool`` on ``server``: ``<server>_<tool>`` (the adapters'
+    convention), any other character made ``_`` and a name past 64 characters cut, ending
+    in a hash of the whole, so that it stays one tool's."""
+    name = f"{server}_{tool}"
+    if MODEL_TOOL_NAME.fullmatch(name):
+        return name
+    safe = _NOT_IN_A_NAME.sub("_", name)
+    if len(safe) <= 64:
+        return safe
+    return f"{safe[:55]}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 @dataclass(frozen=True, slots=True)

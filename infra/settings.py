@@ -53,6 +53,9 @@ class McpOAuthClient(BaseModel):
     scopes: list[str] = Field(default_factory=list)  # default: the server's scopes_supported
 
 
+SERVER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{0,31}")
+
+
 class McpServerSettings(BaseModel):
     """One MCP server opsbot talks to: its name (the tool prefix), URL and how to authenticate.
 
@@ -130,9 +133,14 @@ class McpServerSettings(BaseModel):
 
     @field_validator("name")
     @classmethod
-    def _name_is_identifier(cls, value: str) -> str:
-        if not value.isidentifier():
-            raise ValueError("server name must be a plain identifier (it prefixes tool names)")
+    def _name_is_a_plain_word(cls, value: str) -> str:
+        # It prefixes tool names ("<name>_<tool>"), which model providers take only in ASCII,
+        # and opsbot reads a prefixed name's server up to its first underscore.
+        if not SERVER_NAME.fullmatch(value):
+            raise ValueError(
+                f"server name {value!r} must be ASCII letters and digits, starting with a "
+                "letter, at most 32 (no '_': it separates the server from the tool)"
+            )
         return value
 
 
@@ -632,22 +640,14 @@ class Settings(BaseSettings):
 
     @field_validator("mcp_servers")
     @classmethod
-    def _prefixes_cannot_collide(cls, servers: list[McpServerSettings]) -> list[McpServerSettings]:
-        # Tools are exposed as `<server>_<tool>`. Within one server MCP tool names are unique,
-        # so two prefixed names can only coincide when one server name plus "_" starts another
-        # (`a` + `b_c` and `a_b` + `c`). Refusing such configurations at start-up makes a
-        # collision impossible before any tool is discovered (invariant 10); discovery checks
-        # again per run.
+    def _names_are_unique(cls, servers: list[McpServerSettings]) -> list[McpServerSettings]:
+        # Tools are exposed as `<server>_<tool>`, and a server name has no "_": two servers'
+        # tools can only share a name when the servers do (invariant 10). Within one server,
+        # discovery keeps the first of two tools that share a model-visible name.
         names = [server.name for server in servers]
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"MCP server name {name!r} is configured twice")
-            clash = next((o for o in names if o != name and o.startswith(f"{name}_")), None)
-            if clash is not None:
-                raise ValueError(
-                    f"MCP server names {name!r} and {clash!r} could give two tools one prefixed "
-                    "name; rename one of them"
-                )
         return servers
 
     idp: IdpSettings = Field(default_factory=IdpSettings)

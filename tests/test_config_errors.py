@@ -102,7 +102,7 @@ MISCONFIGURATIONS = [
         ["sweep"],
         {"OPSBOT_MCP_SERVERS": f"[{SERVER.replace('ticketing', 'tick-eting')}]"},
         "OPSBOT_MCP_SERVERS",
-        ["plain identifier"],
+        ["must be ASCII letters and digits"],
         id="mcp-servers-bad-name",
     ),
     pytest.param(

@@ -42,25 +42,21 @@ def test_environment_overrides(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert settings.port == 8080
 
 
-def test_server_names_must_be_identifiers(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("name", ["ticket-ing", "docs_v2", "jïra", "9docs", "x" * 33, ""])
+def test_server_names_must_be_plain_ascii_words(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    # Each prefixes tool names that model providers take; "_" would make "a" + "b_c" and
+    # "a_b" + "c" one name, and hide which server a prefixed name belongs to.
     monkeypatch.setenv(
-        "OPSBOT_MCP_SERVERS", '[{"name": "ticket-ing", "url": "http://x/mcp", "audience": "a"}]'
+        "OPSBOT_MCP_SERVERS", f'[{{"name": "{name}", "url": "http://x/mcp", "audience": "a"}}]'
     )
-    with pytest.raises(ValidationError, match="plain identifier"):
+    with pytest.raises(ValidationError, match="must be ASCII letters and digits"):
         _settings()
 
 
-@pytest.mark.parametrize(
-    ("names", "message"),
-    [(["docs", "docs"], "configured twice"), (["docs", "docs_v2"], "could give two tools")],
-)
-def test_server_names_that_could_collide_after_prefixing_stop_start_up(
-    monkeypatch: pytest.MonkeyPatch, names: list[str], message: str
-) -> None:
+def test_a_server_name_configured_twice_stops_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
     servers = ",".join(
-        f'{{"name": "{n}", "url": "http://127.0.0.1:1/{i}", "audience": "a{i}"}}'
-        for i, n in enumerate(names)
+        f'{{"name": "docs", "url": "http://127.0.0.1:1/{i}", "audience": "a{i}"}}' for i in (1, 2)
     )
     monkeypatch.setenv("OPSBOT_MCP_SERVERS", f"[{servers}]")
-    with pytest.raises(ValidationError, match=message):
+    with pytest.raises(ValidationError, match="configured twice"):
         _settings()

@@ -22,9 +22,13 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.memory import InMemorySaver
 
-from agent_core import Answer, Interrupt
+from agent_core import Agent, AgentConfig, Answer, Interrupt, ServerConfig, ToolPolicy
+from agent_core.threads import MemoryThreadStore
+from agent_core.tools import MODEL_TOOL_NAME, prefixed
 from testing.agent import (
+    FakeBroker,
     FaultPlan,
     RawReply,
     ScriptedChatModel,
@@ -244,3 +248,62 @@ async def test_a_result_longer_than_a_model_should_read_is_cut_with_a_note(
     assert "9" not in read
     assert "[200,000 more characters of this result were cut; ask for less" in read
     assert len(read) < 100_500
+
+
+def test_a_model_visible_name_is_one_every_provider_takes_and_stays_one_tools() -> None:
+    assert prefixed("jira", "search_issues") == "jira_search_issues"  # as it was
+    assert prefixed("jira", "search.issues") == "jira_search_issues"
+    assert prefixed("jira", "admin/users list") == "jira_admin_users_list"
+    assert prefixed("jira", "tïcket") == "jira_t_cket"
+    long_a, long_b = prefixed("jira", "x" * 100 + "a"), prefixed("jira", "x" * 100 + "b")
+    assert long_a != long_b
+    assert long_a.startswith("jira_xxx")
+    for name in (long_a, long_b, prefixed("jira", ""), prefixed("jira", "☃" * 200)):
+        assert MODEL_TOOL_NAME.fullmatch(name), name
+
+
+def _listed(*names: str) -> RawReply:
+    schema = {"type": "object", "properties": {"item": {"type": "string"}}}
+    tools = [{"name": n, "description": f"{n}.", "inputSchema": schema} for n in names]
+    return RawReply(200, (JSON,), (_result({"tools": tools}),))
+
+
+async def test_tools_named_as_mcp_allows_reach_the_model_as_providers_allow(
+    fake: tuple[str, FaultPlan], caplog: pytest.LogCaptureFixture
+) -> None:
+    """MCP tool names may have dots, slashes, spaces and 128 characters; a model provider
+    refuses a request whose tool names have any (every turn failed). A server listing one
+    name twice stopped the run with ``ToolCollisionError``."""
+    url, plan = fake
+    long_name = "describe_" + "the_whole_" * 10 + "incident"
+    plan.raw_replies["tools/list"] = [
+        _listed("lookup", "search.issues", "admin/list users", long_name, "lookup")
+    ]
+    plan.raw_replies["search.issues"] = [
+        RawReply(200, (JSON,), (_result({"content": [_text("3 issues")]}),))
+    ]
+    reader = _Reader("fake_search_issues", item="open")
+    policy = ToolPolicy.from_yaml("tools:\n  fake_search_issues: {kind: read}\n")
+    agent = Agent(
+        AgentConfig(servers=(ServerConfig("fake", url, url),)),
+        model=reader.model,
+        broker=FakeBroker(audiences={"fake": url}),
+        threads=MemoryThreadStore(),
+        checkpointer=InMemorySaver(),
+        policy=policy,
+    )
+    caplog.set_level(logging.INFO)
+
+    _, result = await asyncio.wait_for(run(agent, "search open issues"), 15)
+
+    assert isinstance(result, Answer)
+    bound = reader.model.bound_tools[0]
+    assert all(MODEL_TOOL_NAME.fullmatch(name) for name in bound), bound
+    assert {"fake_search_issues", "fake_admin_list_users"} <= set(bound)
+    assert plan.calls == {"search.issues": 1}  # under the server's own name
+    assert reader.read == ["3 issues"]
+    left_out = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert left_out == [
+        "mcp server fake lists 'lookup' and 'lookup', one tool name for the model "
+        "(fake_lookup): 'lookup' left out"
+    ]
