@@ -176,7 +176,7 @@ def sandbox_settings(
     )
     if teams is not None:  # the Teams app beside Slack's, talking to the fake channel
         derived = with_fake_teams(derived, teams)
-    # Checked as at start-up (names unique, tool prefixes cannot collide): a clear error.
+    # Checked as at start-up (names unique; with no '_' in them, tool names cannot collide).
     Settings.__pydantic_validator__.validate_assignment(derived, "mcp_servers", servers)
     return derived
 

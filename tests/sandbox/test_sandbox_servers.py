@@ -70,12 +70,11 @@ def test_a_configured_server_with_a_reference_name_is_replaced_with_a_warning(
     ]
 
 
-def test_a_server_whose_tools_could_collide_with_a_reference_server_is_refused(
-    tmp_path: Path, socks: dict[str, socket.socket]
-) -> None:
-    clash = McpServerSettings(name="docs_search", url="http://127.0.0.1:9/mcp", audience="d")
-    with pytest.raises(ValidationError, match="'docs' and 'docs_search'"):
-        sandbox_settings(settings_with(tmp_path, [clash]), socks, tmp_path)
+def test_a_server_whose_tools_could_collide_with_a_reference_server_is_refused() -> None:
+    # "docs_search" + "x" and "docs" + "search_x" would be one tool name: no server name has
+    # a "_" (one named as a reference server is replaced by the sandbox's, with a warning).
+    with pytest.raises(ValidationError, match="must be ASCII letters and digits"):
+        McpServerSettings(name="docs_search", url="http://127.0.0.1:9/mcp", audience="d")
 
 
 async def test_the_running_sandbox_lists_your_server(tmp_path: Path) -> None:
