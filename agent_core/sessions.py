@@ -52,7 +52,12 @@ from agent_core.errors import (
     ToolTransientError,
 )
 from agent_core.health import ServerHealth
-from agent_core.tools import DiscoveryCache, ServerTools, ToolDefinition
+from agent_core.tools import (
+    DiscoveryCache,
+    ServerTools,
+    ToolDefinition,
+    input_schema_problem,
+)
 from agent_core.transport import (
     ConnectionPools,
     ServerError,
@@ -483,7 +488,7 @@ class RunSessions:
             failure = classify_failure(server, exc, held.http_errors)
             await self._health.record(server, failure)
             raise failure from None
-        tools = _one_per_name(
+        tools = _usable(
             server,
             [
                 ToolDefinition(
@@ -532,20 +537,24 @@ class RunSessions:
             await self._pools.aclose()
 
 
-def _one_per_name(server: str, tools: list[ToolDefinition]) -> tuple[ToolDefinition, ...]:
-    """The first of tools a server lists under one model-visible name (listed twice, or two
-    names alike but for characters a model's tool name cannot have); one line for the rest."""
+def _usable(server: str, tools: list[ToolDefinition]) -> tuple[ToolDefinition, ...]:
+    """The tools a model can be given, one line for each left out: one whose input schema a
+    model cannot take, and all but the first under one model-visible name (listed twice, or
+    two names alike but for characters a model's tool name cannot have)."""
     kept: dict[str, ToolDefinition] = {}
     for d in tools:
+        problem = input_schema_problem(d.input_schema)
+        if problem is not None:
+            log.warning("mcp server %s: tool %r left out: %s", server, d.name, problem)
+            continue
         first = kept.setdefault(d.prefixed_name, d)
         if first is not d:
             log.warning(
-                "mcp server %s lists %r and %r, one tool name for the model (%s): %r left out",
+                "mcp server %s: tool %r left out: %r has its name for the model (%s)",
                 server,
+                d.name,
                 first.name,
-                d.name,
                 d.prefixed_name,
-                d.name,
             )
     return tuple(kept.values())
 

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
 from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 from mcp.types import Tool as McpTool
 from mcp.types import ToolAnnotations
@@ -35,6 +37,20 @@ IDEMPOTENCY_ARG = "idempotency_key"
 # allows more (dots, slashes, 128 characters), and a name a provider refuses fails every turn.
 MODEL_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def input_schema_problem(schema: Mapping[str, Any]) -> str | None:
+    """Why a model cannot be given ``schema`` as a tool's parameters (``None``: it can): it
+    must be a valid JSON Schema for an object. Providers refuse a request with any other,
+    so one such tool would fail every turn."""
+    kind = schema.get("type", "object")
+    if kind != "object":
+        return f"its input schema is of type {kind!r}, not an object"
+    try:
+        validator_for(schema).check_schema(schema)
+    except SchemaError as exc:
+        return f"its input schema is not valid JSON Schema ({exc.message[:120]})"
+    return None
 
 
 def prefixed(server: str, tool: str) -> str:

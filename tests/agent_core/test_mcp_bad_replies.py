@@ -304,6 +304,45 @@ async def test_tools_named_as_mcp_allows_reach_the_model_as_providers_allow(
     assert reader.read == ["3 issues"]
     left_out = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert left_out == [
-        "mcp server fake lists 'lookup' and 'lookup', one tool name for the model "
-        "(fake_lookup): 'lookup' left out"
+        "mcp server fake: tool 'lookup' left out: 'lookup' has its name for the model (fake_lookup)"
     ]
+
+
+BAD_SCHEMAS = {
+    "a string": ({"type": "string"}, "of type 'string', not an object"),
+    "object or null": ({"type": ["object", "null"]}, "of type ['object', 'null']"),
+    "properties as a list": ({"type": "object", "properties": ["item"]}, "not valid JSON Schema"),
+    "a property that is a number": ({"properties": {"item": 5}}, "not valid JSON Schema"),
+    "required as a string": (
+        {"type": "object", "properties": {"item": {}}, "required": "item"},
+        "not valid JSON Schema",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SCHEMAS))
+async def test_a_tool_whose_input_schema_a_model_cannot_take_is_left_out_with_one_line(
+    fake: tuple[str, FaultPlan], case: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A provider refuses a request whose tool parameters are not an object's JSON Schema
+    (every turn would fail); a list of properties raised ValueError out of ``Agent.run``."""
+    url, plan = fake
+    schema, why = BAD_SCHEMAS[case]
+    good = {"type": "object", "properties": {"item": {"type": "string"}}}
+    tools = [
+        {"name": "lookup", "inputSchema": good},
+        {"name": "odd", "description": "Odd.", "inputSchema": schema},
+    ]
+    plan.raw_replies["tools/list"] = [RawReply(200, (JSON,), (_result({"tools": tools}),))]
+    reader = _Reader("fake_lookup", item="X-1")
+    agent = make_agent(url, reader.model)
+    caplog.set_level(logging.INFO)
+
+    _, result = await asyncio.wait_for(run(agent, f"look up X-1 ({case})"), 15)
+
+    assert isinstance(result, Answer)
+    assert reader.model.bound_tools[0] == ["fake_lookup", "FinalAnswer"]
+    assert '"status": "ok"' in reader.read[0]
+    logged = [r.getMessage() for r in _quiet(caplog)]
+    assert len(logged) == 1
+    assert logged[0].startswith(f"mcp server fake: tool 'odd' left out: its input schema is {why}")
