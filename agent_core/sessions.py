@@ -92,7 +92,14 @@ demote_to_debug(
     MCP_CLIENT_LOGGER,
     "unreadable reply",
     lambda r: r.getMessage().startswith(
-        ("Error parsing JSON response", "Error parsing SSE message", "Unexpected content type")
+        (
+            "Error parsing JSON response",
+            "Error parsing SSE message",
+            "Unexpected content type",
+            # Two lines of the server's raw initialize result (the session then fails).
+            "Failed to parse initialization response",
+            "Raw result:",
+        )
     ),
 )
 log = logging.getLogger(__name__)
@@ -436,6 +443,8 @@ class RunSessions:
                 if isinstance(exc, TimeoutError)
                 else classify_failure(server, exc, held.http_errors)
             )
+            if isinstance(failure, ToolProtocolError):
+                log.warning("%s", failure)
             await self._health.record(server, failure)
             raise failure from None
         self._stats.sessions_opened += 1
@@ -456,7 +465,16 @@ class RunSessions:
                 # Output schemas checked with validators compiled once (agent_core.validation).
                 ValidatingSession(read, write, client_info=CLIENT_INFO) as session,
             ):
-                init = await session.initialize()
+                try:
+                    init = await session.initialize()
+                except (RuntimeError, ValidationError) as exc:
+                    # A protocol version the SDK does not speak, or a result that is not an
+                    # InitializeResult: no session, and no use trying again at once.
+                    why = str(exc) if isinstance(exc, RuntimeError) else "a malformed result"
+                    raise ToolProtocolError(
+                        config.name,
+                        f"{config.name} cannot open an MCP session ({why[:SERVER_TEXT_CHARS]})",
+                    ) from None
                 held.ready.set_result((session, init))
                 await held.stop.wait()
         except BaseException as exc:  # the failure is reported to whoever waits on it

@@ -346,3 +346,53 @@ async def test_a_tool_whose_input_schema_a_model_cannot_take_is_left_out_with_on
     logged = [r.getMessage() for r in _quiet(caplog)]
     assert len(logged) == 1
     assert logged[0].startswith(f"mcp server fake: tool 'odd' left out: its input schema is {why}")
+
+
+_INIT = {
+    "protocolVersion": "2025-06-18",
+    "capabilities": {},
+    "serverInfo": {"name": "x", "version": "1"},
+}
+BAD_INITIALIZE = {
+    "not JSON": (RawReply(200, (JSON,), (b"nope",)), "sent a reply that is not MCP"),
+    "a sign-in page": (
+        RawReply(200, (("Content-Type", "text/html"),), (b"<h1>Sign in</h1>",)),
+        "sent a reply that is not MCP",
+    ),
+    "a protocol version from 1999": (
+        RawReply(200, (JSON,), (_result({**_INIT, "protocolVersion": "1999-01-01"}),)),
+        "cannot open an MCP session (Unsupported protocol version from the server: 1999-01-01)",
+    ),
+    "no serverInfo": (
+        RawReply(200, (JSON,), (_result({"protocolVersion": "2025-06-18", "capabilities": {}}),)),
+        "cannot open an MCP session (a malformed result)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INITIALIZE))
+async def test_a_session_that_cannot_open_for_its_reply_is_said_so_once_not_retried(
+    fake: tuple[str, FaultPlan], case: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was "the connection to fake failed" (retried, counted by the breaker), and for a
+    result without serverInfo, two warnings from the SDK carrying the server's raw reply."""
+    url, plan = fake
+    reply, told = BAD_INITIALIZE[case]
+    reader = _Reader("fake_lookup", item="X-1")
+    agent = make_agent(url, reader.model, read_retries=2, breaker_threshold=1)
+    _, warm = await run(agent, "look up X-1 (warm: the tool is known)")
+    assert isinstance(warm, Answer)
+    plan.raw_replies["initialize"] = [reply] * 3
+    caplog.set_level(logging.INFO)
+
+    _, result = await asyncio.wait_for(run(agent, f"look up X-1 ({case})"), 15)
+
+    assert isinstance(result, Answer)
+    assert len(plan.raw_replies["initialize"]) == 2  # one session tried, not three
+    assert reader.read[1].startswith(f"fake_lookup failed: fake {told}")
+    logged = _quiet(caplog)
+    assert [(r.name, r.levelname) for r in logged] == [("agent_core.sessions", "WARNING")]
+    assert "\n" not in logged[0].getMessage()
+    plan.raw_replies["initialize"] = []
+    _, result = await run(agent, "look up X-1 (again)")
+    assert '"status": "ok"' in reader.read[2]  # the server is still in use
