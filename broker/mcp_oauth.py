@@ -113,7 +113,7 @@ async def discover(
     issuers = resource_doc.get("authorization_servers")
     if not isinstance(issuers, list) or not issuers or not isinstance(issuers[0], str):
         raise OAuthDiscoveryError(f"{server_url} names no authorization server")
-    issuer = issuers[0].rstrip("/")
+    issuer = _web_url(issuers[0], "its authorization server").rstrip("/")
     meta = None
     for url in [
         *_well_known(issuer, "oauth-authorization-server")[:1],
@@ -136,11 +136,14 @@ async def discover(
     return AuthorizationServer(
         resource=resource,
         issuer=issuer,
-        authorization_endpoint=authorize,
-        token_endpoint=token,
+        # The first is a link people click (a button in chat), the others opsbot calls.
+        authorization_endpoint=_web_url(authorize, f"{issuer}'s authorization endpoint"),
+        token_endpoint=_web_url(token, f"{issuer}'s token endpoint"),
         registration_endpoint=_opt(meta, "registration_endpoint"),
         revocation_endpoint=_opt(meta, "revocation_endpoint"),
-        scopes_supported=tuple(s for s in scopes if isinstance(s, str)),
+        scopes_supported=tuple(s for s in scopes if isinstance(s, str))
+        if isinstance(scopes, list)
+        else (),
     )
 
 
@@ -191,4 +194,17 @@ async def register(
 
 def _opt(doc: dict[str, Any], name: str) -> str | None:
     value = doc.get(name)
-    return value if isinstance(value, str) and value else None
+    return _web_url(value, name) if isinstance(value, str) and value else None
+
+
+def _web_url(value: str, what: str) -> str:
+    """``value`` if it is an http(s) URL with a host: discovered metadata must not make
+    opsbot call, or show people, a ``javascript:``, ``file:`` or ``data:`` URL."""
+    try:
+        parts = urlsplit(value)
+        usable = parts.scheme in ("https", "http") and bool(parts.hostname)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        usable = False
+    if not usable:
+        raise OAuthDiscoveryError(f"{what} is not an http(s) URL: {value[:80]!r}")
+    return value

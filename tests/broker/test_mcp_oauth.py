@@ -371,3 +371,70 @@ async def test_the_broker_service_hands_out_oauth_tokens_behind_its_secret(node:
             impostor = RemoteBroker(base, "wrong-secret", http)
             with pytest.raises(BrokerError, match="refused"):
                 await impostor.oauth_token(carol, "tickets")
+
+
+@contextlib.asynccontextmanager
+async def _discovered(**as_metadata: Any) -> AsyncIterator[tuple[str, str]]:
+    """An MCP server that is its own authorization server, whose RFC 8414 metadata has
+    ``as_metadata`` over sound values; yields (server URL, issuer)."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    sock = bind_socket("127.0.0.1", 0)
+    issuer = socket_url(sock)
+    server_url = f"{issuer}/mcp"
+    sound = {
+        "issuer": issuer,
+        "authorization_endpoint": f"{issuer}/authorize",
+        "token_endpoint": f"{issuer}/token",
+        "code_challenge_methods_supported": ["S256"],
+    }
+
+    async def resource(request: Request) -> Response:
+        issuers = as_metadata.pop("authorization_servers", [issuer])
+        return JSONResponse({"resource": server_url, "authorization_servers": issuers})
+
+    async def server(request: Request) -> Response:
+        return JSONResponse({**sound, **as_metadata})
+
+    app = Starlette(
+        routes=[
+            Route("/.well-known/oauth-protected-resource/mcp", resource),
+            Route("/.well-known/oauth-authorization-server", server),
+        ]
+    )
+    async with serve_asgi(app, sock):
+        yield server_url, issuer
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("authorization_endpoint", "javascript:alert(document.cookie)//"),
+        ("authorization_endpoint", "data:text/html,<script>x</script>"),
+        ("token_endpoint", "file:///etc/passwd"),
+        ("registration_endpoint", "ftp://127.0.0.1/register"),
+        ("revocation_endpoint", "http://[::1/revoke"),
+        ("authorization_servers", ["javascript:alert(1)"]),
+    ],
+)
+async def test_discovered_endpoints_are_web_urls(field: str, value: Any) -> None:
+    """The authorization URL becomes a *Connect* button people click; the others are called.
+    A server's metadata gave a ``javascript:`` link or a ``file:`` endpoint as it was."""
+    async with (
+        _discovered(**{field: value}) as (server_url, _),
+        httpx.AsyncClient(verify=shared_ssl_context()) as http,
+    ):
+        with pytest.raises(OAuthDiscoveryError, match="is not an http"):
+            await discover(server_url, http)
+
+
+async def test_discovery_takes_sound_metadata_and_scopes_only_as_a_list() -> None:
+    async with (
+        _discovered(scopes_supported="read write") as (server_url, issuer),
+        httpx.AsyncClient(verify=shared_ssl_context()) as http,
+    ):
+        found = await discover(server_url, http)
+    assert found.authorization_endpoint == f"{issuer}/authorize"
+    assert found.scopes_supported == ()  # was ("r", "e", "a", "d", " ", "w", ...)
