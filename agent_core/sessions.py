@@ -103,6 +103,8 @@ demote_to_debug(
     ),
 )
 log = logging.getLogger(__name__)
+# Pages of a tool list read at the most (a server's cursor may never end).
+MAX_TOOL_PAGES = 100
 # What of a server's own error text a person or the model is shown, at the most.
 SERVER_TEXT_CHARS = 300
 
@@ -497,7 +499,7 @@ class RunSessions:
             return cached
         timeout = held.config.timeout_s or self._http_timeout
         try:
-            listed: list[Any] = await _call_or_die(held, _list_all(held.session), timeout)
+            listed: list[Any] = await _call_or_die(held, _list_all(held.session, server), timeout)
         except TimeoutError:
             failure: ToolCallError = ToolTimeoutError(server, f"{server} did not list its tools")
             await self._health.record(server, failure)
@@ -557,8 +559,8 @@ class RunSessions:
 
 def _usable(server: str, tools: list[ToolDefinition]) -> tuple[ToolDefinition, ...]:
     """The tools a model can be given, one line for each left out: one whose input schema a
-    model cannot take, and all but the first under one model-visible name (listed twice, or
-    two names alike but for characters a model's tool name cannot have)."""
+    model cannot take, and all but the first under one model-visible name (two names alike
+    but for characters a model's tool name cannot have, or one listed twice, differently)."""
     kept: dict[str, ToolDefinition] = {}
     for d in tools:
         problem = input_schema_problem(d.input_schema)
@@ -566,7 +568,7 @@ def _usable(server: str, tools: list[ToolDefinition]) -> tuple[ToolDefinition, .
             log.warning("mcp server %s: tool %r left out: %s", server, d.name, problem)
             continue
         first = kept.setdefault(d.prefixed_name, d)
-        if first is not d:
+        if first is not d and first != d:  # one listed again as it was: nothing to say
             log.warning(
                 "mcp server %s: tool %r left out: %r has its name for the model (%s)",
                 server,
@@ -577,15 +579,30 @@ def _usable(server: str, tools: list[ToolDefinition]) -> tuple[ToolDefinition, .
     return tuple(kept.values())
 
 
-async def _list_all(session: ClientSession) -> list[Any]:
+async def _list_all(session: ClientSession, server: str) -> list[Any]:
+    """Every page of the server's tool list; a list that does not end (a cursor it gave
+    before, or past ``MAX_TOOL_PAGES`` pages) is taken as far as it came, with one line."""
     tools: list[Any] = []
     cursor: str | None = None
-    while True:
+    seen: set[str] = set()
+    pages = 0
+    while pages < MAX_TOOL_PAGES:
         page = await session.list_tools(cursor) if cursor else await session.list_tools()
+        pages += 1
         tools.extend(page.tools)
         cursor = page.nextCursor
         if not cursor:
             return tools
+        if cursor in seen:
+            break
+        seen.add(cursor)
+    log.warning(
+        "mcp server %s: its tool list does not end (%d pages); the %d tools listed are used",
+        server,
+        pages,
+        len(tools),
+    )
+    return tools
 
 
 async def _call_or_die(held: _Held, work: Any, timeout: float) -> T:  # noqa: ASYNC109

@@ -273,11 +273,12 @@ async def test_tools_named_as_mcp_allows_reach_the_model_as_providers_allow(
 ) -> None:
     """MCP tool names may have dots, slashes, spaces and 128 characters; a model provider
     refuses a request whose tool names have any (every turn failed). A server listing one
-    name twice stopped the run with ``ToolCollisionError``."""
+    name twice stopped the run with ``ToolCollisionError``; two names that come out as one
+    would have too."""
     url, plan = fake
     long_name = "describe_" + "the_whole_" * 10 + "incident"
     plan.raw_replies["tools/list"] = [
-        _listed("lookup", "search.issues", "admin/list users", long_name, "lookup")
+        _listed("lookup", "search.issues", "admin/list users", long_name, "search_issues", "lookup")
     ]
     plan.raw_replies["search.issues"] = [
         RawReply(200, (JSON,), (_result({"content": [_text("3 issues")]}),))
@@ -303,8 +304,10 @@ async def test_tools_named_as_mcp_allows_reach_the_model_as_providers_allow(
     assert plan.calls == {"search.issues": 1}  # under the server's own name
     assert reader.read == ["3 issues"]
     left_out = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    # "lookup" listed again as it was: nothing to say.
     assert left_out == [
-        "mcp server fake: tool 'lookup' left out: 'lookup' has its name for the model (fake_lookup)"
+        "mcp server fake: tool 'search_issues' left out: 'search.issues' has its name for the "
+        "model (fake_search_issues)"
     ]
 
 
@@ -396,3 +399,40 @@ async def test_a_session_that_cannot_open_for_its_reply_is_said_so_once_not_retr
     plan.raw_replies["initialize"] = []
     _, result = await run(agent, "look up X-1 (again)")
     assert '"status": "ok"' in reader.read[2]  # the server is still in use
+
+
+def _page(cursor: str | None) -> RawReply:
+    schema = {"type": "object", "properties": {"item": {"type": "string"}}}
+    page: dict[str, Any] = {"tools": [{"name": "lookup", "inputSchema": schema}]}
+    if cursor is not None:
+        page["nextCursor"] = cursor
+    return RawReply(200, (JSON,), (_result(page),))
+
+
+@pytest.mark.parametrize(
+    ("pages", "read"),
+    [
+        ([_page("again")] * 10, 2),  # the cursor it gave before
+        ([_page(f"p{i}") for i in range(150)], 100),  # a new cursor on every page
+    ],
+    ids=["a repeated cursor", "a cursor that never ends"],
+)
+async def test_a_tool_list_that_does_not_end_is_used_as_far_as_it_came(
+    fake: tuple[str, FaultPlan], pages: list[RawReply], read: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Discovery read pages until its timeout (30 s), then left the server out."""
+    url, plan = fake
+    plan.raw_replies["tools/list"] = list(pages)
+    reader = _Reader("fake_lookup", item="X-1")
+    agent = make_agent(url, reader.model)
+    caplog.set_level(logging.INFO)
+
+    _, result = await asyncio.wait_for(run(agent, "look up X-1"), 15)
+
+    assert isinstance(result, Answer)
+    assert '"status": "ok"' in reader.read[0]
+    assert len(pages) - len(plan.raw_replies["tools/list"]) == read
+    assert [r.getMessage() for r in _quiet(caplog)] == [
+        f"mcp server fake: its tool list does not end ({read} pages); "
+        f"the {read} tools listed are used"
+    ]
