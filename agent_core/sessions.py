@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -57,6 +58,7 @@ from agent_core.tools import (
     ServerTools,
     ToolDefinition,
     input_schema_problem,
+    output_schema_problem,
 )
 from agent_core.transport import (
     ConnectionPools,
@@ -526,15 +528,18 @@ class RunSessions:
         )
         entry = ServerTools(server=server, version=version, tools=tools)
         self._cache.put(entry)
+        self._prime(held.session, entry)
         return entry
 
     @staticmethod
     def _prime(session: ClientSession, entry: ServerTools) -> None:
         # ClientSession.call_tool lists tools to learn output schemas it has not seen; give
         # it the cached ones so a warm run makes no tools/list call at all.
+        # The cached ones also replace what the session's own tools/list recorded (a cold
+        # run's): discovery may have dropped a schema that cannot check anything.
         schemas = session._tool_output_schemas  # no public setter in mcp 1.x
         for d in entry.tools:
-            schemas.setdefault(d.name, dict(d.output_schema) if d.output_schema else None)
+            schemas[d.name] = dict(d.output_schema) if d.output_schema else None
 
     async def refresh(self, server: str) -> None:
         """After a 401: drop the cached credential and the session; the next call gets fresh."""
@@ -567,6 +572,13 @@ def _usable(server: str, tools: list[ToolDefinition]) -> tuple[ToolDefinition, .
         if problem is not None:
             log.warning("mcp server %s: tool %r left out: %s", server, d.name, problem)
             continue
+        problem = output_schema_problem(d.output_schema) if d.output_schema else None
+        if problem is not None:
+            # Every result would fail its check: the tool is kept, its results unchecked.
+            log.warning(
+                "mcp server %s: tool %r: %s; its results are not checked", server, d.name, problem
+            )
+            d = dataclasses.replace(d, output_schema=None)
         first = kept.setdefault(d.prefixed_name, d)
         if first is not d and first != d:  # one listed again as it was: nothing to say
             log.warning(

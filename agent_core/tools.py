@@ -53,6 +53,15 @@ def input_schema_problem(schema: Mapping[str, Any]) -> str | None:
     return None
 
 
+def output_schema_problem(schema: Mapping[str, Any]) -> str | None:
+    """Why ``schema`` cannot check a tool's results (``None``: it can)."""
+    try:
+        validator_for(schema).check_schema(schema)
+    except SchemaError as exc:
+        return f"its output schema is not valid JSON Schema ({exc.message[:120]})"
+    return None
+
+
 def prefixed(server: str, tool: str) -> str:
     """The model-visible name of ``tool`` on ``server``: ``<server>_<tool>`` (the adapters'
     convention), any other character made ``_`` and a name past 64 characters cut, ending

@@ -436,3 +436,31 @@ async def test_a_tool_list_that_does_not_end_is_used_as_far_as_it_came(
         f"mcp server fake: its tool list does not end ({read} pages); "
         f"the {read} tools listed are used"
     ]
+
+
+async def test_a_tool_whose_output_schema_is_not_json_schema_is_kept_its_results_unchecked(
+    fake: tuple[str, FaultPlan], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every result of it failed its check against the schema (a malformed result, each
+    call); the result itself is as usable as any."""
+    url, plan = fake
+    tool = {
+        "name": "lookup",
+        "inputSchema": {"type": "object", "properties": {"item": {"type": "string"}}},
+        "outputSchema": {"type": "object", "properties": {"id": {"type": 5}}},
+    }
+    plan.raw_replies["tools/list"] = [RawReply(200, (JSON,), (_result({"tools": [tool]}),))]
+    reader = _Reader("fake_lookup", item="X-1")
+    agent = make_agent(url, reader.model)
+    caplog.set_level(logging.INFO)
+
+    _, result = await asyncio.wait_for(run(agent, "look up X-1"), 15)
+
+    assert isinstance(result, Answer)
+    assert '"status": "ok"' in reader.read[0]
+    logged = [r.getMessage() for r in _quiet(caplog)]
+    assert len(logged) == 1
+    assert logged[0].startswith(
+        "mcp server fake: tool 'lookup': its output schema is not valid JSON Schema ("
+    )
+    assert logged[0].endswith("); its results are not checked")
