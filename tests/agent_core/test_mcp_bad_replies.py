@@ -131,6 +131,24 @@ def _quiet(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
 
 
+async def _read_after_listing(
+    fake: tuple[str, FaultPlan], caplog: pytest.LogCaptureFixture, listing: list[RawReply]
+) -> tuple[_Reader, list[str]]:
+    """One read of X-1 by an agent whose discovery got ``listing``: it answered with the
+    tool's result; what the model was given and read, and the lines logged."""
+    url, plan = fake
+    plan.raw_replies["tools/list"] = list(listing)
+    reader = _Reader("fake_lookup", item="X-1")
+    agent = make_agent(url, reader.model)
+    caplog.set_level(logging.INFO)
+
+    _, result = await asyncio.wait_for(run(agent, "look up X-1"), 15)
+
+    assert isinstance(result, Answer)
+    assert '"status": "ok"' in reader.read[0]
+    return reader, [r.getMessage() for r in _quiet(caplog)]
+
+
 class _Reader:
     """A model that calls ``tool`` once, keeps what it read and answers without quoting it."""
 
@@ -329,24 +347,17 @@ async def test_a_tool_whose_input_schema_a_model_cannot_take_is_left_out_with_on
 ) -> None:
     """A provider refuses a request whose tool parameters are not an object's JSON Schema
     (every turn would fail); a list of properties raised ValueError out of ``Agent.run``."""
-    url, plan = fake
     schema, why = BAD_SCHEMAS[case]
     good = {"type": "object", "properties": {"item": {"type": "string"}}}
     tools = [
         {"name": "lookup", "inputSchema": good},
         {"name": "odd", "description": "Odd.", "inputSchema": schema},
     ]
-    plan.raw_replies["tools/list"] = [RawReply(200, (JSON,), (_result({"tools": tools}),))]
-    reader = _Reader("fake_lookup", item="X-1")
-    agent = make_agent(url, reader.model)
-    caplog.set_level(logging.INFO)
+    listing = [RawReply(200, (JSON,), (_result({"tools": tools}),))]
 
-    _, result = await asyncio.wait_for(run(agent, f"look up X-1 ({case})"), 15)
+    reader, logged = await _read_after_listing(fake, caplog, listing)
 
-    assert isinstance(result, Answer)
     assert reader.model.bound_tools[0] == ["fake_lookup", "FinalAnswer"]
-    assert '"status": "ok"' in reader.read[0]
-    logged = [r.getMessage() for r in _quiet(caplog)]
     assert len(logged) == 1
     assert logged[0].startswith(f"mcp server fake: tool 'odd' left out: its input schema is {why}")
 
@@ -421,18 +432,10 @@ async def test_a_tool_list_that_does_not_end_is_used_as_far_as_it_came(
     fake: tuple[str, FaultPlan], pages: list[RawReply], read: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Discovery read pages until its timeout (30 s), then left the server out."""
-    url, plan = fake
-    plan.raw_replies["tools/list"] = list(pages)
-    reader = _Reader("fake_lookup", item="X-1")
-    agent = make_agent(url, reader.model)
-    caplog.set_level(logging.INFO)
+    _, logged = await _read_after_listing(fake, caplog, pages)
 
-    _, result = await asyncio.wait_for(run(agent, "look up X-1"), 15)
-
-    assert isinstance(result, Answer)
-    assert '"status": "ok"' in reader.read[0]
-    assert len(pages) - len(plan.raw_replies["tools/list"]) == read
-    assert [r.getMessage() for r in _quiet(caplog)] == [
+    assert len(pages) - len(fake[1].raw_replies["tools/list"]) == read
+    assert logged == [
         f"mcp server fake: its tool list does not end ({read} pages); "
         f"the {read} tools listed are used"
     ]
@@ -443,22 +446,15 @@ async def test_a_tool_whose_output_schema_is_not_json_schema_is_kept_its_results
 ) -> None:
     """Every result of it failed its check against the schema (a malformed result, each
     call); the result itself is as usable as any."""
-    url, plan = fake
     tool = {
         "name": "lookup",
         "inputSchema": {"type": "object", "properties": {"item": {"type": "string"}}},
         "outputSchema": {"type": "object", "properties": {"id": {"type": 5}}},
     }
-    plan.raw_replies["tools/list"] = [RawReply(200, (JSON,), (_result({"tools": [tool]}),))]
-    reader = _Reader("fake_lookup", item="X-1")
-    agent = make_agent(url, reader.model)
-    caplog.set_level(logging.INFO)
+    listing = [RawReply(200, (JSON,), (_result({"tools": [tool]}),))]
 
-    _, result = await asyncio.wait_for(run(agent, "look up X-1"), 15)
+    _, logged = await _read_after_listing(fake, caplog, listing)
 
-    assert isinstance(result, Answer)
-    assert '"status": "ok"' in reader.read[0]
-    logged = [r.getMessage() for r in _quiet(caplog)]
     assert len(logged) == 1
     assert logged[0].startswith(
         "mcp server fake: tool 'lookup': its output schema is not valid JSON Schema ("
