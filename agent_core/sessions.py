@@ -104,6 +104,13 @@ demote_to_debug(
         )
     ),
 )
+# A session's close (DELETE) answered 404: the server no longer had it, which is what the
+# close was for (it ends sessions itself, or forgot this one), not a warning per run.
+demote_to_debug(
+    MCP_CLIENT_LOGGER,
+    "session already gone",
+    lambda r: r.getMessage() == "Session termination failed: 404",
+)
 log = logging.getLogger(__name__)
 # Pages of a tool list read at the most (a server's cursor may never end).
 MAX_TOOL_PAGES = 100

@@ -213,18 +213,26 @@ async def test_a_json_rpc_error_is_the_servers_answer_not_a_broken_connection(
     assert _quiet(caplog) == []
 
 
-async def test_a_session_the_server_forgot_is_opened_again(fake: tuple[str, FaultPlan]) -> None:
+async def test_a_session_the_server_forgot_is_opened_again(
+    fake: tuple[str, FaultPlan], caplog: pytest.LogCaptureFixture
+) -> None:
     url, plan = fake
     reader = _Reader("fake_lookup", item="X-1")
     agent = make_agent(url, reader.model, read_retries=1)
     plan.raw_replies["lookup"] = [RawReply(404, (JSON,), (b'{"error": "unknown session"}',))]
+    plan.raw_replies["DELETE"] = [RawReply(404, (JSON,), (b'{"error": "unknown session"}',))]
+    caplog.set_level(logging.INFO)
 
     _, result = await asyncio.wait_for(run(agent, "look up X-1"), 15)
+    await agent.settle()
 
     assert isinstance(result, Answer)
     assert plan.calls["lookup"] == 2
     assert '"status": "ok"' in reader.read[0]
     assert agent.stats.sessions_opened == 2
+    # Its close finds it gone too (404): what the close was for, not a warning per run.
+    assert plan.raw_replies["DELETE"] == []
+    assert _quiet(caplog) == []
 
 
 async def test_an_unreadable_reply_to_a_write_leaves_its_outcome_open_and_is_not_resent(
