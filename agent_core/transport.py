@@ -29,12 +29,12 @@ notification's request breaks the connection it answers on, and the close then f
 Every request gets an answer at once. When a request's POST ends without its JSON-RPC
 response (a body that is not JSON or not JSON-RPC, another content type, an event stream
 that ends early, a response to another id), the SDK logs an error and the request waited for
-the call's timeout, then for each retry's. Here the request is answered then with an error
-whose data is ``UnreadableReply`` (what was wrong); an error the server itself sent carries
-``ServerError``. Callers tell the two apart from the SDK's own errors by those types
-(``agent_core.sessions.classify_failure``). A reply larger than ``MAX_REPLY_BYTES`` is not read
-on: it is unreadable too (the SDK reads a whole reply into memory, then parses it on the event
-loop: 6 MB of JSON held the loop for 3 s here).
+the call's timeout, then for each retry's. Here the request is answered then, with an error
+of type ``UnreadableReply`` whose message says what was wrong; an error the server itself sent
+becomes a ``ServerError``, and the SDK's answer to a 404 a ``SessionEnded``. Callers tell them
+from the SDK's own errors by those types (``agent_core.sessions.reply_failure``). A reply
+larger than ``MAX_REPLY_BYTES`` is not read on: it is unreadable too (the SDK reads a whole
+reply into memory, then parses it on the event loop: 6 MB of JSON held the loop for 3 s here).
 """
 
 from __future__ import annotations
