@@ -12,6 +12,7 @@ Exception tree::
         ├── ToolAuthError        the server refused the user's token (401) or scope (403)
         ├── ToolTimeoutError     no answer in time (for a write: outcome unknown)
         ├── ToolTransientError   5xx, 429, connection failure: worth a retry for idempotent reads
+        │   └── SessionEndedError  404: the server no longer knows the session (took nothing)
         ├── ToolResultError      the tool (or the server) reported an error; the server's text
         ├── ToolProtocolError    the reply broke MCP (unreadable, malformed, off its schema)
         ├── ServerUnavailableError  the server is down or its circuit breaker is open
@@ -93,6 +94,10 @@ class ToolTimeoutError(ToolCallError):
 
 class ToolTransientError(ToolCallError):
     """A failure that may pass: 5xx, 429, connection errors."""
+
+
+class SessionEndedError(ToolTransientError):
+    """The server answered 404: it no longer knows the session, so it did not take the call."""
 
 
 class ServerUnavailableError(ToolCallError):

@@ -45,6 +45,7 @@ from agent_core.credentials import Credentials, OAuthTokenSource, ServerConfig, 
 from agent_core.errors import (
     ConnectRequiredError,
     ServerUnavailableError,
+    SessionEndedError,
     ToolAuthError,
     ToolCallError,
     ToolProtocolError,
@@ -167,7 +168,7 @@ def reply_failure(server: str, error: ErrorData) -> ToolCallError | None:
         text = " ".join(error.message.split())[:SERVER_TEXT_CHARS] or f"error {error.code}"
         return ToolResultError(server, text)
     if isinstance(error, SessionEnded):
-        return ToolTransientError(server, f"{server} ended the session")
+        return SessionEndedError(server, f"{server} ended the session")
     return None
 
 
@@ -262,7 +263,7 @@ class RunSessions:
             bound = convert_mcp_tool_to_langchain_tool(
                 held.session,
                 definition.as_mcp_tool(),
-                tool_interceptors=[*self._interceptors, self._guard(held)],
+                tool_interceptors=[*self._interceptors, self._reopen_once, self._guard(held)],
                 server_name=server,
                 tool_name_prefix=True,
             )
@@ -307,6 +308,16 @@ class RunSessions:
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
         task.add_done_callback(lambda _: self._retired.discard(held))
+
+    async def _reopen_once(
+        self, request: MCPToolCallRequest, handler: MCPHandler
+    ) -> MCPToolCallResult:
+        """A call refused for a session the server no longer knows (a 404: it took nothing)
+        goes once more, on a new session, as MCP asks of a client; a write too."""
+        try:
+            return await handler(request)
+        except SessionEndedError:
+            return await self.call_again(request)
 
     async def call_again(self, request: MCPToolCallRequest) -> MCPToolCallResult:
         held = await self._live(request.server_name)

@@ -218,7 +218,7 @@ async def test_a_session_the_server_forgot_is_opened_again(
 ) -> None:
     url, plan = fake
     reader = _Reader("fake_lookup", item="X-1")
-    agent = make_agent(url, reader.model, read_retries=1)
+    agent = make_agent(url, reader.model, read_retries=0)  # not a retry: a new session
     plan.raw_replies["lookup"] = [RawReply(404, (JSON,), (b'{"error": "unknown session"}',))]
     plan.raw_replies["DELETE"] = [RawReply(404, (JSON,), (b'{"error": "unknown session"}',))]
     caplog.set_level(logging.INFO)
@@ -468,3 +468,23 @@ async def test_a_tool_whose_output_schema_is_not_json_schema_is_kept_its_results
         "mcp server fake: tool 'lookup': its output schema is not valid JSON Schema ("
     )
     assert logged[0].endswith("); its results are not checked")
+
+
+async def test_a_write_refused_for_a_forgotten_session_runs_once_on_a_new_one(
+    fake: tuple[str, FaultPlan],
+) -> None:
+    """The server took nothing (404), so even a write without an idempotency key is sent
+    again; it was "outcome unknown", left to people to check."""
+    url, plan = fake
+    reader = _Reader("fake_note", item="X-1", text="restarted at 10:02")
+    agent = make_agent(url, reader.model)
+    plan.raw_replies["note"] = [RawReply(404, (JSON,), (b'{"error": "unknown session"}',))]
+    thread, pending = await run(agent, "note on X-1")
+    assert isinstance(pending, Interrupt)
+
+    result = await asyncio.wait_for(agent.resume(ALICE, thread, [{"type": "approve"}]), 15)
+
+    assert isinstance(result, Answer)
+    assert plan.calls["note"] == 2  # the refused request, then the one that ran
+    assert '"text": "restarted at 10:02"' in reader.read[0]
+    assert result.actions_taken == ["fake_note (item=X-1, text=restarted at 10:02): done"]
