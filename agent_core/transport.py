@@ -74,6 +74,9 @@ DRAIN_S = 0.5
 DRAIN_BYTES = 64 * 1024
 # The most of one reply read; a tool result for a model is far smaller (agent_core.binding).
 MAX_REPLY_BYTES = 4 * 1024 * 1024
+# The most content blocks of one tool result kept: each becomes a pydantic model, then a
+# LangChain block, on the event loop (130,000 tiny ones held it 1.4 s); real results have few.
+MAX_CONTENT_BLOCKS = 1000
 
 _BACKEND = AsyncioBackend()
 
@@ -101,9 +104,14 @@ class _Answering:
     """The read stream as one request's POST writes to it: notes whether the request was
     answered, marks the server's errors and keeps unparsable parts (the SDK's exceptions)."""
 
-    def __init__(self, inner: MemoryObjectSendStream[SessionMessage | Exception], request_id: str):
+    def __init__(
+        self,
+        inner: MemoryObjectSendStream[SessionMessage | Exception],
+        request: JSONRPCRequest,
+    ) -> None:
         self._inner = inner
-        self._id = request_id
+        self._id = str(request.id)
+        self._method = request.method
         self.answered = False
         self.problem = "it held no answer to the request"
 
@@ -117,7 +125,18 @@ class _Answering:
             self.answered = True
             if isinstance(root, JSONRPCError) and type(root.error) is ErrorData:
                 root.error = ServerError.model_validate(root.error, from_attributes=True)
+            if isinstance(root, JSONRPCResponse) and self._method == "tools/call":
+                _cut_content(root.result)
         await self._inner.send(item)
+
+
+def _cut_content(result: dict[str, Any]) -> None:
+    """Keep the first ``MAX_CONTENT_BLOCKS`` of a tool result's content, and say so."""
+    content = result.get("content")
+    if isinstance(content, list) and len(content) > MAX_CONTENT_BLOCKS:
+        cut = len(content) - MAX_CONTENT_BLOCKS
+        note = f"[{cut:,} more content blocks of this result were cut; ask for less]"
+        result["content"] = [*content[:MAX_CONTENT_BLOCKS], {"type": "text", "text": note}]
 
 
 # The request whose reply this task reads: a body past the limit says so to it (the SDK
@@ -135,7 +154,7 @@ class _AnsweringTransport(StreamableHTTPTransport):
         if not isinstance(root, JSONRPCRequest):
             await super()._handle_post_request(ctx)
             return
-        answering = _Answering(ctx.read_stream_writer, str(root.id))
+        answering = _Answering(ctx.read_stream_writer, root)
         token = _ANSWERING.set(answering)
         try:
             await super()._handle_post_request(

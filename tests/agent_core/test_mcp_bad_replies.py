@@ -488,3 +488,24 @@ async def test_a_write_refused_for_a_forgotten_session_runs_once_on_a_new_one(
     assert plan.calls["note"] == 2  # the refused request, then the one that ran
     assert '"text": "restarted at 10:02"' in reader.read[0]
     assert result.actions_taken == ["fake_note (item=X-1, text=restarted at 10:02): done"]
+
+
+async def test_a_result_of_more_blocks_than_a_result_has_is_cut_before_it_is_parsed(
+    fake: tuple[str, FaultPlan],
+) -> None:
+    """130,000 one-character blocks held the event loop 1.4 s (a model and a LangChain block
+    each), for a result no model should read whole."""
+    url, plan = fake
+    reader = _Reader("fake_lookup", item="X-1")
+    agent = make_agent(url, reader.model)
+    blocks = [_text("7")] * 5000
+    structured = {"id": "X-1", "status": "ok"}
+    plan.raw_replies["lookup"] = [
+        RawReply(200, (JSON,), (_result({"content": blocks, "structuredContent": structured}),))
+    ]
+
+    _, result = await asyncio.wait_for(run(agent, "look up X-1"), 15)
+
+    assert isinstance(result, Answer)
+    assert reader.read[0].count("7") == 1000
+    assert "[4,000 more content blocks of this result were cut; ask for less]" in reader.read[0]
