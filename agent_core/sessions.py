@@ -598,7 +598,7 @@ def _usable(server: str, tools: list[ToolDefinition]) -> tuple[ToolDefinition, .
             )
             d = dataclasses.replace(d, output_schema=None)
         first = kept.setdefault(d.prefixed_name, d)
-        if first is not d and first != d:  # one listed again as it was: nothing to say
+        if first != d:  # one listed again as it was (or itself): nothing to say
             log.warning(
                 "mcp server %s: tool %r left out: %r has its name for the model (%s)",
                 server,

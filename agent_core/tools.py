@@ -46,19 +46,19 @@ def input_schema_problem(schema: Mapping[str, Any]) -> str | None:
     kind = schema.get("type", "object")
     if kind != "object":
         return f"its input schema is of type {kind!r}, not an object"
-    try:
-        validator_for(schema).check_schema(schema)
-    except SchemaError as exc:
-        return f"its input schema is not valid JSON Schema ({exc.message[:120]})"
-    return None
+    return _schema_problem(schema, "input")
 
 
 def output_schema_problem(schema: Mapping[str, Any]) -> str | None:
     """Why ``schema`` cannot check a tool's results (``None``: it can)."""
+    return _schema_problem(schema, "output")
+
+
+def _schema_problem(schema: Mapping[str, Any], which: str) -> str | None:
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:
-        return f"its output schema is not valid JSON Schema ({exc.message[:120]})"
+        return f"its {which} schema is not valid JSON Schema ({exc.message[:120]})"
     return None
 
 
