@@ -49,7 +49,13 @@ from agent_core.answer import (
     RunResult,
 )
 from agent_core.answer_stream import AnswerListener, stream_run
-from agent_core.approved_calls import RecordedResults, dump_result, load_result, run_call
+from agent_core.approved_calls import (
+    ApprovedCall,
+    RecordedResults,
+    dump_result,
+    load_result,
+    run_call,
+)
 from agent_core.binding import RunContext, RunProgress, StopSignal, ToolObserver
 from agent_core.credentials import OAuthTokenSource
 from agent_core.decisions import check_edited_args, validate_decisions
@@ -90,7 +96,7 @@ from agent_core.tools import (
     visible_definitions,
 )
 from agent_core.transport import ConnectionPools
-from broker import AccessToken, Broker, BrokerError, Identity
+from broker import Broker, BrokerError, Identity, TokensByServer
 
 log = logging.getLogger(__name__)
 
@@ -320,30 +326,24 @@ class Agent:
         )
 
     async def execute(
-        self,
-        identity: Identity,
-        thread_id: str,
-        call: Mapping[str, Any],
-        *,
-        approval_id: str,
-        tokens: Mapping[str, AccessToken] | None = None,
+        self, identity: Identity, call: ApprovedCall, *, tokens: TokensByServer | None = None
     ) -> dict[str, Any]:
         """Run one approved call of the paused step now, as ``identity`` (the requester).
 
-        ``call`` is ``{"id", "name", "args", "proposed_args"}`` from the approval record of
-        a call the thread is waiting on: ``args`` are what the approver let run, checked
-        again here against the tool's current schema when they differ from the model's
-        ``proposed_args`` (an edit); the tool must still be allowlisted. The caller mints
-        the requester's fresh tokens right before (``approvals``) and hands them over as
+        ``call`` comes from the approval record of a call the thread is waiting on: its
+        ``args`` are checked again here against the tool's current schema when they differ
+        from the model's ``proposed_args`` (an edit); the tool must still be allowlisted. The
+        caller mints the requester's fresh tokens right before (``approvals``) and hands them as
         ``tokens``: the call carries its server's one, no second exchange; the idempotency key
-        scoped by ``approval_id``, the audit rows and the retry are those of a call the graph
+        scoped by ``call.approval_id``, the audit rows and the retry are those of a call the graph
         runs. Reading the checkpoint is not needed (and costly under load): the resume
         checks the decisions against the pending interrupt. Returns the result stored for
         the resume (``approved_calls.dump_result``).
         """
+        thread_id = call.thread_id
         await self._threads.require_owner(thread_id, identity.subject)
-        name = str(call["name"])
-        args = dict(call["args"])
+        name = call.tool
+        args = dict(call.args)
         if not self.is_allowed(name) or self.policy.is_read(name):
             raise InvalidDecisionError(
                 f"{name} is not an approvable write", {"tool": "not an approvable write"}
@@ -355,7 +355,7 @@ class Agent:
             if definition is not None:  # this decision's fresh token, on a session kept open
                 server = definition.server
                 await sessions.recredential(server, (tokens or {}).get(server))
-            if args != dict(call.get("proposed_args", args)):
+            if args != dict(call.proposed_args):
                 # Edited: the agent's one rule, against the tool's current schema.
                 args = check_edited_args(
                     name, args, input_schema=self.tool_schema(name), allowed=True
@@ -367,8 +367,8 @@ class Agent:
                 if definition is None
                 else self._tools.setdefault(name, build_tool(definition, self.policy))
             )
-            ctx = self._context(identity, thread_id, sessions, toolset, approval_id)
-            tool_call = {"id": call["id"], "name": name, "args": args}
+            ctx = self._context(identity, thread_id, sessions, toolset, call.approval_id)
+            tool_call = {"id": call.call_id, "name": name, "args": args}
             if self._run_callbacks is None:
                 message = await run_call(ctx, template, tool_call)
             else:

@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
@@ -32,7 +33,28 @@ from langgraph.types import Command
 from agent_core.binding import RunContext
 from agent_core.middleware import BindRunMiddleware, ToolErrorMapper, ToolHandler
 
-__all__ = ["RecordedResults", "dump_result", "load_result", "result_note", "run_call"]
+__all__ = [
+    "ApprovedCall",
+    "RecordedResults",
+    "dump_result",
+    "load_result",
+    "result_note",
+    "run_call",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovedCall:
+    """One approved write of a thread's paused step, as its approval records it: ``args``
+    are what the approver let run, ``proposed_args`` the model's (they differ after an edit);
+    ``approval_id`` scopes its idempotency key."""
+
+    thread_id: str
+    approval_id: str
+    call_id: str
+    tool: str
+    args: Mapping[str, Any]
+    proposed_args: Mapping[str, Any]
 
 
 def dump_result(message: ToolMessage) -> dict[str, Any]:

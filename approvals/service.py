@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from agent_core.answer import Interrupt
-from agent_core.approved_calls import result_note
+from agent_core.approved_calls import ApprovedCall, result_note
 from agent_core.binding import idempotency_key
 from agent_core.errors import NoPendingApprovalError
 from agent_core.policy import ToolPolicy
@@ -38,7 +38,6 @@ from approvals.errors import (
 )
 from approvals.records import (
     EXPIRY_DECIDER,
-    OPEN_STATUSES,
     ActionDecision,
     ActionRequest,
     Approval,
@@ -49,7 +48,7 @@ from approvals.rules import check_decider, validate_edit
 from approvals.store import ApprovalStore
 from audit.log import AuditLog, AuditQuery, EventKind, error_outcome
 from broker.errors import BrokerError
-from broker.types import AccessToken, Broker, Identity
+from broker.types import AccessToken, Broker, Identity, TokensByServer
 from infra.clock import Clock, IdFactory, random_id, utc_now
 from infra.faults import crash_point
 
@@ -79,17 +78,11 @@ class Resumer(Protocol):
     (``agent_core.Agent`` provides it)."""
 
     async def execute(
-        self,
-        identity: Identity,
-        thread_id: str,
-        call: Mapping[str, Any],
-        *,
-        approval_id: str,
-        tokens: Mapping[str, AccessToken] | None = None,
+        self, identity: Identity, call: ApprovedCall, *, tokens: TokensByServer | None = None
     ) -> dict[str, Any]:
-        """Run one approved call (``{"id", "name", "args", "proposed_args"}``) now, with the
-        requester's tokens minted fresh just before for this decision, ``tokens`` by server:
-        the call carries its server's one, no other exchange; its result, to store."""
+        """Run one approved call now, with the requester's ``tokens`` minted fresh just
+        before for this decision: the call carries its server's one, no other exchange; its
+        result, to store."""
         ...
 
     async def resume(
@@ -440,19 +433,17 @@ class ApprovalService:
                 if rerun and not self._safe_to_send(approval, action, events):
                     continue  # it left opsbot before the crash: the audit log tells the rest
                 args = decision.args if decision.type == "edit" and decision.args else action.args
-                call = {
-                    "id": action.tool_call_id,
-                    "name": action.tool,
-                    "args": dict(args),
-                    "proposed_args": dict(action.args),
-                }
+                call = ApprovedCall(
+                    thread_id=approval.thread_id,
+                    approval_id=approval.batch,
+                    call_id=action.tool_call_id,
+                    tool=action.tool,
+                    args=dict(args),
+                    proposed_args=dict(action.args),
+                )
                 try:
                     results[action.tool_call_id] = await self._resumer.execute(
-                        requester,
-                        approval.thread_id,
-                        call,
-                        approval_id=approval.batch,
-                        tokens=tokens,
+                        requester, call, tokens=tokens
                     )
                     crash_point("after_write")  # test only: the write ran, nothing saved yet
                 except NoPendingApprovalError:
@@ -511,7 +502,7 @@ class ApprovalService:
         current = next((a for a in batch if a.approval_id == approval.approval_id), None)
         if current is None:
             return DecisionReport(await self._current(approval))
-        if any(a.status in OPEN_STATUSES for a in batch):
+        if not all(a.status.is_final for a in batch):
             return DecisionReport(current)
         now = self._clock()
         if not await self.store.claim_resume(approval.batch, now, now - RESUME_LEASE):

@@ -327,16 +327,12 @@ class MemoryApprovalStore(ApprovalStore):
         leaders = [
             a
             for a in self._by_id.values()
-            if a.approval_id == a.batch
-            and a.status not in OPEN_STATUSES
-            and _resumable(a, claimed_before)
+            if a.approval_id == a.batch and a.status.is_final and _resumable(a, claimed_before)
         ]
         found = [
             a
             for a in sorted(leaders, key=lambda a: (a.created_at, a.approval_id))
-            if not any(
-                o.batch == a.batch and o.status in OPEN_STATUSES for o in self._by_id.values()
-            )
+            if not any(o.batch == a.batch and not o.status.is_final for o in self._by_id.values())
         ]
         return found[:limit]
 

@@ -53,6 +53,7 @@ from broker.types import (
     LinkCompleter,
     ServerConnection,
     ServerConnector,
+    TokensByServer,
 )
 
 __all__ = [
@@ -88,6 +89,7 @@ __all__ = [
     "SqlLinkStore",
     "TokenCipher",
     "TokenVerificationError",
+    "TokensByServer",
     "load_link_cipher",
     "open_identity_service",
     "open_inprocess_broker",

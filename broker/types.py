@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -40,6 +41,10 @@ class AccessToken:
 
     def __str__(self) -> str:
         return f"AccessToken(audience={self.audience!r}, expires_at={self.expires_at.isoformat()})"
+
+
+TokensByServer = Mapping[str, AccessToken]
+"""One user's tokens keyed by MCP server name (e.g. those minted for one approval decision)."""
 
 
 class Broker(Protocol):

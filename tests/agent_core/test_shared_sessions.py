@@ -15,6 +15,7 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agent_core import Agent, AgentConfig, ServerConfig, ToolPolicy
+from agent_core.approved_calls import ApprovedCall
 from agent_core.shared_sessions import SharedSessions
 from agent_core.threads import MemoryThreadStore, PlatformRef
 from broker import AccessToken, ExchangeFailedError, Identity
@@ -133,10 +134,9 @@ async def approved(
         token = await broker.get_token(identity, "fake")
         if minted is not None:
             minted.append(f"Bearer {token.value}")
-    call = {"id": f"call-{n}", "name": "fake_change", "args": {"item": f"X-{n}"}}
-    return await agent.execute(
-        identity, thread.thread_id, {**call, "proposed_args": call["args"]}, approval_id=f"a-{n}"
-    )
+    args = {"item": f"X-{n}"}
+    call = ApprovedCall(thread.thread_id, f"a-{n}", f"call-{n}", "fake_change", args, args)
+    return await agent.execute(identity, call)
 
 
 async def test_a_requesters_approved_calls_share_one_session(server: tuple[str, Seen]) -> None:
@@ -188,14 +188,9 @@ async def test_a_call_carries_the_token_handed_to_it_and_asks_for_none(
             handed.append(f"Bearer {token.value}")
             await broker.invalidate(ALICE, "fake")
             await broker.get_token(ALICE, "fake")  # another decision's check, meanwhile
-            call = {"id": f"call-{n}", "name": "fake_change", "args": {"item": f"X-{n}"}}
-            result = await agent.execute(
-                ALICE,
-                thread.thread_id,
-                {**call, "proposed_args": call["args"]},
-                approval_id=f"a-{n}",
-                tokens={"fake": token},
-            )
+            args = {"item": f"X-{n}"}
+            call = ApprovedCall(thread.thread_id, f"a-{n}", f"call-{n}", "fake_change", args, args)
+            result = await agent.execute(ALICE, call, tokens={"fake": token})
             assert result["data"]["status"] == "success"
     finally:
         await agent.settle()

@@ -12,13 +12,14 @@ from typing import Any
 
 from agent_core.answer import ActionRequest as AgentAction
 from agent_core.answer import Interrupt, ReadStep, ReviewConfig
+from agent_core.approved_calls import ApprovedCall
 from agent_core.binding import idempotency_key
 from agent_core.policy import ToolPolicy
 from approvals import MemoryApprovalStore
 from approvals.service import ApprovalService
 from audit import AuditLog, MemoryAuditSink
 from broker.errors import AccessRevokedError, BrokerError
-from broker.types import AccessToken, ChatUser, Identity
+from broker.types import AccessToken, ChatUser, Identity, TokensByServer
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -99,7 +100,7 @@ class FakeResumer:
     interrupts: dict[str, Interrupt] = field(default_factory=dict)
     resumes: list[tuple[str, str, list[dict[str, Any]]]] = field(default_factory=list)
     # Each approved call run on its own decision, and the results each resume was fed.
-    executed: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    executed: list[tuple[str, str, ApprovedCall]] = field(default_factory=list)
     recorded: list[dict[str, Any]] = field(default_factory=list)
     # The fresh tokens (by server) each approved call was handed.
     tokens: list[dict[str, AccessToken]] = field(default_factory=list)
@@ -116,22 +117,18 @@ class FakeResumer:
     keyed: bool = True
 
     async def execute(
-        self,
-        identity: Identity,
-        thread_id: str,
-        call: dict[str, Any],
-        *,
-        approval_id: str,
-        tokens: Mapping[str, AccessToken] | None = None,
+        self, identity: Identity, call: ApprovedCall, *, tokens: TokensByServer | None = None
     ) -> dict[str, Any]:
         """One approved call, now: audited, then applied (once per idempotency key)."""
-        self.executed.append((identity.subject, thread_id, dict(call)))
+        self.executed.append((identity.subject, call.thread_id, call))
         self.tokens.append(dict(tokens or {}))
         await asyncio.sleep(0)
         if self.fail_with is not None:
             raise self.fail_with
-        await self._write(identity, thread_id, call["name"], call["args"], call["id"], approval_id)
-        return {"type": "tool", "data": {"content": f"ran {call['name']}", "id": call["id"]}}
+        await self._write(
+            identity, call.thread_id, call.tool, dict(call.args), call.call_id, call.approval_id
+        )
+        return {"type": "tool", "data": {"content": f"ran {call.tool}", "id": call.call_id}}
 
     async def resume(
         self,

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from approval_fakes import Harness, identity, make_interrupt
 
+from agent_core.approved_calls import ApprovedCall
 from approvals import (
     ActionDecision,
     AlreadyDecidedError,
@@ -428,9 +429,9 @@ async def test_a_crash_after_the_call_ran_is_finished_by_the_sweeper_without_a_s
     # The call reached the server and its outcome was audited; then the process died.
     await harness.resumer.execute(
         identity("alice"),
-        "thr-1",
-        {"id": action.tool_call_id, "name": action.tool, "args": action.args},
-        approval_id=claimed.batch,
+        ApprovedCall(
+            "thr-1", claimed.batch, action.tool_call_id, action.tool, action.args, action.args
+        ),
     )
     assert harness.executor.executions == 1
 
@@ -517,7 +518,7 @@ async def test_a_sent_writes_bookkeeping_waits_for_the_other_writes_on_their_way
     execute = harness.resumer.execute
 
     async def slow_second(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        if args[1] == "t-second":
+        if args[1].thread_id == "t-second":
             await may_write.wait()
         return await execute(*args, **kwargs)
 
