@@ -34,19 +34,20 @@ from assistant.types import (
     AlreadyDecided,
     Answer,
     Answered,
-    ApprovalNotice,
     ApprovalRequested,
     ApprovalSummary,
     ApprovalView,
     Approve,
     Decided,
     Decision,
+    DecisionNotifier,
     DecisionOutcome,
     Edit,
     Expired,
     InvalidEdit,
     LinkRequired,
     NotAuthorised,
+    NoticeHandler,
     Refused,
     Reject,
     Reply,
@@ -165,11 +166,7 @@ class ApprovalDesk(Accounts):
         return Recovered(reconciled, [await self._decided(r) for r in reports])
 
     async def sweep_forever(
-        self,
-        interval: float,
-        notify: Callable[[Decided], Awaitable[None]],
-        *,
-        platform: str | None = None,
+        self, interval: float, notify: DecisionNotifier, *, platform: str | None = None
     ) -> None:
         """The in-process sweeper: every ``interval`` seconds, expire and tell each requester.
         ``platform``: the platform ``notify`` shows decisions on (others get notices).
@@ -185,7 +182,7 @@ class ApprovalDesk(Accounts):
 
     async def sweep_and_notify(
         self,
-        notify: Callable[[Decided], Awaitable[None]] | None,
+        notify: DecisionNotifier | None,
         *,
         platform: str | None = None,
     ) -> list[Decided]:
@@ -198,19 +195,12 @@ class ApprovalDesk(Accounts):
 
     # --- cross-platform approvals -----------------------------------------------------
 
-    async def deliver_notices(
-        self, platform: str, handle: Callable[[ApprovalNotice], Awaitable[None]]
-    ) -> int:
+    async def deliver_notices(self, platform: str, handle: NoticeHandler) -> int:
         if self.fanout is None:
             return 0
         return await self.fanout.deliver(platform, handle)
 
-    async def notices_forever(
-        self,
-        platform: str,
-        interval: float,
-        handle: Callable[[ApprovalNotice], Awaitable[None]],
-    ) -> None:
+    async def notices_forever(self, platform: str, interval: float, handle: NoticeHandler) -> None:
         if self.fanout is None:
             await asyncio.Event().wait()  # nothing will ever come: wait to be cancelled
             return
@@ -408,9 +398,7 @@ class ApprovalDesk(Accounts):
         )
 
 
-async def notify_each(
-    decided: list[Decided], notify: Callable[[Decided], Awaitable[None]] | None
-) -> None:
+async def notify_each(decided: list[Decided], notify: DecisionNotifier | None) -> None:
     """Tell each decision's card and requester through ``notify`` (the chat adapter's
     ``announce``); one undeliverable notice does not stop the rest."""
     if notify is None:

@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import KW_ONLY, dataclass, field, replace
 from datetime import timedelta
 from typing import Any
@@ -40,7 +40,7 @@ from pydantic import TypeAdapter
 from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from assistant.types import ApprovalNotice, Decided
+from assistant.types import ApprovalNotice, Decided, NoticeHandler
 from infra.clock import Clock, utc_now
 from infra.storage.lease import take_lease
 from infra.storage.schema import approval_notices, chat_approval_messages
@@ -176,9 +176,6 @@ class SqlApprovalNotices(SqlStore):
                 delete(approval_notices).where(c.status.in_([DONE, FAILED]), c.created_at < cutoff)
             )
         return int(result.rowcount or 0)
-
-
-NoticeHandler = Callable[[ApprovalNotice], Awaitable[None]]
 
 
 @dataclass(eq=False)

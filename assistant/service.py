@@ -65,12 +65,7 @@ class Assistant(ApprovalDesk):
     # --- messages -------------------------------------------------------------------
 
     async def handle_message(
-        self,
-        chat_user: ChatUser,
-        ref: PlatformRef,
-        text: str,
-        *,
-        events: RunEvents | None = None,
+        self, chat_user: ChatUser, ref: PlatformRef, text: str, *, events: RunEvents | None = None
     ) -> Reply:
         text = text.strip()
         if not text:

@@ -34,6 +34,7 @@ __all__ = [
     "ConnectRefused",
     "Decided",
     "Decision",
+    "DecisionNotifier",
     "DecisionOutcome",
     "Edit",
     "Expired",
@@ -41,6 +42,7 @@ __all__ = [
     "LinkRequired",
     "Linked",
     "NotAuthorised",
+    "NoticeHandler",
     "PlatformRef",
     "Refused",
     "Reject",
@@ -313,6 +315,10 @@ class Decided:
     siblings: tuple[Decided, ...] = ()
 
 
+DecisionNotifier = Callable[[Decided], Awaitable[None]]
+"""An adapter's ``announce``: shows one ``Decided`` (card updated, requester told)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalNotice:
     """What this platform must show of an approval handled on another platform (an approval
@@ -328,6 +334,10 @@ class ApprovalNotice:
     kind: str
     approval_id: str
     decided: Decided | None = None
+
+
+NoticeHandler = Callable[[ApprovalNotice], Awaitable[None]]
+"""Shows one ``ApprovalNotice`` on this platform; raising leaves it to be delivered again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,12 +413,7 @@ class AssistantPort(Protocol):
     """What a chat adapter may call. ``Assistant`` implements it; tests may fake it."""
 
     async def handle_message(
-        self,
-        chat_user: ChatUser,
-        ref: PlatformRef,
-        text: str,
-        *,
-        events: RunEvents | None = None,
+        self, chat_user: ChatUser, ref: PlatformRef, text: str, *, events: RunEvents | None = None
     ) -> Reply:
         """Answer ``text``; ``events`` is told of each tool call as it happens."""
         ...
@@ -476,11 +481,7 @@ class AssistantPort(Protocol):
         ...
 
     async def sweep_forever(
-        self,
-        interval: float,
-        notify: Callable[[Decided], Awaitable[None]],
-        *,
-        platform: str | None = None,
+        self, interval: float, notify: DecisionNotifier, *, platform: str | None = None
     ) -> None:
         """Every ``interval`` seconds, expire overdue approvals and pass each result to
         ``notify`` (the adapter's ``announce``); runs until cancelled. ``platform``: whose
@@ -489,19 +490,12 @@ class AssistantPort(Protocol):
 
     # --- cross-platform approvals: decisions taken on another platform -------------------
 
-    async def deliver_notices(
-        self, platform: str, handle: Callable[[ApprovalNotice], Awaitable[None]]
-    ) -> int:
+    async def deliver_notices(self, platform: str, handle: NoticeHandler) -> int:
         """Hand each of ``platform``'s pending ``ApprovalNotice``s to ``handle`` once (across
         instances); returns how many were delivered. A raising ``handle`` is retried later."""
         ...
 
-    async def notices_forever(
-        self,
-        platform: str,
-        interval: float,
-        handle: Callable[[ApprovalNotice], Awaitable[None]],
-    ) -> None:
+    async def notices_forever(self, platform: str, interval: float, handle: NoticeHandler) -> None:
         """``deliver_notices`` until cancelled: at once for notices this process published,
         every ``interval`` seconds for other instances'."""
         ...

@@ -29,6 +29,7 @@ from assistant.types import (
     ConnectRefused,
     Decided,
     Decision,
+    DecisionNotifier,
     DecisionOutcome,
     Edit,
     Expired,
@@ -36,6 +37,7 @@ from assistant.types import (
     Linked,
     LinkRequired,
     NotAuthorised,
+    NoticeHandler,
     PlatformRef,
     Refused,
     Remembered,
@@ -312,11 +314,7 @@ class FakeAssistant:
         return Refused("the fake core has no single sign-on")
 
     async def sweep_forever(
-        self,
-        interval: float,
-        notify: Callable[[Decided], Awaitable[None]],
-        *,
-        platform: str | None = None,
+        self, interval: float, notify: DecisionNotifier, *, platform: str | None = None
     ) -> None:
         """Nothing expires on its own here (tests decide); idles until cancelled."""
         await asyncio.Event().wait()
@@ -324,20 +322,13 @@ class FakeAssistant:
     def notify_platform(self, platform: str, notice: ApprovalNotice) -> None:
         self.notices.setdefault(platform, []).append(notice)
 
-    async def deliver_notices(
-        self, platform: str, handle: Callable[[ApprovalNotice], Awaitable[None]]
-    ) -> int:
+    async def deliver_notices(self, platform: str, handle: NoticeHandler) -> int:
         waiting = self.notices.pop(platform, [])
         for notice in waiting:
             await handle(notice)
         return len(waiting)
 
-    async def notices_forever(
-        self,
-        platform: str,
-        interval: float,
-        handle: Callable[[ApprovalNotice], Awaitable[None]],
-    ) -> None:
+    async def notices_forever(self, platform: str, interval: float, handle: NoticeHandler) -> None:
         while True:
             await self.deliver_notices(platform, handle)
             await asyncio.sleep(interval)

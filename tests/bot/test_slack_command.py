@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import aiohttp
 
-from bot.slack.core import Decided, Refused
+from bot.slack.core import Decided, DecisionNotifier, Refused
 from infra.settings import Settings
 from opsbot.commands.slack import serve_slack
 from testing.fake_assistant import FakeAssistant
@@ -34,11 +34,7 @@ class SweepingAssistant(FakeAssistant):
     expire_now: asyncio.Event
 
     async def sweep_forever(
-        self,
-        interval: float,
-        notify: Callable[[Decided], Awaitable[None]],
-        *,
-        platform: str | None = None,
+        self, interval: float, notify: DecisionNotifier, *, platform: str | None = None
     ) -> None:
         await self.expire_now.wait()
         for approval_id, view in list(self.approvals.items()):
