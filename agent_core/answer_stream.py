@@ -32,7 +32,8 @@ from langchain_core.utils.json import parse_partial_json
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Durability
 
-from agent_core.answer import FinalAnswer, unlink
+from agent_core.answer import FinalAnswer
+from agent_core.grounding import unlink
 from agent_core.texts import for_people
 
 log = logging.getLogger(__name__)

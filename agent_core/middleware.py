@@ -24,19 +24,8 @@ from langchain_core.messages import ToolMessage
 from langgraph.types import Command
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
+from agent_core import errors
 from agent_core.binding import RunContext
-from agent_core.errors import (
-    ConnectRequiredError,
-    CredentialError,
-    CredentialUnavailableError,
-    ServerUnavailableError,
-    ToolAuthError,
-    ToolCallError,
-    ToolProtocolError,
-    ToolResultError,
-    ToolTimeoutError,
-    ToolTransientError,
-)
 from agent_core.texts import Outcome, note, tool_note
 
 ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
@@ -139,7 +128,7 @@ def _plain(response: ToolMessage | Command[Any]) -> ToolMessage | Command[Any]:
 
 
 def _is_refused_token(exc: BaseException) -> bool:
-    return isinstance(exc, ToolAuthError) and exc.status == 401
+    return isinstance(exc, errors.ToolAuthError) and exc.status == 401
 
 
 class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
@@ -170,7 +159,7 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                 with attempt:
                     return _executed(request, await handler(request))
             raise AssertionError("unreachable: tenacity re-raises the last failure")
-        except ToolAuthError as exc:
+        except errors.ToolAuthError as exc:
             detail = (
                 "token refused even after a refresh"
                 if exc.status == 401
@@ -182,34 +171,34 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                 people=f"the {server} server refused {name}: you have no access for it",
                 outcome="failed",
             )
-        except ConnectRequiredError:
+        except errors.ConnectRequiredError:
             return error_message(
                 request,
                 f"{name} was not run: {ctx.identity.subject} has not connected the {server} "
                 "server yet. Tell the user to connect it, then ask again; do not retry.",
                 people=f"{name} was not run: connect your {server} account first, then ask again",
             )
-        except CredentialError as exc:
+        except errors.CredentialError as exc:
             return error_message(
                 request,
                 _access_text(ctx, server, str(exc)),
                 people=f"{name} was not run: you have no usable access to the {server} server",
             )
-        except CredentialUnavailableError:
+        except errors.CredentialUnavailableError:
             return error_message(
                 request,
                 f"Could not get credentials for {server} right now (the identity service is "
                 f"unreachable). {name} was not run; try again shortly.",
                 people=f"{name} was not run: the identity service is unreachable right now",
             )
-        except ToolResultError as exc:
+        except errors.ToolResultError as exc:
             return error_message(
                 request,
                 f"{name} failed: {exc}",
                 people=f"the {server} server refused {name}: {exc}",
                 outcome="failed",
             )
-        except ToolProtocolError as exc:
+        except errors.ToolProtocolError as exc:
             applied = " Whether it was applied is not known yet." if is_write else ""
             return error_message(
                 request,
@@ -218,7 +207,7 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                 + ("; whether it was applied is not known yet" if is_write else ""),
                 outcome=unknown,
             )
-        except ToolTimeoutError:
+        except errors.ToolTimeoutError:
             if is_write:
                 return error_message(
                     request,
@@ -233,13 +222,13 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                 people=f"{server} did not answer in time",
                 outcome="failed",
             )
-        except ServerUnavailableError:
+        except errors.ServerUnavailableError:
             return error_message(
                 request,
                 f"The {server} server is unavailable right now; {name} was not run.",
                 people=f"{name} was not run: the {server} server is unavailable right now",
             )
-        except ToolTransientError as exc:
+        except errors.ToolTransientError as exc:
             if is_write:
                 return error_message(
                     request,
@@ -255,7 +244,7 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                 people=f"{server} failed to answer",
                 outcome="failed",
             )
-        except ToolCallError as exc:
+        except errors.ToolCallError as exc:
             return error_message(
                 request, f"{name} failed: {exc}", people=f"{name} failed", outcome=unknown
             )
@@ -273,7 +262,9 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
 
 def is_transient(exc: Exception) -> bool:
     """Retry filter for ``ToolRetryMiddleware``: only clearly transient failures."""
-    return isinstance(exc, ToolTransientError | ToolTimeoutError | CredentialUnavailableError)
+    return isinstance(
+        exc, errors.ToolTransientError | errors.ToolTimeoutError | errors.CredentialUnavailableError
+    )
 
 
 class ModelRecorder(AgentMiddleware[Any, Any, Any]):

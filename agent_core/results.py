@@ -9,20 +9,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall, ToolMessage
 from pydantic import ValidationError
 
-from agent_core.answer import (
-    ActionRequest,
-    Answer,
-    FinalAnswer,
-    Interrupt,
-    ReadStep,
-    ReviewConfig,
-    collect_ids,
-    collect_links,
-    fallback_answer,
-    unlink,
-    verify_sources,
-)
+from agent_core.answer import ActionRequest, Answer, FinalAnswer, Interrupt, ReadStep, ReviewConfig
 from agent_core.errors import not_responding_text
+from agent_core.grounding import collect_ids, collect_links, fallback_answer, unlink, verify_sources
 from agent_core.guards import BULK_KEY
 from agent_core.policy import ToolPolicy
 from agent_core.texts import for_people, tool_note

@@ -38,6 +38,7 @@ from microsoft_agents.activity import (
 from microsoft_agents.hosting.core import TurnContext
 from microsoft_agents.hosting.core.connector import ConnectorClientBase
 
+from bot.teams import core
 from bot.teams.approval_cards import (
     EDIT_VERB,
     EDIT_VIEW_VERB,
@@ -62,7 +63,6 @@ from bot.teams.approval_invoke import (
 )
 from bot.teams.approval_store import SqlTeamsCards, TeamsCard
 from bot.teams.core import (
-    AlreadyDecided,
     Answered,
     ApprovalNotice,
     ApprovalRequested,
@@ -71,10 +71,6 @@ from bot.teams.core import (
     Decided,
     DecisionOutcome,
     Edit,
-    Expired,
-    InvalidEdit,
-    LinkRequired,
-    NotAuthorised,
     Refused,
     normalise_state,
 )
@@ -381,20 +377,20 @@ class TeamsApprovals:
             self._later(self._show_everywhere(outcome))
             fresh = await assistant.approval_view(view.approval_id) or view
             return decided_card(fresh, view.approval_id, decided=outcome)
-        if isinstance(outcome, InvalidEdit):
+        if isinstance(outcome, core.InvalidEdit):
             values = {**view.args, **(action.inputs or {})}
             return edit_card(view, mris, values=values, field_errors=outcome.field_errors)
         current = await assistant.approval_view(view.approval_id) or view
-        if isinstance(outcome, AlreadyDecided):
+        if isinstance(outcome, core.AlreadyDecided):
             if _pending(current):  # another click is running it right now
                 return notice_card(f"This request is being decided by {outcome.by}.", current)
             return decided_card(current, view.approval_id)
-        if isinstance(outcome, Expired):
+        if isinstance(outcome, core.Expired):
             self._later(self._restore(view.approval_id))
             return decided_card(current, view.approval_id)
-        if isinstance(outcome, NotAuthorised):
+        if isinstance(outcome, core.NotAuthorised):
             return notice_card(f"⛔ You can't decide this request: {outcome.reason}", current)
-        if isinstance(outcome, LinkRequired):
+        if isinstance(outcome, core.LinkRequired):
             connect = notice_card(
                 "Connect your company account first, then open this card again.", current
             )

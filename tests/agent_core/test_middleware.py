@@ -10,7 +10,7 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import Field
 
 from agent_core import Answer, FinalAnswer, Interrupt, Source
-from agent_core.answer import collect_ids, verify_sources
+from agent_core.grounding import collect_ids, verify_sources
 from testing.agent import (
     AgentEnv,
     FailingChatModel,
