@@ -153,7 +153,7 @@ async def cards_bench(
                     agent,
                     "execute",
                     "execute start",
-                    lambda *_, approval_id, **__: approval_id,
+                    lambda _identity, call, **__: call.approval_id,
                     binds=True,
                 )
                 stages.wrap(
