@@ -115,6 +115,11 @@ demote_to_debug(
 log = logging.getLogger(__name__)
 # Pages of a tool list read at the most (a server's cursor may never end).
 MAX_TOOL_PAGES = 100
+# Every model request of every user carries each tool's description and input schema: past
+# these a server's tool would make each turn costly, or too large for a model's context
+# (real servers' descriptions run to a few hundred characters, their schemas a few KB).
+MAX_DESCRIPTION_CHARS = 4_000
+MAX_SCHEMA_CHARS = 32_000
 # What of a server's own error text a person or the model is shown, at the most.
 SERVER_TEXT_CHARS = 300
 
@@ -582,14 +587,24 @@ class RunSessions:
 
 def _usable(server: str, tools: list[ToolDefinition]) -> tuple[ToolDefinition, ...]:
     """The tools a model can be given, one line for each left out: one whose input schema a
-    model cannot take, and all but the first under one model-visible name (two names alike
-    but for characters a model's tool name cannot have, or one listed twice, differently)."""
+    model cannot take or is past ``MAX_SCHEMA_CHARS``, and all but the first under one
+    model-visible name (two names alike but for characters a model's tool name cannot have,
+    or one listed twice, differently). A description past ``MAX_DESCRIPTION_CHARS`` is cut."""
     kept: dict[str, ToolDefinition] = {}
     for d in tools:
-        problem = input_schema_problem(d.input_schema)
+        problem = input_schema_problem(d.input_schema) or _schema_too_large(d.input_schema)
         if problem is not None:
             log.warning("mcp server %s: tool %r left out: %s", server, d.name, problem)
             continue
+        if len(d.description) > MAX_DESCRIPTION_CHARS:
+            log.warning(
+                "mcp server %s: tool %r: its description of %s characters is cut to %s",
+                server,
+                d.name,
+                f"{len(d.description):,}",
+                f"{MAX_DESCRIPTION_CHARS:,}",
+            )
+            d = dataclasses.replace(d, description=d.description[:MAX_DESCRIPTION_CHARS] + "…")
         problem = output_schema_problem(d.output_schema) if d.output_schema else None
         if problem is not None:
             # Every result would fail its check: the tool is kept, its results unchecked.
@@ -607,6 +622,13 @@ def _usable(server: str, tools: list[ToolDefinition]) -> tuple[ToolDefinition, .
                 d.prefixed_name,
             )
     return tuple(kept.values())
+
+
+def _schema_too_large(schema: Mapping[str, Any]) -> str | None:
+    size = len(json.dumps(schema, separators=(",", ":")))
+    if size <= MAX_SCHEMA_CHARS:
+        return None
+    return f"its input schema is {size:,} characters, more than {MAX_SCHEMA_CHARS:,}"
 
 
 async def _list_all(session: ClientSession, server: str) -> list[Any]:

@@ -25,6 +25,7 @@ from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agent_core import Agent, AgentConfig, Answer, Interrupt, ServerConfig, ToolPolicy
+from agent_core.sessions import MAX_DESCRIPTION_CHARS
 from agent_core.threads import MemoryThreadStore
 from agent_core.tools import MODEL_TOOL_NAME, prefixed
 from testing.agent import (
@@ -368,6 +369,37 @@ async def test_a_tool_whose_input_schema_a_model_cannot_take_is_left_out_with_on
     assert reader.model.bound_tools[0] == ["fake_lookup", "FinalAnswer"]
     assert len(logged) == 1
     assert logged[0].startswith(f"mcp server fake: tool 'odd' left out: its input schema is {why}")
+
+
+async def test_a_tool_too_large_for_every_model_request_is_cut_or_left_out(
+    fake: tuple[str, FaultPlan], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every model request carries every tool's description and schema: a server's 1 MB
+    description, or a schema of 200,000 characters, went to the model on every turn."""
+    good = {"type": "object", "properties": {"item": {"type": "string"}}}
+    huge = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "string", "description": "x" * 100} for i in range(2000)},
+    }
+    tools = [
+        {"name": "lookup", "description": "Look it up. " * 100_000, "inputSchema": good},
+        {"name": "vast", "description": "Vast.", "inputSchema": huge},
+    ]
+    listing = [RawReply(200, (JSON,), (_result({"tools": tools}),))]
+
+    reader, logged = await _read_after_listing(fake, caplog, listing)
+
+    assert reader.model.bound_tools[0] == ["fake_lookup", "FinalAnswer"]
+    description = reader.model.bound[0][0].description
+    assert len(description) == MAX_DESCRIPTION_CHARS + 1
+    assert description.startswith("Look it up. Look it up.")
+    assert description.endswith("…")
+    size = len(json.dumps(huge, separators=(",", ":")))
+    assert sorted(logged) == [
+        "mcp server fake: tool 'lookup': its description of 1,200,000 characters is cut to 4,000",
+        f"mcp server fake: tool 'vast' left out: its input schema is {size:,} characters, "
+        "more than 32,000",
+    ]
 
 
 _INIT = {
