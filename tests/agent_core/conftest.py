@@ -9,8 +9,15 @@ import pytest
 
 from agent_core.netio import AsyncioBackend
 from mcp_servers import ReferenceServers
-from testing.agent import AgentEnv, open_agent_env
+from testing.agent import AgentEnv, FaultPlan, fake_mcp_server, open_agent_env
 from testing.identity import RunningIdp
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[tuple[str, FaultPlan]]:
+    """The fault-injecting FastMCP server ``fake`` (``testing.agent``): its URL and plan."""
+    async with fake_mcp_server() as server:
+        yield server
 
 
 @pytest.fixture

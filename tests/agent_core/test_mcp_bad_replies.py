@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -34,7 +33,6 @@ from testing.agent import (
     RawReply,
     ScriptedChatModel,
     call,
-    fake_mcp_server,
     final,
     tool_results,
 )
@@ -119,12 +117,6 @@ BAD_REPLIES = {
         NOT_MCP + " (larger than 4 MiB)",
     ),
 }
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[tuple[str, FaultPlan]]:
-    async with fake_mcp_server() as server:
-        yield server
 
 
 def _quiet(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:

@@ -7,7 +7,6 @@ and a write that failed ambiguously is reported as "outcome unknown".
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -23,7 +22,6 @@ from testing.agent import (
     FaultPlan,
     ScriptedChatModel,
     call,
-    fake_mcp_server,
     final,
     tool_results,
 )
@@ -34,12 +32,6 @@ ALICE = Identity("alice")
 def echo(messages: list[BaseMessage]) -> Any:
     results = tool_results(messages)
     return final(str(results[-1].content) if results else "none")
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[tuple[str, FaultPlan]]:
-    async with fake_mcp_server() as server:
-        yield server
 
 
 def make_agent(url: str, model: Any, **config: Any) -> Agent:
