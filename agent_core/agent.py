@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -128,6 +129,7 @@ class AgentConfig:
     tool_selector_max_tools: int = 8
     bulk_write_threshold: int = 3
     health_check_interval: float = 10.0
+    tools_max_age: float = 600.0
     breaker_threshold: int = 3
     breaker_open_seconds: float = 30.0
     tool_calls_per_turn: int = 8
@@ -201,6 +203,7 @@ class Agent:
         run_callbacks: RunCallbacks | None = None,
         extra_middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
         oauth_token: OAuthTokenSource | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self._oauth_token = oauth_token
@@ -225,13 +228,16 @@ class Agent:
             check_interval=config.health_check_interval,
             proxies=config.proxies,
         )
-        self.cache = DiscoveryCache()
+        self.cache = DiscoveryCache(config.tools_max_age, monotonic)
         self.stats = SessionStats()
         # TCP connections to the servers, reused by every run (each with its own session).
         self.pools = ConnectionPools(proxies=config.proxies)
         self._graphs: dict[tuple[str, ...], CompiledStateGraph[Any, Any, Any, Any]] = {}
-        self._tools: dict[str, BaseTool] = {}
+        # The template tool the model is shown, per prefixed name, with the definition it
+        # was built from: a server that lists a tool anew (another schema) gets a new one.
+        self._tools: dict[str, tuple[ToolDefinition, BaseTool]] = {}
         self._discovery_locks: dict[str, asyncio.Lock] = {}
+        self._admitted: dict[str, str] = {}  # the line last said of each server's tools
         self._results = Results(list(self._servers), policy, config.bulk_write_threshold)
         # Runs' sessions being ended at their servers (DELETE) after the run answered.
         self._closing: set[asyncio.Task[None]] = set()
@@ -362,11 +368,7 @@ class Agent:
                 )
             # Its server down (or the tool gone): no template, so the call comes back as
             # "not run" without leaving opsbot, as it would in the graph.
-            template = (
-                None
-                if definition is None
-                else self._tools.setdefault(name, build_tool(definition, self.policy))
-            )
+            template = None if definition is None else self._template(definition)
             ctx = self._context(identity, thread_id, sessions, toolset, call.approval_id)
             tool_call = {"id": call.call_id, "name": name, "args": args}
             if self._run_callbacks is None:
@@ -399,7 +401,7 @@ class Agent:
 
     def tool_schema(self, name: str) -> dict[str, Any] | None:
         """The input JSON schema an edit of ``name`` (a prefixed tool) must satisfy."""
-        for entry in (self.cache.get(s) for s in self._servers):
+        for entry in (self.cache.last(s) for s in self._servers):
             for d in entry.tools if entry else ():
                 if d.prefixed_name == name:
                     return d.model_schema()
@@ -433,8 +435,7 @@ class Agent:
             ctx.progress, ctx.stop = progress, stop
             names = tuple(sorted(d.prefixed_name for d in toolset.definitions))
             for d in toolset.definitions:
-                if d.prefixed_name not in self._tools:
-                    self._tools[d.prefixed_name] = build_tool(d, self.policy)
+                self._template(d)
             graph = self._graph(names)
             config = self._config(thread_id)
             if self._run_callbacks is not None:
@@ -620,18 +621,19 @@ class Agent:
         the model will and will not see (one line per server)."""
         config = self._servers[entry.server]
         if config.trust_read_only_hint and config.auth != "static":
-            self.policy.trust_read_only([d.prefixed_name for d in entry.tools if d.read_only_hint])
+            hinted = [d.prefixed_name for d in entry.tools if d.read_only_hint]
+            self.policy.trust_read_only(entry.server, hinted)
         names = [d.prefixed_name for d in entry.tools]
         allowed = [n for n in names if self.policy.is_allowed(n)]
         left_out = sorted(set(names) - set(allowed))
-        log.info(
-            "mcp server %s: auth=%s tools=%d allowlisted=%d left out: %s",
-            entry.server,
-            config.auth,
-            len(names),
-            len(allowed),
-            ", ".join(left_out) or "none",
+        line = (
+            f"mcp server {entry.server}: auth={config.auth} tools={len(names)} "
+            f"allowlisted={len(allowed)} left out: {', '.join(left_out) or 'none'}"
         )
+        # Said when first listed, and again only when a later listing changes it.
+        if self._admitted.get(entry.server) != line:
+            self._admitted[entry.server] = line
+            log.info("%s", line)
 
     @property
     def servers(self) -> Mapping[str, ServerConfig]:
@@ -671,10 +673,24 @@ class Agent:
         limit = 25 * (self.config.run_model_call_limit + 2)
         return {"configurable": {"thread_id": thread_id}, "recursion_limit": limit}
 
+    def _template(self, definition: ToolDefinition) -> BaseTool:
+        """The template tool for ``definition``, built again when the server listed the tool
+        differently (the graphs holding the old one are dropped): the model is shown what the
+        server takes now, not what it took when this process first saw the tool."""
+        name = definition.prefixed_name
+        held = self._tools.get(name)
+        if held is not None and (held[0] is definition or held[0] == definition):
+            return held[1]
+        tool = build_tool(definition, self.policy)
+        self._tools[name] = (definition, tool)
+        if held is not None:
+            self._graphs = {k: g for k, g in self._graphs.items() if name not in k}
+        return tool
+
     def _graph(self, names: tuple[str, ...]) -> CompiledStateGraph[Any, Any, Any, Any]:
         graph = self._graphs.get(names)
         if graph is None:
-            tools = [self._tools[n] for n in names]
+            tools = [self._tools[n][1] for n in names]
             graph = create_agent(
                 self._model,
                 tools=tools,

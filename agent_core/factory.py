@@ -56,6 +56,7 @@ def agent_config(settings: Settings) -> AgentConfig:
         tool_selector_max_tools=a.tool_selector_max_tools,
         bulk_write_threshold=a.bulk_write_threshold,
         health_check_interval=a.health_check_interval_seconds,
+        tools_max_age=a.tools_max_age_seconds,
         breaker_threshold=a.breaker_threshold,
         breaker_open_seconds=a.breaker_open_seconds,
         tool_calls_per_turn=a.tool_calls_per_turn,

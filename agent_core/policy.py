@@ -16,6 +16,7 @@ Example YAML::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import resources
@@ -84,7 +85,10 @@ class ToolPolicy:
     def __init__(self, spec: PolicyFile) -> None:
         self.spec = spec
         self._allow = None if spec.allowlist is None else frozenset(spec.allowlist)
-        self._hinted_reads: set[str] = set()
+        # Per server: its unclassified tools trusted as reads by their readOnlyHint, as it
+        # listed them last (a tool that lost its hint is a write again).
+        self._hinted_by_server: dict[str, frozenset[str]] = {}
+        self._hinted_reads: frozenset[str] = frozenset()
 
     @classmethod
     def from_yaml(cls, text: str, *, source: str = "<policy>") -> ToolPolicy:
@@ -148,10 +152,12 @@ class ToolPolicy:
             classified=True,
         )
 
-    def trust_read_only(self, names: list[str]) -> None:
-        """Treat these unclassified tools as reads (their server's ``readOnlyHint``, trusted
-        by the operator per server). Tools the policy file classifies keep their rule."""
-        self._hinted_reads.update(n for n in names if n not in self.spec.tools)
+    def trust_read_only(self, server: str, names: Iterable[str]) -> None:
+        """Treat these unclassified tools of ``server`` as reads (their ``readOnlyHint``,
+        trusted by the operator per server), instead of those it named before. Tools the
+        policy file classifies keep their rule."""
+        self._hinted_by_server[server] = frozenset(n for n in names if n not in self.spec.tools)
+        self._hinted_reads = frozenset().union(*self._hinted_by_server.values())
 
     def is_allowed(self, name: str) -> bool:
         return self._allow is None or name in self._allow

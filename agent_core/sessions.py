@@ -333,7 +333,7 @@ class RunSessions:
         return await self._guard(held)(request, send)
 
     def _definition(self, server: str, name: str) -> ToolDefinition:
-        entry = self._cache.get(server)
+        entry = self._cache.last(server)
         for d in entry.tools if entry is not None else ():
             if d.name == name:
                 return d
@@ -478,7 +478,7 @@ class RunSessions:
         version = f"{init.serverInfo.name}/{init.serverInfo.version}"
         self.versions[server] = version
         self._cache.observe_version(server, version)
-        cached = self._cache.get(server)
+        cached = self._cache.last(server)
         if cached is not None:
             self._prime(held.session, cached)
         return held

@@ -17,7 +17,8 @@ import copy
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -134,16 +135,32 @@ class ServerTools:
 
 
 class DiscoveryCache:
-    """Tool definitions per server, valid while the server reports the same version."""
+    """Tool definitions per server, valid while the server reports the same version and for
+    ``max_age`` seconds at the most: a server redeployed with other tools but the same
+    version (many never change theirs) is listed again by the first run after that."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, max_age: float = 600.0, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self._by_server: dict[str, ServerTools] = {}
+        self._listed_at: dict[str, float] = {}
+        self._max_age = max_age
+        self._now = monotonic
 
     def get(self, server: str) -> ServerTools | None:
+        entry = self._by_server.get(server)
+        if entry is not None and self._now() - self._listed_at[server] > self._max_age:
+            return None
+        return entry
+
+    def last(self, server: str) -> ServerTools | None:
+        """What the server listed last, however long ago: the definitions a run that listed
+        them calls, and an approver's edit is checked against, until it lists again."""
         return self._by_server.get(server)
 
     def put(self, entry: ServerTools) -> None:
         self._by_server[entry.server] = entry
+        self._listed_at[entry.server] = self._now()
 
     def observe_version(self, server: str, version: str) -> None:
         """Drop the entry when a session reports a different server version."""
@@ -153,6 +170,7 @@ class DiscoveryCache:
 
     def clear(self) -> None:
         self._by_server.clear()
+        self._listed_at.clear()
 
 
 RESERVED_NAMES = frozenset({"FinalAnswer"})

@@ -465,6 +465,9 @@ class AgentSettings(Section):
     """A model step proposing at least this many writes is flagged to the approver as bulk."""
     health_check_interval_seconds: float = Field(default=10.0, gt=0)
     """Degraded mode: how often unavailable MCP servers are probed."""
+    tools_max_age_seconds: float = Field(default=600.0, gt=0)
+    """How long a server's tool list is used before the next run lists it again (at once when
+    the server reports another version): a server redeployed under the same version is seen."""
     breaker_threshold: int = Field(default=3, ge=1)
     """A server's circuit breaker opens after this many transport failures..."""
     breaker_open_seconds: float = Field(default=30.0, gt=0)

@@ -192,9 +192,21 @@ async def test_discovery_logs_one_line_per_server_with_what_is_left_out(
 def test_an_unclassified_tool_is_a_write_until_its_hint_is_trusted() -> None:
     policy = ToolPolicy.from_yaml("tools: {}")
     assert policy.classify("t_now").kind == "write"
-    policy.trust_read_only(["t_now"])
+    policy.trust_read_only("t", ["t_now"])
     cls = policy.classify("t_now")
     assert (cls.kind, cls.source, cls.sensitive) == ("read", "read_only_hint", False)
     strict = ToolPolicy.from_yaml("tools: {t_now: {kind: write}}")
-    strict.trust_read_only(["t_now"])  # the policy file wins over a server's hint
+    strict.trust_read_only("t", ["t_now"])  # the policy file wins over a server's hint
     assert strict.classify("t_now").kind == "write"
+
+
+def test_a_tool_whose_server_no_longer_hints_it_read_only_is_a_write_again() -> None:
+    """The server's latest list is what is trusted: a hint it dropped (the tool now writes)
+    no longer makes the tool a read, while another server's hints stay."""
+    policy = ToolPolicy.from_yaml("tools: {}")
+    policy.trust_read_only("t", ["t_now", "t_zone"])
+    policy.trust_read_only("u", ["u_peek"])
+    policy.trust_read_only("t", ["t_zone"])
+    assert policy.classify("t_now").kind == "write"
+    assert policy.classify("t_zone").kind == "read"
+    assert policy.classify("u_peek").kind == "read"
