@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -37,95 +36,43 @@ from langchain_mcp_adapters.interceptors import (
 )
 from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
 from mcp import ClientSession, McpError
-from mcp.types import ErrorData, Implementation, InitializeResult
+from mcp.types import Implementation, InitializeResult
+from mcp.types import Tool as McpTool
 from pydantic import ValidationError
 
 from agent_core.binding import ActingAs, AuditInterceptor, MCPHandler, RunContext
 from agent_core.credentials import Credentials, OAuthTokenSource, ServerConfig, SessionStats
+from agent_core.discovery import definitions, list_all
 from agent_core.errors import (
     ConnectRequiredError,
     ServerUnavailableError,
     SessionEndedError,
-    ToolAuthError,
     ToolCallError,
     ToolProtocolError,
-    ToolResultError,
     ToolTimeoutError,
-    ToolTransientError,
 )
 from agent_core.health import ServerHealth
+from agent_core.mcp_failures import SERVER_TEXT_CHARS, classify_failure, reply_failure
 from agent_core.tools import (
     DiscoveryCache,
     ServerTools,
     ToolDefinition,
-    input_schema_problem,
-    output_schema_problem,
 )
 from agent_core.transport import (
     ConnectionPools,
-    ServerError,
     SessionEnded,
-    UnreadableReply,
     request_only_transport,
 )
 from agent_core.validation import MalformedResultError, ValidatingSession
 from broker import AccessToken, Broker, Identity
 from infra.faults import crash_point
-from infra.logging import demote_to_debug, quiet_mcp_streams
 from infra.tls import shared_ssl_context
 
-__all__ = ["RunSessions", "ServerConfig", "SessionStats", "classify_failure"]
+__all__ = ["RunSessions", "ServerConfig", "SessionStats"]
 
 CLIENT_INFO = Implementation(name="opsbot", version="0.1.0")
 T = TypeVar("T")
-MCP_CLIENT_LOGGER = "mcp.client.streamable_http"
-
-
-def quiet_mcp_client() -> None:
-    """The MCP client says at INFO what it does for every session (its id, the protocol
-    version, stream reconnects); opsbot opens one per server per run, so at INFO that is a
-    few lines per tool call. They are DEBUG lines here; warnings and errors are untouched."""
-    demote_to_debug(MCP_CLIENT_LOGGER, "per-session", lambda r: r.levelno == logging.INFO)
-
-
-quiet_mcp_client()
-# A reply it cannot parse, the SDK logs as an error with a traceback (and the server's text);
-# the transport answers the request instead, and the guard logs one line (see below).
-demote_to_debug(
-    MCP_CLIENT_LOGGER,
-    "unreadable reply",
-    lambda r: r.getMessage().startswith(
-        (
-            "Error parsing JSON response",
-            "Error parsing SSE message",
-            "Unexpected content type",
-            # Two lines of the server's raw initialize result (the session then fails).
-            "Failed to parse initialization response",
-            "Raw result:",
-        )
-    ),
-)
-# A session's close (DELETE) answered 404: the server no longer had it, which is what the
-# close was for (it ends sessions itself, or forgot this one), not a warning per run.
-demote_to_debug(
-    MCP_CLIENT_LOGGER,
-    "session already gone",
-    lambda r: r.getMessage() == "Session termination failed: 404",
-)
 log = logging.getLogger(__name__)
-# Pages of a tool list read at the most (a server's cursor may never end).
-MAX_TOOL_PAGES = 100
-# Every model request of every user carries each tool's description and input schema: past
-# these a server's tool would make each turn costly, or too large for a model's context
-# (real servers' descriptions run to a few hundred characters, their schemas a few KB).
-MAX_DESCRIPTION_CHARS = 4_000
-MAX_SCHEMA_CHARS = 32_000
-# What of a server's own error text a person or the model is shown, at the most.
-SERVER_TEXT_CHARS = 300
-
-# Every session's end makes the SDK log a closed SSE stream as an error with a traceback:
-# noise in every process that opens sessions (the bot, bench, tests), and costly to format.
-quiet_mcp_streams()
 
 
 class _Held:
@@ -152,52 +99,6 @@ class _Held:
     @property
     def session(self) -> ClientSession:
         return self.ready.result()[0]
-
-
-def _root_causes(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        out: list[BaseException] = []
-        for inner in exc.exceptions:
-            out.extend(_root_causes(inner))
-        return out
-    return [exc]
-
-
-def reply_failure(server: str, error: ErrorData) -> ToolCallError | None:
-    """The failure a request's error answer states (``agent_core.transport``): an error the
-    server sent, a reply that could not be read, or a session the server ended; ``None``
-    for an error the SDK raised itself (a timeout, a closed connection)."""
-    if isinstance(error, UnreadableReply):
-        return ToolProtocolError(server, f"{server} sent a reply that is not MCP ({error.message})")
-    if isinstance(error, ServerError):
-        text = " ".join(error.message.split())[:SERVER_TEXT_CHARS] or f"error {error.code}"
-        return ToolResultError(server, text)
-    if isinstance(error, SessionEnded):
-        return SessionEndedError(server, f"{server} ended the session")
-    return None
-
-
-def classify_failure(server: str, exc: BaseException, statuses: list[int]) -> ToolCallError:
-    """Map a transport failure (and the HTTP statuses seen) to a ``ToolCallError``."""
-    codes = list(statuses)
-    for cause in _root_causes(exc):
-        if isinstance(cause, ToolCallError):
-            return cause
-        if isinstance(cause, McpError) and (stated := reply_failure(server, cause.error)):
-            return stated
-        if isinstance(cause, httpx.HTTPStatusError):
-            codes.append(cause.response.status_code)
-        if isinstance(cause, httpx.TimeoutException | TimeoutError):
-            return ToolTimeoutError(server, f"{server} did not answer in time")
-        if isinstance(cause, httpx.TransportError | OSError):
-            return ToolTransientError(server, f"cannot reach {server}: {type(cause).__name__}")
-    for status in codes:
-        if status in (401, 403):
-            return ToolAuthError(server, status)
-    for status in codes:
-        if status == 429 or status >= 500:
-            return ToolTransientError(server, f"{server} answered HTTP {status}")
-    return ToolTransientError(server, f"the connection to {server} failed")
 
 
 class RunSessions:
@@ -524,7 +425,9 @@ class RunSessions:
             return cached
         timeout = held.config.timeout_s or self._http_timeout
         try:
-            listed: list[Any] = await _call_or_die(held, _list_all(held.session, server), timeout)
+            listed: list[McpTool] = await _call_or_die(
+                held, list_all(held.session, server), timeout
+            )
         except TimeoutError:
             failure: ToolCallError = ToolTimeoutError(server, f"{server} did not list its tools")
             await self._health.record(server, failure)
@@ -533,22 +436,7 @@ class RunSessions:
             failure = classify_failure(server, exc, held.http_errors)
             await self._health.record(server, failure)
             raise failure from None
-        tools = _usable(
-            server,
-            [
-                ToolDefinition(
-                    server=server,
-                    name=t.name,
-                    description=t.description or "",
-                    input_schema=t.inputSchema,
-                    output_schema=t.outputSchema,
-                    annotations=(
-                        t.annotations.model_dump(exclude_none=True) if t.annotations else {}
-                    ),
-                )
-                for t in listed
-            ],
-        )
+        tools = definitions(server, listed)
         entry = ServerTools(server=server, version=version, tools=tools)
         self._cache.put(entry)
         self._prime(held.session, entry)
@@ -583,78 +471,6 @@ class RunSessions:
         await asyncio.gather(*(_stop(h) for h in held), *self._stopping, return_exceptions=True)
         if self._own_pools:
             await self._pools.aclose()
-
-
-def _usable(server: str, tools: list[ToolDefinition]) -> tuple[ToolDefinition, ...]:
-    """The tools a model can be given, one line for each left out: one whose input schema a
-    model cannot take or is past ``MAX_SCHEMA_CHARS``, and all but the first under one
-    model-visible name (two names alike but for characters a model's tool name cannot have,
-    or one listed twice, differently). A description past ``MAX_DESCRIPTION_CHARS`` is cut."""
-    kept: dict[str, ToolDefinition] = {}
-    for d in tools:
-        problem = input_schema_problem(d.input_schema) or _schema_too_large(d.input_schema)
-        if problem is not None:
-            log.warning("mcp server %s: tool %r left out: %s", server, d.name, problem)
-            continue
-        if len(d.description) > MAX_DESCRIPTION_CHARS:
-            log.warning(
-                "mcp server %s: tool %r: its description of %s characters is cut to %s",
-                server,
-                d.name,
-                f"{len(d.description):,}",
-                f"{MAX_DESCRIPTION_CHARS:,}",
-            )
-            d = dataclasses.replace(d, description=d.description[:MAX_DESCRIPTION_CHARS] + "…")
-        problem = output_schema_problem(d.output_schema) if d.output_schema else None
-        if problem is not None:
-            # Every result would fail its check: the tool is kept, its results unchecked.
-            log.warning(
-                "mcp server %s: tool %r: %s; its results are not checked", server, d.name, problem
-            )
-            d = dataclasses.replace(d, output_schema=None)
-        first = kept.setdefault(d.prefixed_name, d)
-        if first != d:  # one listed again as it was (or itself): nothing to say
-            log.warning(
-                "mcp server %s: tool %r left out: %r has its name for the model (%s)",
-                server,
-                d.name,
-                first.name,
-                d.prefixed_name,
-            )
-    return tuple(kept.values())
-
-
-def _schema_too_large(schema: Mapping[str, Any]) -> str | None:
-    size = len(json.dumps(schema, separators=(",", ":")))
-    if size <= MAX_SCHEMA_CHARS:
-        return None
-    return f"its input schema is {size:,} characters, more than {MAX_SCHEMA_CHARS:,}"
-
-
-async def _list_all(session: ClientSession, server: str) -> list[Any]:
-    """Every page of the server's tool list; a list that does not end (a cursor it gave
-    before, or past ``MAX_TOOL_PAGES`` pages) is taken as far as it came, with one line."""
-    tools: list[Any] = []
-    cursor: str | None = None
-    seen: set[str] = set()
-    pages = 0
-    while pages < MAX_TOOL_PAGES:
-        page = await session.list_tools(cursor) if cursor else await session.list_tools()
-        pages += 1
-        tools.extend(page.tools)
-        cursor = page.nextCursor
-        if not cursor:
-            return tools
-        if cursor in seen:
-            break
-        seen.add(cursor)
-    log.warning(
-        "mcp server %s: its tool list does not end (%d pages); the %d tools listed are used",
-        server,
-        pages,
-        len(tools),
-    )
-    return tools
 
 
 async def _call_or_die(held: _Held, work: Any, timeout: float) -> T:  # noqa: ASYNC109

@@ -32,7 +32,7 @@ that ends early, a response to another id), the SDK logs an error and the reques
 the call's timeout, then for each retry's. Here the request is answered then, with an error
 of type ``UnreadableReply`` whose message says what was wrong; an error the server itself sent
 becomes a ``ServerError``, and the SDK's answer to a 404 a ``SessionEnded``. Callers tell them
-from the SDK's own errors by those types (``agent_core.sessions.reply_failure``). A reply
+from the SDK's own errors by those types (``agent_core.mcp_failures.reply_failure``). A reply
 larger than ``MAX_REPLY_BYTES`` is not read on: it is unreadable too (the SDK reads a whole
 reply into memory, then parses it on the event loop: 6 MB of JSON held the loop for 3 s here).
 """

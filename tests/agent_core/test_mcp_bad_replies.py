@@ -24,7 +24,7 @@ from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agent_core import Agent, AgentConfig, Answer, Interrupt, ServerConfig, ToolPolicy
-from agent_core.sessions import MAX_DESCRIPTION_CHARS
+from agent_core.discovery import MAX_DESCRIPTION_CHARS
 from agent_core.threads import MemoryThreadStore
 from agent_core.tools import MODEL_TOOL_NAME, prefixed
 from testing.agent import (
