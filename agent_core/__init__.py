@@ -19,7 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agent_core.agent import Agent, AgentConfig, interrupt_on_for
+    from agent_core.agent import Agent
     from agent_core.answer import (
         ActionRequest,
         Answer,
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         Source,
     )
     from agent_core.binding import ToolCallEvent, ToolObserver, idempotency_key
+    from agent_core.config import AgentConfig
     from agent_core.decisions import validate_decisions, validate_edit
     from agent_core.errors import (
         AgentError,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
         ToolTransientError,
     )
     from agent_core.factory import agent_config, build_agent
+    from agent_core.graph import interrupt_on_for
     from agent_core.policy import ToolClass, ToolPolicy
     from agent_core.sessions import ServerConfig
     from agent_core.threads import NotThreadOwnerError, ThreadNotFoundError
@@ -57,7 +59,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "ActionRequest": "agent_core.answer",
     "Agent": "agent_core.agent",
-    "AgentConfig": "agent_core.agent",
+    "AgentConfig": "agent_core.config",
     "AgentError": "agent_core.errors",
     "Answer": "agent_core.answer",
     "CredentialError": "agent_core.errors",
@@ -89,7 +91,7 @@ _EXPORTS = {
     "agent_config": "agent_core.factory",
     "build_agent": "agent_core.factory",
     "idempotency_key": "agent_core.binding",
-    "interrupt_on_for": "agent_core.agent",
+    "interrupt_on_for": "agent_core.graph",
     "validate_decisions": "agent_core.decisions",
     "validate_edit": "agent_core.decisions",
 }

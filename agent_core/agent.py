@@ -14,50 +14,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain.agents import create_agent
-from langchain.agents.middleware import (
-    AgentMiddleware,
-    HumanInTheLoopMiddleware,
-    InterruptOnConfig,
-    LLMToolSelectorMiddleware,
-    ModelCallLimitMiddleware,
-    ModelFallbackMiddleware,
-    SummarizationMiddleware,
-    ToolRetryMiddleware,
-)
-from langchain.agents.middleware.human_in_the_loop import DecisionType
-from langchain.agents.structured_output import ToolStrategy
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage, ToolCall, ToolMessage
+from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableLambda
-from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphBubbleUp, GraphRecursionError
-from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Durability, StateSnapshot
 
-from agent_core.answer import (
-    FinalAnswer,
-    Interrupt,
-    RunResult,
-)
+from agent_core.answer import Interrupt, RunResult
 from agent_core.answer_stream import AnswerListener, stream_run
-from agent_core.approved_calls import (
-    ApprovedCall,
-    RecordedResults,
-    dump_result,
-    load_result,
-    run_call,
-)
+from agent_core.approved_calls import ApprovedCall, dump_result, load_result, run_call
 from agent_core.binding import RunContext, RunProgress, StopSignal, ToolObserver
+from agent_core.config import AgentConfig
 from agent_core.credentials import OAuthTokenSource
 from agent_core.decisions import check_edited_args, validate_decisions
 from agent_core.errors import (
@@ -70,38 +46,20 @@ from agent_core.errors import (
     ToolAuthError,
     ToolCallError,
 )
-from agent_core.fold import fold
-from agent_core.guards import Guards, not_already_answered
+from agent_core.graph import AgentGraphs
 from agent_core.health import ServerHealth
-from agent_core.middleware import (
-    BindRunMiddleware,
-    ModelRecorder,
-    PromptMiddleware,
-    ToolErrorMapper,
-    is_transient,
-    model_name,
-)
-from agent_core.pii import pii_middleware
+from agent_core.middleware import model_name
 from agent_core.policy import ToolPolicy
-from agent_core.proxies import DIRECT, Proxies
 from agent_core.results import Results
 from agent_core.sessions import RunSessions, ServerConfig, SessionStats
 from agent_core.shared_sessions import SharedSessions
-from agent_core.stopping import StopCheck, StopGuard
 from agent_core.threads import ThreadStore
-from agent_core.tools import (
-    DiscoveryCache,
-    ServerTools,
-    ToolDefinition,
-    build_tool,
-    visible_definitions,
-)
+from agent_core.tools import DiscoveryCache, ServerTools, ToolDefinition, visible_definitions
 from agent_core.transport import ConnectionPools
 from broker import Broker, BrokerError, Identity, TokensByServer
 
 log = logging.getLogger(__name__)
 
-ALLOWED_DECISIONS: list[DecisionType] = ["approve", "edit", "reject"]
 # Telemetry hook: given the run's user, thread and unavailable servers, the LangChain
 # callback handlers to attach to that run only (see ``opsbot.observability.runs``).
 RunCallbacks = Callable[[Identity, str, Sequence[str]], Sequence[BaseCallbackHandler]]
@@ -110,49 +68,6 @@ LIMIT_TEXT = "Model call limits exceeded"
 # private since 1.0).
 INTERRUPT = "__interrupt__"
 STOPPED_ANSWER = "Stopped at your request: nothing further was run."
-
-
-@dataclass(frozen=True, slots=True)
-class AgentConfig:
-    """Limits and thresholds for runs (from ``Settings.agent``)."""
-
-    servers: tuple[ServerConfig, ...]
-    run_model_call_limit: int = 12
-    thread_model_call_limit: int = 200
-    read_timeout: float = 20.0
-    write_timeout: float = 30.0
-    read_retries: int = 2
-    retry_initial_delay: float = 0.5
-    summarize_trigger_tokens: int = 4000
-    summarize_keep_messages: int = 20
-    tool_selector_threshold: int = 15
-    tool_selector_max_tools: int = 8
-    bulk_write_threshold: int = 3
-    health_check_interval: float = 10.0
-    tools_max_age: float = 600.0
-    breaker_threshold: int = 3
-    breaker_open_seconds: float = 30.0
-    tool_calls_per_turn: int = 8
-    pending_approvals_per_run: int = 5
-    write_attempts: int = 3
-    write_retry_initial_delay: float = 0.5
-    write_retry_max_delay: float = 4.0
-    proxies: Proxies = DIRECT  # the MCP servers' (from settings: HTTPS_PROXY, ...)
-
-
-def interrupt_on_for(
-    tools: Sequence[str], policy: ToolPolicy
-) -> dict[str, bool | InterruptOnConfig]:
-    """Every tool that is not a classified read needs review (fail closed)."""
-    return {
-        name: InterruptOnConfig(
-            allowed_decisions=list(ALLOWED_DECISIONS),
-            description=_describe,
-            when=not_already_answered,
-        )
-        for name in tools
-        if not policy.is_read(name)
-    }
 
 
 def _from_model(exc: BaseException) -> bool:
@@ -164,11 +79,6 @@ def _from_model(exc: BaseException) -> bool:
             return True
         tb = tb.tb_next
     return False
-
-
-def _describe(tool_call: ToolCall, state: Any, runtime: Any) -> str:
-    args = json.dumps(tool_call["args"], sort_keys=True, default=str)
-    return f"Run {tool_call['name']} with {args}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,17 +119,22 @@ class Agent:
         self._oauth_token = oauth_token
         self.policy = policy
         self._model = model
-        self._fallbacks = list(fallbacks)
-        self._summary_model = summary_model or model
-        self._selector_model = selector_model or model
+        self.graphs = AgentGraphs(
+            config,
+            model=model,
+            policy=policy,
+            checkpointer=checkpointer,
+            fallbacks=fallbacks,
+            summary_model=summary_model,
+            selector_model=selector_model,
+            extra_middleware=extra_middleware,
+        )
         self._broker = broker
         self._threads = threads
         self.threads = threads
-        self._checkpointer = checkpointer
+        self.checkpointer = checkpointer
         self._observer = observer
         self._run_callbacks = run_callbacks
-        # Innermost model wrappers (e.g. the user's saved preferences in the system prompt).
-        self._extra_middleware = list(extra_middleware)
         self._servers = {s.name: s for s in config.servers}
         self.health = health or ServerHealth(
             {s.name: s.url for s in config.servers},
@@ -232,10 +147,6 @@ class Agent:
         self.stats = SessionStats()
         # TCP connections to the servers, reused by every run (each with its own session).
         self.pools = ConnectionPools(proxies=config.proxies)
-        self._graphs: dict[tuple[str, ...], CompiledStateGraph[Any, Any, Any, Any]] = {}
-        # The template tool the model is shown, per prefixed name, with the definition it
-        # was built from: a server that lists a tool anew (another schema) gets a new one.
-        self._tools: dict[str, tuple[ToolDefinition, BaseTool]] = {}
         self._discovery_locks: dict[str, asyncio.Lock] = {}
         self._admitted: dict[str, str] = {}  # the line last said of each server's tools
         self._results = Results(list(self._servers), policy, config.bulk_write_threshold)
@@ -368,7 +279,7 @@ class Agent:
                 )
             # Its server down (or the tool gone): no template, so the call comes back as
             # "not run" without leaving opsbot, as it would in the graph.
-            template = None if definition is None else self._template(definition)
+            template = None if definition is None else self.graphs.template(definition)
             ctx = self._context(identity, thread_id, sessions, toolset, call.approval_id)
             tool_call = {"id": call.call_id, "name": name, "args": args}
             if self._run_callbacks is None:
@@ -391,7 +302,7 @@ class Agent:
     async def pending(self, identity: Identity, thread_id: str) -> Interrupt | None:
         """The interrupt the thread is waiting on, if any (owner only)."""
         await self._threads.require_owner(thread_id, identity.subject)
-        graph = self._graph(tuple(sorted(self._tools)))
+        graph = self.graphs.graph(self.graphs.names())
         state = await graph.aget_state(self._config(thread_id))
         if not state.interrupts:
             return None
@@ -435,8 +346,8 @@ class Agent:
             ctx.progress, ctx.stop = progress, stop
             names = tuple(sorted(d.prefixed_name for d in toolset.definitions))
             for d in toolset.definitions:
-                self._template(d)
-            graph = self._graph(names)
+                self.graphs.template(d)
+            graph = self.graphs.graph(names)
             config = self._config(thread_id)
             if self._run_callbacks is not None:
                 config["callbacks"] = list(
@@ -672,104 +583,6 @@ class Agent:
         # real bound, this only keeps LangGraph's own guard out of its way.
         limit = 25 * (self.config.run_model_call_limit + 2)
         return {"configurable": {"thread_id": thread_id}, "recursion_limit": limit}
-
-    def _template(self, definition: ToolDefinition) -> BaseTool:
-        """The template tool for ``definition``, built again when the server listed the tool
-        differently (the graphs holding the old one are dropped): the model is shown what the
-        server takes now, not what it took when this process first saw the tool."""
-        name = definition.prefixed_name
-        held = self._tools.get(name)
-        if held is not None and (held[0] is definition or held[0] == definition):
-            return held[1]
-        tool = build_tool(definition, self.policy)
-        self._tools[name] = (definition, tool)
-        if held is not None:
-            self._graphs = {k: g for k, g in self._graphs.items() if name not in k}
-        return tool
-
-    def _graph(self, names: tuple[str, ...]) -> CompiledStateGraph[Any, Any, Any, Any]:
-        graph = self._graphs.get(names)
-        if graph is None:
-            tools = [self._tools[n][1] for n in names]
-            graph = create_agent(
-                self._model,
-                tools=tools,
-                # One node before and one after each model call instead of one per hook:
-                # each node is a superstep (see agent_core.fold).
-                middleware=fold(self._middleware(list(names))),
-                checkpointer=self._checkpointer,
-                response_format=ToolStrategy(FinalAnswer),
-                context_schema=RunContext,
-            )
-            self._graphs[names] = graph
-        return graph
-
-    def _middleware(self, names: list[str]) -> list[AgentMiddleware[Any, Any, Any]]:
-        c = self.config
-        stack: list[AgentMiddleware[Any, Any, Any]] = [*pii_middleware()]
-        stack.append(
-            SummarizationMiddleware(
-                self._summary_model,
-                trigger=("tokens", c.summarize_trigger_tokens),
-                keep=("messages", c.summarize_keep_messages),
-            )
-        )
-        stack.append(
-            ModelCallLimitMiddleware(
-                thread_limit=c.thread_model_call_limit,
-                run_limit=c.run_model_call_limit,
-                exit_behavior="end",
-            )
-        )
-        if len(names) > c.tool_selector_threshold:
-            stack.append(
-                LLMToolSelectorMiddleware(
-                    model=self._selector_model,
-                    max_tools=c.tool_selector_max_tools,
-                    on_parsing_failure="all",  # a confused selector degrades, never fails
-                )
-            )
-        if self._fallbacks:
-            stack.append(ModelFallbackMiddleware(*self._fallbacks))
-        stack.append(PromptMiddleware(list(self._servers)))
-        stack.append(ModelRecorder())
-        # Tool side, outermost first. after_model hooks run in reverse: the repeat guard,
-        # then the bulk flag, then the review interrupt.
-        stack.append(HumanInTheLoopMiddleware(interrupt_on=interrupt_on_for(names, self.policy)))
-        # Right inside review: a call that already ran on its approval is not run again.
-        stack.append(RecordedResults())
-        # Its checks run with the model call, so refused or repeated calls are answered
-        # before review sees them; its edit guard wraps the call inside review. The Stop
-        # check goes first: a stopped run's proposals reach neither the caps nor review.
-        stack.append(
-            Guards(
-                self.policy,
-                bulk_threshold=c.bulk_write_threshold,
-                max_calls=c.tool_calls_per_turn,
-                max_writes=c.pending_approvals_per_run,
-                first=[StopCheck()],
-            )
-        )
-        # Ends a stopped run before its next model step, and answers its unstarted calls.
-        # Inside RecordedResults: a call that ran on its approval is always fed its result.
-        stack.append(StopGuard())
-        stack.append(ToolErrorMapper())
-        retryable = [n for n in names if self.policy.classify(n).kind == "read"]
-        retryable = [n for n in retryable if self.policy.classify(n).idempotent]
-        if retryable and c.read_retries > 0:
-            stack.append(
-                ToolRetryMiddleware(
-                    max_retries=c.read_retries,
-                    tools=list(retryable),
-                    retry_on=is_transient,
-                    on_failure="error",
-                    initial_delay=c.retry_initial_delay,
-                    jitter=c.retry_initial_delay > 0,
-                )
-            )
-        stack.append(BindRunMiddleware())
-        stack.extend(self._extra_middleware)
-        return stack
 
 
 def _asked_last(state: StateSnapshot, message: str) -> bool:

@@ -9,8 +9,9 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from agent_core.agent import Agent, AgentConfig, RunCallbacks
+from agent_core.agent import Agent, RunCallbacks
 from agent_core.binding import ToolObserver
+from agent_core.config import AgentConfig
 from agent_core.credentials import OAuthTokenSource, ServerConfig
 from agent_core.errors import AgentError
 from agent_core.models import build_model

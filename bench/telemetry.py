@@ -63,7 +63,7 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                 model=FunctionChatModel(fn=step),
                 broker=env.harness.broker,
                 threads=plain.threads,
-                checkpointer=plain._checkpointer,
+                checkpointer=plain.checkpointer,
                 policy=plain.policy,
                 observer=ToolMetrics(),
                 run_callbacks=RunInstrumentation(tracing),

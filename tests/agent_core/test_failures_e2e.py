@@ -128,7 +128,7 @@ async def test_down_server_is_left_out_with_a_caveat_and_fails_fast(agent_env: A
         model=model,
         broker=agent_env.harness.broker,
         threads=agent.threads,
-        checkpointer=agent._checkpointer,
+        checkpointer=agent.checkpointer,
         policy=agent.policy,
     )
     alice = await agent_env.user("alice")
@@ -241,7 +241,7 @@ async def test_model_outage_is_a_clear_error_and_the_thread_survives(
     healthy = agent_env.agent(
         ScriptedChatModel(steps=[final("back")]),
         threads=agent.threads,
-        checkpointer=agent._checkpointer,
+        checkpointer=agent.checkpointer,
     )
     result = await healthy.run(alice, thread, "hello again")
     assert isinstance(result, Answer)
@@ -285,7 +285,7 @@ async def test_a_turn_cut_off_by_a_crash_continues_from_its_last_checkpoint(
         return final("PAY-101 is open", [("ticketing", "PAY-101")])
 
     restarted = agent_env.agent(
-        FunctionChatModel(fn=answering), threads=agent.threads, checkpointer=agent._checkpointer
+        FunctionChatModel(fn=answering), threads=agent.threads, checkpointer=agent.checkpointer
     )
     result = await restarted.run(alice, thread, "show ticket PAY-101")
     assert isinstance(result, Answer)

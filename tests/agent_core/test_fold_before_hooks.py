@@ -17,7 +17,7 @@ async def test_the_graph_has_no_before_model_node(agent_env: AgentEnv) -> None:
     assert (await agent.run(alice, await new_thread(agent, alice), "show PAY-101")).kind == (
         "answer"
     )
-    (graph,) = agent._graphs.values()
+    graph = agent.graphs.graph(agent.graphs.names())
     assert not [n for n in graph.nodes if n.endswith(".before_model")], list(graph.nodes)
     assert [n for n in graph.nodes if n.endswith(".after_model")] == ["opsbot.after_model"]
 
@@ -41,7 +41,7 @@ async def test_a_summary_is_saved_before_the_answer_it_led_to(agent_env: AgentEn
     for i in range(3):
         assert isinstance(await agent.run(alice, thread, f"turn {i}: {filler}"), Answer)
 
-    state = await agent._graph(tuple(sorted(agent._tools))).aget_state(agent._config(thread))
+    state = await agent.graphs.graph(agent.graphs.names()).aget_state(agent._config(thread))
     messages = state.values["messages"]
     texts = [str(m.content) for m in messages]
     summary = next(i for i, t in enumerate(texts) if "SUMMARY-OF-EARLIER-TURNS" in t)
@@ -69,7 +69,7 @@ async def test_a_call_limit_reached_before_the_model_ends_the_run_without_callin
     assert isinstance(second, Answer)
     assert any("call limit" in c for c in second.caveats)
     assert len(model.seen) == seen  # the model was not called again
-    state = await agent._graph(tuple(sorted(agent._tools))).aget_state(agent._config(thread))
+    state = await agent.graphs.graph(agent.graphs.names()).aget_state(agent._config(thread))
     assert not state.next  # the run ended
     last = state.values["messages"][-1]
     assert isinstance(last, AIMessage)

@@ -153,7 +153,7 @@ async def test_edit_that_changes_the_tool_is_refused(agent_env: AgentEnv) -> Non
     assert await agent.pending(alice, thread) is not None  # still waiting, nothing lost
 
     # Second layer: a decision that bypasses Agent.resume's check still cannot switch tools.
-    graph = agent._graph(tuple(sorted(agent._tools)))
+    graph = agent.graphs.graph(agent.graphs.names())
     sessions_ctx = await _context(agent, alice, thread)
     await graph.ainvoke(
         Command(resume={"decisions": [swap]}),
@@ -296,7 +296,7 @@ async def test_resume_on_another_instance_with_a_cold_cache(agent_env: AgentEnv)
     second = agent_env.agent(
         ScriptedChatModel(steps=steps[1:]),
         threads=first.threads,
-        checkpointer=first._checkpointer,
+        checkpointer=first.checkpointer,
     )
     assert second.cache.get("ticketing") is None
     pending = await second.pending(alice, thread)
@@ -320,7 +320,7 @@ async def test_replaying_the_interrupt_checkpoint_does_not_write_twice(
     alice = await agent_env.user("alice")
     thread = await new_thread(agent, alice)
     assert isinstance(await agent.run(alice, thread, "comment once"), Interrupt)
-    graph = agent._graph(tuple(sorted(agent._tools)))
+    graph = agent.graphs.graph(agent.graphs.names())
     interrupt_config = (await graph.aget_state({"configurable": {"thread_id": thread}})).config
 
     assert isinstance(await agent.resume(alice, thread, [{"type": "approve"}]), Answer)

@@ -73,7 +73,7 @@ async def test_fallback_model_serves_and_is_recorded(agent_env: AgentEnv) -> Non
         fallbacks=[backup],
         broker=agent_env.harness.broker,
         threads=agent.threads,
-        checkpointer=agent._checkpointer,
+        checkpointer=agent.checkpointer,
         policy=agent.policy,
     )
     alice = await agent_env.user("alice")
@@ -121,7 +121,7 @@ async def test_summarization_kicks_in_above_the_token_trigger(agent_env: AgentEn
         summary_model=FunctionChatModel(fn=summarize),
         broker=agent_env.harness.broker,
         threads=agent.threads,
-        checkpointer=agent._checkpointer,
+        checkpointer=agent.checkpointer,
         policy=agent.policy,
     )
     alice = await agent_env.user("alice")
@@ -163,7 +163,7 @@ async def test_tool_selector_narrows_tools_above_the_threshold(agent_env: AgentE
         selector_model=selector,
         broker=agent_env.harness.broker,
         threads=agent.threads,
-        checkpointer=agent._checkpointer,
+        checkpointer=agent.checkpointer,
         policy=agent.policy,
     )
     await agent.run(alice, await new_thread(agent, alice), "show PAY-101")

@@ -72,7 +72,7 @@ async def test_pii_middleware_cleans_user_input_before_the_model_and_the_checkpo
     seen = next(m for m in model.seen[0] if isinstance(m, HumanMessage)).text
     for raw in ("xoxb-1234", "4111 1111 1111 1111", "bob@example.com", "7946 0958", "10.20.30.40"):
         assert raw not in seen, raw
-    graph = agent._graph(tuple(sorted(agent._tools)))
+    graph = agent.graphs.graph(agent.graphs.names())
     state = await graph.aget_state({"configurable": {"thread_id": thread}})
     stored = " ".join(str(m.content) for m in state.values["messages"])
     assert "xoxb-1234" not in stored

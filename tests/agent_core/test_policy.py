@@ -82,7 +82,8 @@ async def test_every_visible_tool_is_a_read_or_reviewed(agent_env: AgentEnv) -> 
     visible = [n for n in model.bound_tools[-1] if n != "FinalAnswer"]
     assert visible, "no tools discovered"
     assert all(agent.policy.is_allowed(n) for n in visible)  # the allowlist filtered them
-    (hitl,) = [m for m in agent._middleware(visible) if isinstance(m, HumanInTheLoopMiddleware)]
+    stack = agent.graphs.middleware(visible)
+    (hitl,) = [m for m in stack if isinstance(m, HumanInTheLoopMiddleware)]
     for name in visible:
         assert agent.policy.is_read(name) or name in hitl.interrupt_on, name
         if name in hitl.interrupt_on:

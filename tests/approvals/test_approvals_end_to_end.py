@@ -175,7 +175,7 @@ async def test_resuming_from_the_interrupt_checkpoint_does_not_write_twice(
     users = await link_all(agent_env)
     async with instance(agent_env, sqlite_url, users, close_model()) as one:
         approval_id, interrupt = await request_close(one, users["alice"])
-        graph = one.agent._graph(tuple(sorted(one.agent._tools)))
+        graph = one.agent.graphs.graph(one.agent.graphs.names())
         config = {"configurable": {"thread_id": interrupt.thread_id}}
         at_interrupt = (await graph.aget_state(config)).config  # the interrupt's checkpoint
 

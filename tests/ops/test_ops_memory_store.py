@@ -107,7 +107,7 @@ async def test_the_agent_reads_the_requesters_preferences(agent_env: AgentEnv) -
             model=FunctionChatModel(fn=answer),
             broker=agent_env.harness.broker,
             threads=base.threads,
-            checkpointer=base._checkpointer,
+            checkpointer=base.checkpointer,
             policy=base.policy,
             extra_middleware=[PreferencesMiddleware(memory)],
         )

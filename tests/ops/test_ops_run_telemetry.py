@@ -76,7 +76,7 @@ def _agent(
         fallbacks=fallbacks or [],
         broker=env.harness.broker,
         threads=base.threads,
-        checkpointer=base._checkpointer,
+        checkpointer=base.checkpointer,
         policy=base.policy,
         run_callbacks=RunInstrumentation(tracing, {"metered": PRICE, "backup": PRICE}),
     )
