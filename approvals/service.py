@@ -27,7 +27,6 @@ from typing import Any, Protocol
 
 from agent_core.answer import Interrupt
 from agent_core.approved_calls import ApprovedCall, result_note
-from agent_core.binding import idempotency_key
 from agent_core.errors import NoPendingApprovalError
 from agent_core.policy import ToolPolicy
 from agent_core.runs import ALREADY_STOPPED, RunRegistry, RunStop, StopSignal
@@ -46,23 +45,14 @@ from approvals.records import (
 )
 from approvals.rules import check_decider, validate_edit
 from approvals.store import ApprovalStore
-from audit.log import AuditLog, AuditQuery, EventKind, error_outcome
+from approvals.write_records import WriteRecords, safe_to_send
+from audit.log import AuditLog, EventKind, error_outcome
 from broker.errors import BrokerError
 from broker.types import AccessToken, Broker, Identity, TokensByServer
 from infra.clock import Clock, IdFactory, random_id, utc_now
 from infra.faults import crash_point
 
 log = logging.getLogger(__name__)
-
-# Write outcomes after which the server certainly did not apply the write.
-REFUSED_OUTCOMES = frozenset(
-    {
-        "error:ToolResultError",
-        "error:ToolAuthError",
-        "error:CredentialError",
-        "error:CredentialUnavailableError",
-    }
-)
 
 DEFAULT_MAX_AGE = timedelta(hours=1)
 # How long a claimed resume may run before a sweeper takes it over (the claimer crashed).
@@ -163,6 +153,7 @@ class ApprovalService:
         self.changes = ApprovalChanges(self.writes)
         self.store = store
         self.audit = audit
+        self._records = WriteRecords(audit)
         self.tools = tools
         self._resumer = resumer
         self._identities = identities
@@ -426,11 +417,11 @@ class ApprovalService:
         results: dict[str, Any] = {}
         run_failure: str | None = None
         if failure is None:
-            events = await self._write_events(approval) if rerun else []
+            events = await self._records.events(approval) if rerun else []
             for action, decision in zip(approval.actions, decisions, strict=True):
                 if decision.type == "reject":
                     continue
-                if rerun and not self._safe_to_send(approval, action, events):
+                if rerun and not safe_to_send(approval, action, events):
                     continue  # it left opsbot before the crash: the audit log tells the rest
                 args = decision.args if decision.type == "edit" and decision.args else action.args
                 call = ApprovedCall(
@@ -459,7 +450,7 @@ class ApprovalService:
         if failure is not None:
             status, reason = ApprovalStatus.FAILED, failure
         else:
-            status, reason = await self._write_outcome(approval, decisions, run_failure)
+            status, reason = await self._records.outcome(approval, decisions, run_failure)
         outcome: dict[str, Any] = {"reason": reason} if reason else {"result": status.value}
         results = {**(approval.outcome.get(TOOL_RESULTS) or {}), **results}
         if results:
@@ -469,26 +460,6 @@ class ApprovalService:
         done = await self.store.finish(approval.approval_id, status, outcome, reason=reason)
         await self._record_finished(done)
         return done
-
-    async def _write_events(self, approval: Approval) -> list[Any]:
-        return await self.audit.query(
-            AuditQuery(
-                approval_id=approval.batch,
-                kinds=(EventKind.WRITE_PENDING, EventKind.WRITE_OUTCOME),
-                limit=1000,
-            )
-        )
-
-    @staticmethod
-    def _safe_to_send(approval: Approval, action: ActionRequest, events: list[Any]) -> bool:
-        """After a crash: send the call (again) only if it never left opsbot, or if its
-        idempotency key makes the server apply it at most once and no outcome is recorded."""
-        key = idempotency_key(approval.batch, action.tool_call_id)
-        mine = [e for e in events if e.idempotency_key in (key, f"nokey:{action.tool_call_id}")]
-        if not mine:
-            return True
-        keyed = any(e.idempotency_key == key for e in mine)
-        return keyed and not any(e.kind is EventKind.WRITE_OUTCOME for e in mine)
 
     async def _resume_batch(
         self, approval: Approval, *, run: RunStop | None = None
@@ -614,82 +585,6 @@ class ApprovalService:
         )
         self.changes.changed(done.approval_id)
 
-    async def _write_outcome(
-        self,
-        approval: Approval,
-        decisions: list[ActionDecision],
-        resume_failure: str | None = None,
-    ) -> tuple[ApprovalStatus, str | None]:
-        """What really happened to the approved writes, from the audit log's own records.
-
-        ``succeeded`` when every approved call succeeded; ``failed`` (with the server's
-        reason) when one was refused; ``unknown`` when one may or may not have happened — or
-        never left opsbot (its server unreachable at resume): then a ``write_pending`` record
-        is added so ``opsbot reconcile`` settles it against the server's change log.
-        """
-        events = await self._write_events(approval)
-        failed: list[str] = []
-        unknown: list[str] = []
-        for index, (action, decision) in enumerate(zip(approval.actions, decisions, strict=True)):
-            if decision.type == "reject":
-                continue
-            keys = {
-                idempotency_key(approval.batch, action.tool_call_id),
-                f"nokey:{action.tool_call_id}",
-            }
-            mine = [e for e in events if e.idempotency_key in keys]
-            outcomes = [e for e in mine if e.kind is EventKind.WRITE_OUTCOME]
-            if any(e.outcome == "success" for e in outcomes):
-                continue
-            if _sent_since_last_outcome(mine):
-                # Sent again (a retry) and not heard back yet: the older outcome is stale.
-                unknown.append(f"the {action.server} server did not confirm the write")
-                continue
-            if outcomes and outcomes[-1].outcome in REFUSED_OUTCOMES:
-                last = outcomes[-1]
-                failed.append(
-                    str(last.detail.get("reason") or f"the {action.server} server refused")
-                )
-            elif outcomes and outcomes[-1].outcome == "not_applied":
-                failed.append(f"the {action.server} server has no record of the write")
-            elif mine:
-                unknown.append(
-                    str(
-                        (outcomes[-1].detail.get("reason") if outcomes else None)
-                        or f"the {action.server} server did not confirm the write"
-                    )
-                )
-            elif resume_failure is not None:
-                # The resume broke before this call left opsbot (its pending record is
-                # written first): nothing was sent.
-                failed.append(resume_failure)
-            else:
-                await self._record_unsent(approval, index, action, decision)
-                unknown.append(f"the {action.server} server could not be reached")
-        if failed:
-            return ApprovalStatus.FAILED, "; ".join(dict.fromkeys(failed))
-        if unknown:
-            return ApprovalStatus.UNKNOWN, (
-                "; ".join(dict.fromkeys(unknown)) + " — outcome unknown, being reconciled"
-            )
-        return ApprovalStatus.SUCCEEDED, None
-
-    async def _record_unsent(
-        self, approval: Approval, index: int, action: ActionRequest, decision: ActionDecision
-    ) -> None:
-        """A ``write_pending`` record for an approved call that never left opsbot, so the
-        reconciler checks the server (by the key the call would have carried)."""
-        await self.audit.write_pending(
-            requester=approval.requester_subject,
-            thread_id=approval.thread_id,
-            tool=action.tool,
-            args=decision.args if decision.type == "edit" and decision.args else action.args,
-            idempotency_key=idempotency_key(approval.batch, action.tool_call_id),
-            approval_id=approval.batch,
-            approver=approval.decided_by,
-            decision=decision.type,
-        )
-
     async def settle_unknown(self, limit: int = 100) -> list[DecisionReport]:
         """Move ``unknown`` approvals to ``succeeded``/``failed`` once the audit log knows
         (after ``opsbot reconcile`` found each write in, or missing from, the server's log).
@@ -701,10 +596,10 @@ class ApprovalService:
         """
         reports = []
         for approval in await self.store.find(statuses=[ApprovalStatus.UNKNOWN], limit=limit):
-            status, reason = await self._write_outcome(approval, list(approval.decisions))
+            status, reason = await self._records.outcome(approval, list(approval.decisions))
             if status is ApprovalStatus.UNKNOWN:
                 continue
-            never_applied = await self._never_applied(approval)
+            never_applied = await self._records.never_applied(approval)
             if never_applied == "keyed" and not approval.outcome.get(RETRIED):
                 try:
                     taken = await self.store.advance(
@@ -733,27 +628,6 @@ class ApprovalService:
             reports.append(DecisionReport(done))
         return reports
 
-    async def _never_applied(self, approval: Approval) -> str | None:
-        """``"keyed"`` when every approved call's last outcome is "the server has no record"
-        and each was sent with its idempotency key (or never sent at all); ``"unkeyed"`` when
-        one of them went without a key; ``None`` when not every call was never applied."""
-        events = await self._write_events(approval)
-        kinds: set[str] = set()
-        for action, decision in zip(approval.actions, approval.decisions, strict=True):
-            if decision.type == "reject":
-                continue
-            key = idempotency_key(approval.batch, action.tool_call_id)
-            mine = [e for e in events if e.idempotency_key in (key, f"nokey:{action.tool_call_id}")]
-            outcomes = [e for e in mine if e.kind is EventKind.WRITE_OUTCOME]
-            if not outcomes or outcomes[-1].outcome != "not_applied":
-                return None
-            if _sent_since_last_outcome(mine):
-                return None
-            kinds.add("unkeyed" if any(e.idempotency_key != key for e in mine) else "keyed")
-        if not kinds:
-            return None
-        return "unkeyed" if "unkeyed" in kinds else "keyed"
-
     async def _requester_can_act(
         self, requester: Identity, approvals: list[Approval]
     ) -> tuple[dict[str, AccessToken], str | None]:
@@ -768,12 +642,6 @@ class ApprovalService:
                 refused = f"the requester's access to {server} was refused ({type(exc).__name__})"
                 return {}, refused
         return tokens, None
-
-
-def _sent_since_last_outcome(events: list[Any]) -> bool:
-    """Whether a ``write_pending`` record follows the last outcome (events in log order)."""
-    last = max((i for i, e in enumerate(events) if e.kind is EventKind.WRITE_OUTCOME), default=-1)
-    return any(e.kind is EventKind.WRITE_PENDING for e in events[last + 1 :])
 
 
 __all__ = [

@@ -17,6 +17,12 @@ from agent_core.binding import ToolCallEvent
 from audit.log import AuditEvent, AuditLog
 
 
+def write_key(idempotency_key: str | None, tool_call_id: str) -> str:
+    """The key a write's audit records are joined by: its idempotency key, or for a call
+    sent without one, ``nokey:<tool call id>``."""
+    return idempotency_key or f"nokey:{tool_call_id}"
+
+
 class AuditObserver:
     """Records each tool call of every run in the audit log."""
 
@@ -33,7 +39,7 @@ class AuditObserver:
             thread_id=event.thread_id,
             tool=event.tool,
             args=dict(event.args),
-            idempotency_key=event.idempotency_key or f"nokey:{event.tool_call_id}",
+            idempotency_key=write_key(event.idempotency_key, event.tool_call_id),
             approval_id=event.approval_id,
             model_used=event.model or None,
             detail=_acting(event),
