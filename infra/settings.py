@@ -79,7 +79,9 @@ class McpServerSettings(BaseModel):
     header_name: str = "Authorization"
     header_value_env: str | None = None
     header_value_file: Path | None = None
-    timeout_s: float = Field(default=30.0, gt=0)
+    # Per call (and session open). Unset: the agent's read and write timeouts
+    # (OPSBOT_AGENT__READ_TIMEOUT_SECONDS, __WRITE_TIMEOUT_SECONDS), by the tool's class.
+    timeout_s: float | None = Field(default=None, gt=0)
     # When true, an unclassified tool the server marks readOnlyHint is a read (no approval).
     trust_read_only_hint: bool = False
     # auth 'oauth' only: a client registered by hand; without it, dynamic registration (DCR).

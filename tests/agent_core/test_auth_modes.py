@@ -39,7 +39,7 @@ def test_unknown_server_keys_are_an_error_naming_the_key(monkeypatch: pytest.Mon
 def test_exchange_is_the_default_and_needs_an_audience() -> None:
     (s,) = servers('[{"name": "g", "url": "http://g/mcp", "audience": "https://g"}]')
     assert s.auth == "exchange"
-    assert s.timeout_s == 30.0
+    assert s.timeout_s is None  # the agent's read and write timeouts
     assert s.trust_read_only_hint is False
     with pytest.raises(ValidationError, match="needs an 'audience'"):
         servers('[{"name": "g", "url": "http://g/mcp"}]')

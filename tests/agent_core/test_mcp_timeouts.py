@@ -7,17 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
+import pytest
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agent_core import Agent, AgentConfig, Answer, ServerConfig, ToolPolicy
+from agent_core.factory import agent_config
 from agent_core.threads import MemoryThreadStore, PlatformRef
 from broker import Identity
 from infra.serving import bind_socket, socket_url
+from infra.settings import Settings
 from testing.agent import (
     FAKE_POLICY,
     FakeBroker,
@@ -78,6 +83,37 @@ async def test_hanging_call_times_out_trips_the_breaker_then_fails_fast() -> Non
         assert any("fake is not responding" in c for c in third.caveats)
         # The model got its own text, not the person's.
         assert "fake_slow_lookup cannot run" in third.answer
+
+
+async def test_a_server_without_its_own_timeout_has_the_agents_read_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every configured server got ``timeout_s`` 30 from the settings, so the agent's read
+    and write timeouts (``OPSBOT_AGENT__READ_TIMEOUT_SECONDS``...) applied to none of them: a
+    hung read held a turn 30 s per attempt, whatever the operator set."""
+    hang = call("fake_slow_lookup", item="X-1", seconds=3600)
+    async with fake_mcp_server() as (url, plan):
+        servers = [{"name": "fake", "url": url, "audience": url}]
+        monkeypatch.setenv("OPSBOT_MCP_SERVERS", json.dumps(servers))
+        monkeypatch.setenv("OPSBOT_AGENT__READ_TIMEOUT_SECONDS", "0.5")
+        monkeypatch.setenv("OPSBOT_AGENT__READ_RETRIES", "0")
+        config = agent_config(Settings(_env_file=None))  # type: ignore[call-arg]
+        assert config.servers[0].timeout_s is None
+        agent = Agent(
+            replace(config, retry_initial_delay=0.0),
+            model=ScriptedChatModel(steps=[hang, echo]),
+            broker=FakeBroker(audiences={"fake": url}),
+            threads=MemoryThreadStore(),
+            checkpointer=InMemorySaver(),
+            policy=ToolPolicy.from_yaml(FAKE_POLICY),
+        )
+
+        result, took = await run(agent, "slow")
+
+        assert isinstance(result, Answer)
+        assert "timed out" in result.answer
+        assert took < 10  # was 30 s
+        assert plan.calls["slow_lookup"] == 1
 
 
 @contextlib.asynccontextmanager
