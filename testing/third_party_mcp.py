@@ -122,6 +122,18 @@ async def time_server() -> AsyncIterator[str]:
         yield url
 
 
+@contextlib.asynccontextmanager
+async def sse_bridge(legacy_url: str) -> AsyncIterator[str]:
+    """A server on MCP's older HTTP+SSE transport (``legacy_url``, its ``/sse`` endpoint)
+    made streamable HTTP: one ``mcp-proxy`` in client mode speaks SSE to it and stdio to a
+    second one, which serves streamable HTTP (the recipe in docs/mcp-servers.md)."""
+    port = _free_port()
+    inner = ["uvx", "--", "--from", MCP_PROXY, "mcp-proxy", legacy_url]
+    argv = ["uvx", "--from", MCP_PROXY, "mcp-proxy", "--pass-environment", "--port", str(port)]
+    async with _process([*argv, *inner], port) as url:
+        yield url
+
+
 @dataclass
 class Capture:
     """What the upstream MCP server received through the proxy."""

@@ -27,6 +27,7 @@ from testing.third_party_mcp import (
     Capture,
     capture_proxy,
     everything_server,
+    sse_bridge,
     time_server,
     tool_missing,
 )
@@ -190,3 +191,37 @@ async def test_trust_read_only_hint_makes_hinted_tools_reads(
     assert isinstance(result, Answer)
     assert "Asia/Tokyo" in result.answer
     assert agent.policy.classify("clock_get_current_time").source == "read_only_hint"
+
+
+async def test_a_server_on_the_older_sse_transport_works_behind_the_mcp_proxy_bridge(
+    agent_env: AgentEnv,
+) -> None:
+    """opsbot speaks streamable HTTP; a team's server that still speaks only HTTP+SSE (MCP
+    2024-11-05) is reached through the bridge docs/mcp-servers.md gives: here mcp-server-time
+    behind mcp-proxy's ``/sse``, bridged by two more mcp-proxy processes."""
+    async with time_server() as time_url, sse_bridge(time_url.removesuffix("/mcp") + "/sse") as url:
+        legacy = ServerConfig("legacy", url, auth="none", timeout_s=20, trust_read_only_hint=True)
+        model = ScriptedChatModel(
+            steps=[call("legacy_get_current_time", timezone="Asia/Tokyo"), echo_all]
+        )
+        agent = Agent(
+            AgentConfig(servers=(legacy,), retry_initial_delay=0.0),
+            model=model,
+            broker=agent_env.harness.broker,
+            threads=MemoryThreadStore(),
+            checkpointer=InMemorySaver(),
+            policy=policy_allowing("legacy_get_current_time", "legacy_convert_time"),
+        )
+        alice = await agent_env.user("alice")
+        try:
+            result = await agent.run(alice, await new_thread(agent, alice), "time in Tokyo")
+        finally:
+            await agent.settle()
+
+    assert isinstance(result, Answer)
+    assert "Asia/Tokyo" in result.answer
+    assert model.bound_tools[-1] == [
+        "legacy_convert_time",
+        "legacy_get_current_time",
+        "FinalAnswer",
+    ]
