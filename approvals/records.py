@@ -5,9 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from broker.types import ChatUser
+
+if TYPE_CHECKING:
+    from agent_core.answer import ActionRequest as Proposal
+    from agent_core.answer import Interrupt
+    from agent_core.policy import ToolClass
 
 
 class ApprovalStatus(StrEnum):
@@ -82,6 +87,27 @@ class ReadRef:
 
     tool: str
     ref_id: str
+
+
+def proposed_action(
+    request: Proposal, rule: ToolClass, input_schema: dict[str, Any] | None
+) -> ActionRequest:
+    """The record of one write the model proposed, with what the tool policy says of it."""
+    return ActionRequest(
+        tool=request.name,
+        server=request.server or request.name.split("_", 1)[0],
+        args=dict(request.args),
+        description=request.description,
+        tool_call_id=request.tool_call_id,
+        approver_group=rule.approver_group or "",
+        sensitive=rule.sensitive,
+        input_schema=input_schema or {},
+    )
+
+
+def read_chain(interrupt: Interrupt) -> tuple[ReadRef, ...]:
+    """The reads that led to a proposal: one ``ReadRef`` per id each read returned."""
+    return tuple(ReadRef(step.tool, ref) for step in interrupt.reads for ref in step.ids)
 
 
 @dataclass(frozen=True, slots=True)

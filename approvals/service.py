@@ -38,10 +38,10 @@ from approvals.errors import (
 from approvals.records import (
     EXPIRY_DECIDER,
     ActionDecision,
-    ActionRequest,
     Approval,
     ApprovalStatus,
-    ReadRef,
+    proposed_action,
+    read_chain,
 )
 from approvals.rules import check_decider, validate_edit
 from approvals.store import ApprovalStore
@@ -169,21 +169,12 @@ class ApprovalService:
         """One pending approval per proposed write call, in the model's order, sharing a
         batch: each is decided on its own, and the run resumes once all are decided."""
         now = self._clock()
-        reads = tuple(ReadRef(step.tool, ref) for step in interrupt.reads for ref in step.ids)
+        reads = read_chain(interrupt)
         size = len(interrupt.action_requests)
         approvals: list[Approval] = []
         for index, request in enumerate(interrupt.action_requests):
             cls = self.tools.policy.classify(request.name)
-            action = ActionRequest(
-                tool=request.name,
-                server=request.server or request.name.split("_", 1)[0],
-                args=dict(request.args),
-                description=request.description,
-                tool_call_id=request.tool_call_id,
-                approver_group=cls.approver_group or "",
-                sensitive=cls.sensitive,
-                input_schema=self.tools.tool_schema(request.name) or {},
-            )
+            action = proposed_action(request, cls, self.tools.tool_schema(request.name))
             approval_id = self._new_id()
             approval = Approval(
                 approval_id=approval_id,
