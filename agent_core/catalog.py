@@ -27,7 +27,9 @@ def describe_tools(
     found: Mapping[str, ServerTools | ToolCallError],
     policy: ToolPolicy,
 ) -> tuple[list[ToolRow], list[str]]:
-    """Rows for every discovered tool, and one note per server that could not be listed."""
+    """Rows for every discovered tool (a tool the server listed but a model cannot be given
+    is a row too, under the server's own name), and one note per server that could not be
+    listed."""
     rows: list[ToolRow] = []
     notes: list[str] = []
     for name, config in servers.items():
@@ -50,4 +52,6 @@ def describe_tools(
             if not allowed:
                 why += "; not on the allowlist: hidden from the model"
             rows.append(ToolRow(name, d.prefixed_name, cls.kind, allowed, why))
+        for tool, why in entry.left_out:
+            rows.append(ToolRow(name, tool, "-", False, f"left out: {why}"))
     return rows, notes

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mcp import ClientSession
@@ -18,7 +19,14 @@ from mcp.types import Tool as McpTool
 
 from agent_core.tools import ToolDefinition, input_schema_problem, output_schema_problem
 
-__all__ = ["MAX_DESCRIPTION_CHARS", "MAX_SCHEMA_CHARS", "MAX_TOOL_PAGES", "definitions", "list_all"]
+__all__ = [
+    "MAX_DESCRIPTION_CHARS",
+    "MAX_SCHEMA_CHARS",
+    "MAX_TOOL_PAGES",
+    "Usable",
+    "definitions",
+    "list_all",
+]
 
 log = logging.getLogger(__name__)
 # Pages of a tool list read at the most (a server's cursor may never end).
@@ -30,7 +38,7 @@ MAX_DESCRIPTION_CHARS = 4_000
 MAX_SCHEMA_CHARS = 32_000
 
 
-def definitions(server: str, listed: Sequence[McpTool]) -> tuple[ToolDefinition, ...]:
+def definitions(server: str, listed: Sequence[McpTool]) -> Usable:
     """``server``'s listed tools as the model may be given them (``usable``)."""
     return usable(
         server,
@@ -48,16 +56,26 @@ def definitions(server: str, listed: Sequence[McpTool]) -> tuple[ToolDefinition,
     )
 
 
-def usable(server: str, tools: list[ToolDefinition]) -> tuple[ToolDefinition, ...]:
+@dataclass(frozen=True, slots=True)
+class Usable:
+    """The tools a model can be given, and those left out (the server's name, why)."""
+
+    tools: tuple[ToolDefinition, ...]
+    left_out: tuple[tuple[str, str], ...] = ()
+
+
+def usable(server: str, tools: list[ToolDefinition]) -> Usable:
     """The tools a model can be given, one line for each left out: one whose input schema a
     model cannot take or is past ``MAX_SCHEMA_CHARS``, and all but the first under one
     model-visible name (two names alike but for characters a model's tool name cannot have,
     or one listed twice, differently). A description past ``MAX_DESCRIPTION_CHARS`` is cut."""
     kept: dict[str, ToolDefinition] = {}
+    left_out: dict[str, str] = {}
     for d in tools:
         problem = input_schema_problem(d.input_schema) or _schema_too_large(d.input_schema)
         if problem is not None:
             log.warning("mcp server %s: tool %r left out: %s", server, d.name, problem)
+            left_out.setdefault(d.name, problem)
             continue
         if len(d.description) > MAX_DESCRIPTION_CHARS:
             log.warning(
@@ -77,14 +95,11 @@ def usable(server: str, tools: list[ToolDefinition]) -> tuple[ToolDefinition, ..
             d = dataclasses.replace(d, output_schema=None)
         first = kept.setdefault(d.prefixed_name, d)
         if first != d:  # one listed again as it was (or itself): nothing to say
-            log.warning(
-                "mcp server %s: tool %r left out: %r has its name for the model (%s)",
-                server,
-                d.name,
-                first.name,
-                d.prefixed_name,
-            )
-    return tuple(kept.values())
+            why = f"{first.name!r} has its name for the model ({d.prefixed_name})"
+            log.warning("mcp server %s: tool %r left out: %s", server, d.name, why)
+            if d.name != first.name:
+                left_out.setdefault(d.name, why)
+    return Usable(tuple(kept.values()), tuple(left_out.items()))
 
 
 def _schema_too_large(schema: Mapping[str, Any]) -> str | None:

@@ -436,8 +436,8 @@ class RunSessions:
             failure = classify_failure(server, exc, held.http_errors)
             await self._health.record(server, failure)
             raise failure from None
-        tools = definitions(server, listed)
-        entry = ServerTools(server=server, version=version, tools=tools)
+        found = definitions(server, listed)
+        entry = ServerTools(server, version, found.tools, found.left_out)
         self._cache.put(entry)
         self._prime(held.session, entry)
         return entry

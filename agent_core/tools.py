@@ -132,6 +132,8 @@ class ServerTools:
     server: str
     version: str
     tools: tuple[ToolDefinition, ...]
+    # Listed but not usable by a model: (the server's tool name, why), for ``opsbot tools``.
+    left_out: tuple[tuple[str, str], ...] = ()
 
 
 class DiscoveryCache:

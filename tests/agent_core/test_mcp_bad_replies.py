@@ -24,6 +24,7 @@ from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agent_core import Agent, AgentConfig, Answer, Interrupt, ServerConfig, ToolPolicy
+from agent_core.catalog import describe_tools
 from agent_core.discovery import MAX_DESCRIPTION_CHARS
 from agent_core.threads import MemoryThreadStore
 from agent_core.tools import MODEL_TOOL_NAME, prefixed
@@ -392,6 +393,32 @@ async def test_a_tool_too_large_for_every_model_request_is_cut_or_left_out(
         f"mcp server fake: tool 'vast' left out: its input schema is {size:,} characters, "
         "more than 32,000",
     ]
+
+
+async def test_opsbot_tools_shows_the_listed_tools_a_model_cannot_be_given_and_why(
+    fake: tuple[str, FaultPlan],
+) -> None:
+    """They were only in a log line at discovery: ``opsbot tools`` did not list them."""
+    url, plan = fake
+    good = {"type": "object", "properties": {"item": {"type": "string"}}}
+    tools = [
+        {"name": "lookup", "inputSchema": good},
+        {"name": "odd", "inputSchema": {"type": "string"}},
+        {"name": "look.up", "inputSchema": good},  # the model would know it as fake_look_up
+        {"name": "look_up", "inputSchema": good},
+    ]
+    plan.raw_replies["tools/list"] = [RawReply(200, (JSON,), (_result({"tools": tools}),))]
+    agent = make_agent(url, ScriptedChatModel(steps=[final("ok")]))
+
+    found = await agent.discover_all(ALICE)
+    rows, notes = describe_tools(agent.servers, found, agent.policy)
+
+    assert notes == []
+    assert [(r.tool, r.kind, r.allowlisted, r.why) for r in rows if r.kind == "-"] == [
+        ("odd", "-", False, "left out: its input schema is of type 'string', not an object"),
+        ("look_up", "-", False, "left out: 'look.up' has its name for the model (fake_look_up)"),
+    ]
+    assert [r.tool for r in rows if r.kind != "-"] == ["fake_lookup", "fake_look_up"]
 
 
 _INIT = {
