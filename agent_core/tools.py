@@ -65,13 +65,14 @@ def _schema_problem(schema: Mapping[str, Any], which: str) -> str | None:
 
 def prefixed(server: str, tool: str) -> str:
     """The model-visible name of ``tool`` on ``server``: ``<server>_<tool>`` (the adapters'
-    convention), any other character made ``_`` and a name past 64 characters cut, ending
-    in a hash of the whole, so that it stays one tool's."""
+    convention), any other character made ``_``. A name past 64 characters is cut, and one
+    that had non-ASCII characters (``検索`` and ``取得`` would both be ``___``) ends in a
+    hash of the whole, so that it stays one tool's."""
     name = f"{server}_{tool}"
     if MODEL_TOOL_NAME.fullmatch(name):
         return name
     safe = _NOT_IN_A_NAME.sub("_", name)
-    if len(safe) <= 64:
+    if len(safe) <= 64 and name.isascii():
         return safe
     return f"{safe[:55]}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 

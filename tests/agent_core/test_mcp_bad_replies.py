@@ -274,11 +274,21 @@ def test_a_model_visible_name_is_one_every_provider_takes_and_stays_one_tools() 
     assert prefixed("jira", "search_issues") == "jira_search_issues"  # as it was
     assert prefixed("jira", "search.issues") == "jira_search_issues"
     assert prefixed("jira", "admin/users list") == "jira_admin_users_list"
-    assert prefixed("jira", "tïcket") == "jira_t_cket"
+    # Non-ASCII letters say nothing once made "_": a hash of the whole keeps names apart.
+    assert prefixed("jira", "tïcket").startswith("jira_t_cket_")
+    assert prefixed("jira", "検索") != prefixed("jira", "取得")
+    assert prefixed("jira", "検索").startswith("jira____")
     long_a, long_b = prefixed("jira", "x" * 100 + "a"), prefixed("jira", "x" * 100 + "b")
     assert long_a != long_b
     assert long_a.startswith("jira_xxx")
-    for name in (long_a, long_b, prefixed("jira", ""), prefixed("jira", "☃" * 200)):
+    for name in (
+        long_a,
+        long_b,
+        prefixed("jira", ""),
+        prefixed("jira", "☃" * 200),
+        prefixed("jira", "検索"),
+        prefixed("jira", "tïcket"),
+    ):
         assert MODEL_TOOL_NAME.fullmatch(name), name
 
 
@@ -298,7 +308,16 @@ async def test_tools_named_as_mcp_allows_reach_the_model_as_providers_allow(
     url, plan = fake
     long_name = "describe_" + "the_whole_" * 10 + "incident"
     plan.raw_replies["tools/list"] = [
-        _listed("lookup", "search.issues", "admin/list users", long_name, "search_issues", "lookup")
+        _listed(
+            "lookup",
+            "search.issues",
+            "admin/list users",
+            long_name,
+            "search_issues",
+            "lookup",
+            "検索",
+            "取得",
+        )
     ]
     plan.raw_replies["search.issues"] = [
         RawReply(200, (JSON,), (_result({"content": [_text("3 issues")]}),))
@@ -321,6 +340,7 @@ async def test_tools_named_as_mcp_allows_reach_the_model_as_providers_allow(
     bound = reader.model.bound_tools[0]
     assert all(MODEL_TOOL_NAME.fullmatch(name) for name in bound), bound
     assert {"fake_search_issues", "fake_admin_list_users"} <= set(bound)
+    assert {prefixed("fake", "検索"), prefixed("fake", "取得")} <= set(bound)  # two tools
     assert plan.calls == {"search.issues": 1}  # under the server's own name
     assert reader.read == ["3 issues"]
     left_out = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
