@@ -20,7 +20,15 @@ from typing import Any, Literal, Protocol
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.interceptors import MCPToolCallRequest, MCPToolCallResult
-from mcp.types import AudioContent, CallToolResult, TextContent
+from mcp.types import (
+    AudioContent,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+)
 from tenacity import (
     AsyncRetrying,
     retry_if_exception_type,
@@ -281,22 +289,26 @@ async def _with_retries(
 
 
 def _for_the_model(result: CallToolResult) -> CallToolResult:
-    """``result`` as the model may read it: audio (the adapters cannot convert it yet) named,
-    not sent; text past ``MAX_RESULT_CHARS`` cut, with a note saying how much and why."""
-    total = sum(len(block.text) for block in result.content if isinstance(block, TextContent))
-    audio = any(isinstance(block, AudioContent) for block in result.content)
-    if total <= MAX_RESULT_CHARS and not audio:
-        return result
-    content: list[Any] = []
+    """``result`` as the model may read it: text only, and text past ``MAX_RESULT_CHARS`` cut
+    with a note saying how much and why.
+
+    Providers take other blocks in a tool result unevenly or not at all (OpenAI's client
+    refuses a file URL there, its API an image; Anthropic fetches a link's URL), and a refused
+    block stays in the thread's history, failing every later turn too. So an image, audio, a
+    blob is named, a resource link becomes its name and URI, an embedded text resource its
+    text."""
+    if all(isinstance(block, TextContent) for block in result.content):
+        total = sum(len(block.text) for block in result.content if isinstance(block, TextContent))
+        if total <= MAX_RESULT_CHARS:
+            return result
+    texts = [_as_text(block) for block in result.content]
+    total = sum(len(text) for text in texts)
+    content: list[TextContent] = []
     left = MAX_RESULT_CHARS
-    for block in result.content:
-        if isinstance(block, AudioContent):
-            content.append(TextContent(type="text", text=f"[{block.mimeType} audio omitted]"))
-        elif not isinstance(block, TextContent):
-            content.append(block)
-        elif left > 0:
-            content.append(block.model_copy(update={"text": block.text[:left]}))
-            left -= len(block.text)
+    for text in texts:
+        if left > 0:
+            content.append(TextContent(type="text", text=text[:left]))
+            left -= len(text)
     if total > MAX_RESULT_CHARS:
         cut = total - MAX_RESULT_CHARS
         content.append(
@@ -307,3 +319,25 @@ def _for_the_model(result: CallToolResult) -> CallToolResult:
             )
         )
     return result.model_copy(update={"content": content})
+
+
+def _as_text(block: Any) -> str:
+    """One content block of a tool result as text for the model."""
+    if isinstance(block, TextContent):
+        return block.text
+    if isinstance(block, ImageContent | AudioContent):
+        kind = "image" if isinstance(block, ImageContent) else "audio"
+        return f"[{block.mimeType} {kind} omitted]"
+    if isinstance(block, ResourceLink):
+        about = f" ({block.mimeType})" if block.mimeType else ""
+        said = f": {block.description}" if block.description else ""
+        return f"[resource link: {block.name} {block.uri}{about}{said}]"
+    if isinstance(block, EmbeddedResource):
+        resource = block.resource
+        if isinstance(resource, TextResourceContents):
+            return f"[resource {resource.uri}]\n{resource.text}"
+        size = len(resource.blob) * 3 // 4  # base64
+        return (
+            f"[resource {resource.uri} ({resource.mimeType or 'binary'}, {size:,} bytes) omitted]"
+        )
+    return f"[{getattr(block, 'type', 'unknown')} content omitted]"

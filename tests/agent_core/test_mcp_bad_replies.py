@@ -415,6 +415,56 @@ async def test_a_tool_too_large_for_every_model_request_is_cut_or_left_out(
     ]
 
 
+async def test_a_result_reaches_the_model_as_text_whatever_blocks_the_server_sent(
+    fake: tuple[str, FaultPlan],
+) -> None:
+    """An image, audio, a resource link or an embedded file in a tool result went to the
+    model as content blocks: OpenAI's client refuses a file URL in a tool message ("does not
+    support file URLs"), its API an image there, Anthropic fetches a link's URL (here
+    ``demo://``) — and the message stays in the thread's history, so every later turn of the
+    thread failed too. The model now reads one text, each block said in words."""
+    url, plan = fake
+    blocks = [
+        _text("Found it."),
+        {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+        {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"},
+        {
+            "type": "resource_link",
+            "uri": "demo://resource/1",
+            "name": "Resource 1",
+            "mimeType": "text/plain",
+            "description": "The first.",
+        },
+        {"type": "resource", "resource": {"uri": "demo://notes/2", "text": "note two"}},
+        {
+            "type": "resource",
+            "resource": {"uri": "demo://x.gz", "mimeType": "application/gzip", "blob": "H4sIAAAA"},
+        },
+    ]
+    structured = {"id": "X-1", "status": "ok"}
+    reply = _result({"content": blocks, "structuredContent": structured})
+    plan.raw_replies["lookup"] = [RawReply(200, (JSON,), (reply,))]
+    read: list[Any] = []
+
+    def answer(messages: list[BaseMessage]) -> Any:
+        read.extend(m.content for m in tool_results(messages))
+        return final("done")
+
+    agent = make_agent(url, ScriptedChatModel(steps=[call("fake_lookup", item="X-1"), answer]))
+
+    _, result = await asyncio.wait_for(run(agent, "look up X-1"), 15)
+
+    assert isinstance(result, Answer)
+    assert read == [
+        "Found it.\n"
+        "[image/png image omitted]\n"
+        "[audio/wav audio omitted]\n"
+        "[resource link: Resource 1 demo://resource/1 (text/plain): The first.]\n"
+        "[resource demo://notes/2]\nnote two\n"
+        "[resource demo://x.gz (application/gzip, 6 bytes) omitted]"
+    ]
+
+
 async def test_opsbot_tools_shows_the_listed_tools_a_model_cannot_be_given_and_why(
     fake: tuple[str, FaultPlan],
 ) -> None:
