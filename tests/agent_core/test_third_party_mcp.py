@@ -225,3 +225,45 @@ async def test_a_server_on_the_older_sse_transport_works_behind_the_mcp_proxy_br
         "legacy_get_current_time",
         "FinalAnswer",
     ]
+
+
+async def test_resource_links_and_images_from_server_everything_reach_the_model_as_text(
+    agent_env: AgentEnv, third_party: ThirdParty
+) -> None:
+    """server-everything's ``get-resource-links`` answers with resource links and
+    ``get-tiny-image`` with an image: as blocks in a tool message, OpenAI's client refused the
+    link and its API the image, in every later turn of the thread too."""
+    read: list[Any] = []
+
+    def keep(messages: list[BaseMessage]) -> Any:
+        read.extend(m.content for m in tool_results(messages))
+        return final("done")
+
+    model = ScriptedChatModel(
+        steps=[
+            calls(("everything_get-resource-links", {}), ("everything_get-tiny-image", {})),
+            keep,
+        ]
+    )
+    names = ("everything_get-resource-links", "everything_get-tiny-image")
+    spec = policy_allowing(*names).spec
+    rules = {**spec.tools, **{n: spec.tools["ticketing_get_ticket"] for n in names}}  # reads
+    agent = Agent(
+        AgentConfig(servers=third_party.servers, retry_initial_delay=0.0),
+        model=model,
+        broker=agent_env.harness.broker,
+        threads=MemoryThreadStore(),
+        checkpointer=InMemorySaver(),
+        policy=ToolPolicy(spec.model_copy(update={"tools": rules})),
+    )
+    alice = await agent_env.user("alice")
+
+    result = await agent.run(alice, await new_thread(agent, alice), "links and an image")
+
+    assert isinstance(result, Answer)
+    links, image = read
+    assert isinstance(links, str)
+    assert isinstance(image, str)
+    assert "[resource link: " in links
+    assert "demo://resource/" in links
+    assert "[image/png image omitted]" in image
