@@ -39,10 +39,18 @@ MAX_SCHEMA_CHARS = 32_000
 
 
 def definitions(server: str, listed: Sequence[McpTool]) -> Usable:
-    """``server``'s listed tools as the model may be given them (``usable``)."""
-    return usable(
-        server,
-        [
+    """``server``'s listed tools as the model may be given them (``usable``). A tool that
+    runs only as an MCP task (``execution.taskSupport: required``) is left out: opsbot calls
+    tools directly, and each call of it would fail."""
+    callable_: list[ToolDefinition] = []
+    task_only: list[tuple[str, str]] = []
+    for t in listed:
+        if t.execution is not None and t.execution.taskSupport == "required":
+            why = "it runs only as an MCP task, which opsbot does not use"
+            log.warning("mcp server %s: tool %r left out: %s", server, t.name, why)
+            task_only.append((t.name, why))
+            continue
+        callable_.append(
             ToolDefinition(
                 server=server,
                 name=t.name,
@@ -51,9 +59,9 @@ def definitions(server: str, listed: Sequence[McpTool]) -> Usable:
                 output_schema=t.outputSchema,
                 annotations=t.annotations.model_dump(exclude_none=True) if t.annotations else {},
             )
-            for t in listed
-        ],
-    )
+        )
+    found = usable(server, callable_)
+    return Usable(found.tools, (*task_only, *found.left_out))
 
 
 @dataclass(frozen=True, slots=True)

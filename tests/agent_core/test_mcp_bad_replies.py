@@ -476,6 +476,7 @@ async def test_opsbot_tools_shows_the_listed_tools_a_model_cannot_be_given_and_w
         {"name": "odd", "inputSchema": {"type": "string"}},
         {"name": "look.up", "inputSchema": good},  # the model would know it as fake_look_up
         {"name": "look_up", "inputSchema": good},
+        {"name": "research", "inputSchema": good, "execution": {"taskSupport": "required"}},
     ]
     plan.raw_replies["tools/list"] = [RawReply(200, (JSON,), (_result({"tools": tools}),))]
     agent = make_agent(url, ScriptedChatModel(steps=[final("ok")]))
@@ -485,6 +486,12 @@ async def test_opsbot_tools_shows_the_listed_tools_a_model_cannot_be_given_and_w
 
     assert notes == []
     assert [(r.tool, r.kind, r.allowlisted, r.why) for r in rows if r.kind == "-"] == [
+        (
+            "research",
+            "-",
+            False,
+            "left out: it runs only as an MCP task, which opsbot does not use",
+        ),
         ("odd", "-", False, "left out: its input schema is of type 'string', not an object"),
         ("look_up", "-", False, "left out: 'look.up' has its name for the model (fake_look_up)"),
     ]
