@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -296,7 +297,13 @@ def _for_the_model(result: CallToolResult) -> CallToolResult:
     refuses a file URL there, its API an image; Anthropic fetches a link's URL), and a refused
     block stays in the thread's history, failing every later turn too. So an image, audio, a
     blob is named, a resource link becomes its name and URI, an embedded text resource its
-    text."""
+    text. A result with structured content and no text (MCP only asks a server to add the
+    JSON as text) is read as that JSON: the model would read an empty result."""
+    has_text = any(isinstance(block, TextContent) for block in result.content)
+    if not has_text and result.structuredContent is not None:
+        data = json.dumps(result.structuredContent, ensure_ascii=False, default=str)
+        blocks = [TextContent(type="text", text=data), *result.content]
+        result = result.model_copy(update={"content": blocks})
     if all(isinstance(block, TextContent) for block in result.content):
         total = sum(len(block.text) for block in result.content if isinstance(block, TextContent))
         if total <= MAX_RESULT_CHARS:

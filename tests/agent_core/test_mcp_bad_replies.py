@@ -465,6 +465,24 @@ async def test_a_result_reaches_the_model_as_text_whatever_blocks_the_server_sen
     ]
 
 
+async def test_a_result_with_structured_content_only_is_read_as_its_json(
+    fake: tuple[str, FaultPlan],
+) -> None:
+    """MCP asks a server to add its structured content as text too, but does not require it:
+    a result with an empty content list reached the model as an empty text."""
+    url, plan = fake
+    structured = {"id": "X-1", "status": "ok", "owner": "Zoë"}
+    reply = _result({"content": [], "structuredContent": structured})
+    plan.raw_replies["lookup"] = [RawReply(200, (JSON,), (reply,))]
+    reader = _Reader("fake_lookup", item="X-1")
+    agent = make_agent(url, reader.model)
+
+    _, result = await asyncio.wait_for(run(agent, "look up X-1"), 15)
+
+    assert isinstance(result, Answer)
+    assert reader.read == ['{"id": "X-1", "status": "ok", "owner": "Zoë"}']
+
+
 async def test_opsbot_tools_shows_the_listed_tools_a_model_cannot_be_given_and_why(
     fake: tuple[str, FaultPlan],
 ) -> None:
