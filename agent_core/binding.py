@@ -175,6 +175,8 @@ _UNREACHABLE = (ServerUnavailableError, ToolTransientError)
 # The most of one result's text a model reads (~25k tokens): a server that does not limit its
 # results must not fill the context window, or fail the model's call, with one answer.
 MAX_RESULT_CHARS = 100_000
+# The most of an error result's text a model reads.
+MAX_ERROR_CHARS = 2_000
 
 
 def failure_reason(server: str, exc: ToolCallError) -> str:
@@ -254,7 +256,10 @@ class AuditInterceptor:
                 result = await _with_retries(ctx, attempts, handler, sent)
             if isinstance(result, CallToolResult):
                 if result.isError:
-                    raise ToolResultError(server, result_text(result.content) or f"{name} failed")
+                    # The model may need all of a validation error to fix its arguments, not
+                    # a whole stack trace; people see one line of it (``one_line``).
+                    text = result_text(result.content)[:MAX_ERROR_CHARS]
+                    raise ToolResultError(server, text or "the server gave no reason")
                 result = _for_the_model(result)
             outcome, reason = "success", None
             return result

@@ -28,7 +28,13 @@ from agent_core.errors import (
 from agent_core.transport import ServerError, SessionEnded, UnreadableReply
 from infra.logging import demote_to_debug, quiet_mcp_streams
 
-__all__ = ["SERVER_TEXT_CHARS", "classify_failure", "quiet_mcp_client", "reply_failure"]
+__all__ = [
+    "SERVER_TEXT_CHARS",
+    "classify_failure",
+    "one_line",
+    "quiet_mcp_client",
+    "reply_failure",
+]
 
 MCP_CLIENT_LOGGER = "mcp.client.streamable_http"
 
@@ -81,6 +87,12 @@ def _root_causes(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+def one_line(text: str) -> str:
+    """A server's own text as a person (and, for a JSON-RPC error, the model) is shown it: on
+    one line, at most ``SERVER_TEXT_CHARS`` (a server may send a whole stack trace)."""
+    return " ".join(text.split())[:SERVER_TEXT_CHARS]
+
+
 def reply_failure(server: str, error: ErrorData) -> ToolCallError | None:
     """The failure a request's error answer states (``agent_core.transport``): an error the
     server sent, a reply that could not be read, or a session the server ended; ``None``
@@ -88,8 +100,7 @@ def reply_failure(server: str, error: ErrorData) -> ToolCallError | None:
     if isinstance(error, UnreadableReply):
         return ToolProtocolError(server, f"{server} sent a reply that is not MCP ({error.message})")
     if isinstance(error, ServerError):
-        text = " ".join(error.message.split())[:SERVER_TEXT_CHARS] or f"error {error.code}"
-        return ToolResultError(server, text)
+        return ToolResultError(server, one_line(error.message) or f"error {error.code}")
     if isinstance(error, SessionEnded):
         return SessionEndedError(server, f"{server} ended the session")
     return None

@@ -26,6 +26,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from agent_core import errors
 from agent_core.binding import RunContext
+from agent_core.mcp_failures import one_line
 from agent_core.texts import Outcome, note, tool_note
 
 ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
@@ -195,7 +196,7 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
             return error_message(
                 request,
                 f"{name} failed: {exc}",
-                people=f"the {server} server refused {name}: {exc}",
+                people=f"the {server} server refused {name}: {one_line(str(exc))}",
                 outcome="failed",
             )
         except errors.ToolProtocolError as exc:

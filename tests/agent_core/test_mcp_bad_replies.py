@@ -26,6 +26,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from agent_core import Agent, AgentConfig, Answer, Interrupt, ServerConfig, ToolPolicy
 from agent_core.catalog import describe_tools
 from agent_core.discovery import MAX_DESCRIPTION_CHARS
+from agent_core.texts import tool_note
 from agent_core.threads import MemoryThreadStore
 from agent_core.tools import MODEL_TOOL_NAME, prefixed
 from testing.agent import (
@@ -205,6 +206,45 @@ async def test_a_json_rpc_error_is_the_servers_answer_not_a_broken_connection(
     assert len(reader.read[0]) < 400
     assert "connection" not in reader.read[0]
     assert _quiet(caplog) == []
+
+
+async def test_an_error_result_with_a_stack_trace_is_one_line_for_people(
+    fake: tuple[str, FaultPlan],
+) -> None:
+    """A server that answers a failed call with its stack trace (``isError``): the model read
+    all 10,000 characters and people's text of the call (the tool step shown in chat) was the
+    whole traceback, line by line. An empty one read "fake_lookup failed: fake_lookup failed"."""
+    url, plan = fake
+    trace = 'Traceback (most recent call last):\n  File "/srv/app.py", line 12\n' * 150
+    errors = [{"content": [_text(trace)], "isError": True}, {"content": [], "isError": True}]
+    plan.raw_replies["lookup"] = [RawReply(200, (JSON,), (_result(e),)) for e in errors]
+    notes: list[dict[str, Any]] = []
+    read: list[Any] = []
+
+    def answer(messages: list[BaseMessage]) -> Any:
+        notes.extend(tool_note(m) or {} for m in tool_results(messages))
+        read.extend(m.content for m in tool_results(messages))
+        return final("done")
+
+    steps = [call("fake_lookup", item="X-1"), answer]
+    for text in ("look up X-1", "look up X-2"):
+        agent = make_agent(url, ScriptedChatModel(steps=steps), read_retries=0)
+        _, result = await asyncio.wait_for(run(agent, text), 15)
+        assert isinstance(result, Answer)
+
+    traced, empty = notes
+    assert traced["people_text"].startswith(
+        'the fake server refused fake_lookup: Traceback (most recent call last): File "/srv'
+    )
+    assert "\n" not in traced["people_text"]
+    assert len(traced["people_text"]) <= 300 + len("the fake server refused fake_lookup: ")
+    assert empty["people_text"] == (
+        "the fake server refused fake_lookup: the server gave no reason"
+    )
+    # The model reads the start of it, lines kept (a validation error may list several).
+    assert read[0].startswith("fake_lookup failed: Traceback (most recent call last):\n")
+    assert len(read[0]) == len("fake_lookup failed: ") + 2_000
+    assert read[1] == "fake_lookup failed: the server gave no reason"
 
 
 async def test_a_session_the_server_forgot_is_opened_again(
