@@ -46,8 +46,9 @@ from agent_core.errors import (
     ToolTimeoutError,
     ToolTransientError,
 )
+from agent_core.mcp_failures import one_line
 from agent_core.policy import ToolPolicy
-from agent_core.tools import IDEMPOTENCY_ARG, ToolDefinition, prefixed, result_text
+from agent_core.tools import IDEMPOTENCY_ARG, ToolDefinition, prefixed
 from broker import Identity
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ MAX_ERROR_CHARS = 2_000
 def failure_reason(server: str, exc: ToolCallError) -> str:
     """What a person is told about a failed call: the server's refusal, or why it is unknown."""
     if isinstance(exc, ToolResultError):
-        text = " ".join(str(exc).split())[:200]
+        text = one_line(str(exc), 200)
         return f"the {server} server refused — {text}" if text else f"the {server} server refused"
     if isinstance(exc, ToolAuthError):
         if exc.status == 403:
@@ -258,7 +259,7 @@ class AuditInterceptor:
                 if result.isError:
                     # The model may need all of a validation error to fix its arguments, not
                     # a whole stack trace; people see one line of it (``one_line``).
-                    text = result_text(result.content)[:MAX_ERROR_CHARS]
+                    text = "\n".join(_as_text(b) for b in result.content)[:MAX_ERROR_CHARS]
                     raise ToolResultError(server, text or "the server gave no reason")
                 result = _for_the_model(result)
             outcome, reason = "success", None

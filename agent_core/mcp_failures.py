@@ -87,10 +87,10 @@ def _root_causes(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def one_line(text: str) -> str:
+def one_line(text: str, limit: int = SERVER_TEXT_CHARS) -> str:
     """A server's own text as a person (and, for a JSON-RPC error, the model) is shown it: on
-    one line, at most ``SERVER_TEXT_CHARS`` (a server may send a whole stack trace)."""
-    return " ".join(text.split())[:SERVER_TEXT_CHARS]
+    one line, at most ``limit`` characters (a server may send a whole stack trace)."""
+    return " ".join(text.split())[:limit]
 
 
 def reply_failure(server: str, error: ErrorData) -> ToolCallError | None:

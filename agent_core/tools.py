@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -237,12 +236,3 @@ def build_tool(definition: ToolDefinition, policy: ToolPolicy) -> BaseTool:
         response_format="content_and_artifact",
         metadata=tool_metadata(definition, policy),
     )
-
-
-def result_text(content: Any) -> str:
-    """Text of an MCP result's content blocks (JSON for anything else)."""
-    parts: list[str] = []
-    for block in content or []:
-        text = getattr(block, "text", None)
-        parts.append(text if isinstance(text, str) else json.dumps(block.model_dump(), default=str))
-    return "\n".join(parts)
