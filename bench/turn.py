@@ -16,6 +16,10 @@ affects all of them alike:
   per server per run, the middleware, the SQLite checkpointer, the SQL thread store and the
   audit log.
 
+Also a turn the model answers without a tool call, for opsbot and the peer, and what one
+read adds to it (``one_read_adds_cpu_ms``): opsbot's includes opening and closing the run's
+session, the peer's session stays open.
+
 Wall time (until the answer is returned) and client CPU (this thread's CPU time, including
 the sessions a run ends after answering: the IdP and the MCP servers run on a thread of
 their own, so their work is not counted) are medians over the rounds. Also: SQL
@@ -42,6 +46,8 @@ if TYPE_CHECKING:
     from bench._support import OtherLoop
 
 KS = (1, 4, 8)
+# A turn the model answers without a tool: what a turn costs besides its tool calls.
+ANSWER_ONLY = 0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,7 +111,7 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
             agents = {}
             url = f"sqlite:///{tmp}/opsbot.db"
             async with contextlib.AsyncExitStack() as stack:
-                for k in KS:
+                for k in (*KS, ANSWER_ONLY):
                     model = FunctionChatModel(fn=reads_then_answer(k))
                     agents[k] = await stack.enter_async_context(
                         open_sql_agent(env, model, url, migrated=k != KS[0])
@@ -137,7 +143,7 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                         tools=peer_tools,
                         response_format=ToolStrategy(FinalAnswer),
                     )
-                    for k in KS
+                    for k in (*KS, ANSWER_ONLY)
                 }
                 default_tools = await client.get_tools(server_name="ticketing")
                 default_peers = {
@@ -180,8 +186,8 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                     await peers[k].ainvoke({"messages": [("user", f"show {k} tickets ({i})")]})
 
                 async def default_peer(k: int, i: int) -> None:
-                    message = ("user", f"show {k} tickets ({i})")
-                    await default_peers[k].ainvoke({"messages": [message]})
+                    text = f"show {k} tickets ({i})"
+                    await default_peers[k].ainvoke({"messages": [("user", text)]})
 
                 sql_counts: dict[str, list[int]] = {db: [] for db in databases}
 
@@ -217,6 +223,8 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                     await floor(k)
                     await session_floor(k)
                     await close_session()
+                await opsbot(ANSWER_ONLY, -1)
+                await peer(ANSWER_ONLY, -1)
                 await count_sql(-1)
                 for counts in sql_counts.values():
                     counts.clear()
@@ -225,6 +233,7 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                     name: {k: [] for k in KS}
                     for name in ("floor", "session_floor", "peer", "default_peer", "opsbot")
                 }
+                answer_only: dict[str, list[tuple[float, float]]] = {"opsbot": [], "peer": []}
                 for i in range(turns):
                     for k in KS:
                         samples["floor"][k].append(await _timed(functools.partial(floor, k)))
@@ -238,6 +247,14 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
                         samples["opsbot"][k].append(
                             await _timed(functools.partial(opsbot, k, i), agents[k].settle)
                         )
+                    answer_only["opsbot"].append(
+                        await _timed(
+                            functools.partial(opsbot, ANSWER_ONLY, i), agents[ANSWER_ONLY].settle
+                        )
+                    )
+                    answer_only["peer"].append(
+                        await _timed(functools.partial(peer, ANSWER_ONLY, i))
+                    )
                     await count_sql(i)
                 lists = sum(a.stats.list_tools_calls for a in agents.values()) - lists_before
                 warm = lists / runs["warm"]
@@ -248,6 +265,10 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
     wall = {n: {str(k): median(n, k, 0) for k in KS} for n in samples}
     cpu = {n: {str(k): median(n, k, 1) for k in KS} for n in samples}
     ops_cpu = cpu["opsbot"]
+    answer_wall, answer_cpu = (
+        {n: round(statistics.median(s[index] for s in answer_only[n]), 2) for n in answer_only}
+        for index in (0, 1)
+    )
     sql_by_database = {db: statistics.median(counts) for db, counts in sql_counts.items()}
     return {
         "turns": turns,
@@ -269,6 +290,13 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
         "peer_cpu_ratio": round(ops_cpu["1"] / cpu["peer"]["1"], 2),
         "default_peer_cpu_ratio": {
             str(k): round(ops_cpu[str(k)] / cpu["default_peer"][str(k)], 2) for k in KS
+        },
+        # Without a tool call (the model answers at once), and what one read adds to that: the
+        # run's session (opened, closed) is in opsbot's, the peer's session stays open.
+        "answer_only": {"wall_ms": answer_wall, "cpu_ms": answer_cpu},
+        "one_read_adds_cpu_ms": {
+            "opsbot": round(ops_cpu["1"] - answer_cpu["opsbot"], 2),
+            "peer": round(cpu["peer"]["1"] - answer_cpu["peer"], 2),
         },
         "cpu_ms_per_extra_call": round((ops_cpu["8"] - ops_cpu["1"]) / 7, 2),
         "peer_cpu_ms_per_extra_call": round((cpu["peer"]["8"] - cpu["peer"]["1"]) / 7, 2),
