@@ -72,6 +72,9 @@ __all__ = ["RunSessions", "ServerConfig", "SessionStats"]
 
 CLIENT_INFO = Implementation(name="opsbot", version="0.1.0")
 T = TypeVar("T")
+# Seconds a closing session waits for its transport's tasks to end on their own; past it they
+# are cancelled, as the SDK always did.
+QUIET_END_S = 1.0
 log = logging.getLogger(__name__)
 
 
@@ -99,6 +102,34 @@ class _Held:
     @property
     def session(self) -> ClientSession:
         return self.ready.result()[0]
+
+
+class _RunSession(ValidatingSession):
+    """A run's ``ClientSession`` that ends without cancelling its tasks.
+
+    The SDK's session cancels its receive loop on exit, and the transport its writers: each
+    cancellation leaves an exception whose traceback holds the loop's frame, and so the
+    session, the transport and its HTTP objects in reference cycles. Hundreds of objects a
+    run then waited for the garbage collector, whose full collections stall the ack thread
+    (``infra.gc_pacing``). Closing the session's outgoing stream first lets the transport's
+    tasks end (``agent_core.transport``), which closes the incoming stream, which ends the
+    receive loop: nothing is left to cancel, and the objects are freed at once."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._received_all = anyio.Event()
+
+    async def _receive_loop(self) -> None:
+        try:
+            await super()._receive_loop()
+        finally:
+            self._received_all.set()
+
+    async def end_quietly(self) -> None:
+        """Close the outgoing stream and wait (briefly) for the receive loop to end."""
+        await self._write_stream.aclose()
+        with anyio.move_on_after(QUIET_END_S):
+            await self._received_all.wait()
 
 
 class RunSessions:
@@ -391,7 +422,7 @@ class RunSessions:
                 client,
                 request_only_transport(config.url, client) as (read, write),
                 # Output schemas checked with validators compiled once (agent_core.validation).
-                ValidatingSession(read, write, client_info=CLIENT_INFO) as session,
+                _RunSession(read, write, client_info=CLIENT_INFO) as session,
             ):
                 try:
                     init = await session.initialize()
@@ -405,6 +436,7 @@ class RunSessions:
                     ) from None
                 held.ready.set_result((session, init))
                 await held.stop.wait()
+                await session.end_quietly()
         except BaseException as exc:  # the failure is reported to whoever waits on it
             held.failure = exc if isinstance(exc, Exception) else None
             if not held.ready.done():
@@ -507,3 +539,11 @@ async def _stop(held: _Held) -> None:
             held.task.cancel()
         except Exception:  # noqa: S110 — a dead session has nothing left to close
             pass
+    # The tools, the HTTP client and the finished task all point back at the session: let
+    # go of them, so that its objects are freed now rather than left as cycles for the
+    # garbage collector, whose full collections stall the ack thread (infra.gc_pacing).
+    # A task still running (cancelled above) stays referenced until it ends.
+    held.tools.clear()
+    held.client = None
+    if held.task is not None and held.task.done():
+        held.task = None

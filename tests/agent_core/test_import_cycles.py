@@ -25,9 +25,12 @@ def test_one_integration_point_opens_mcp_sessions() -> None:
     import agent_core
 
     root = Path(agent_core.__file__).parent
-    # A session is opened by calling mcp's ClientSession or agent_core.validation's
-    # subclass of it (which only changes how results are checked).
-    opening = re.compile(r"^(?!\s*class ).*\b(ClientSession|ValidatingSession)\(", re.MULTILINE)
+    # A session is opened by calling mcp's ClientSession or a subclass of it:
+    # agent_core.validation's (which only changes how results are checked) and
+    # agent_core.sessions' (which only changes how it ends).
+    opening = re.compile(
+        r"^(?!\s*class ).*\b(ClientSession|ValidatingSession|_RunSession)\(", re.MULTILINE
+    )
     openers = sorted(
         p.name for p in root.rglob("*.py") if opening.search(p.read_text(encoding="utf-8"))
     )

@@ -1,4 +1,5 @@
-"""A session closed right after ``initialize`` ends cleanly (``agent_core.transport``).
+"""A session closed right after ``initialize`` ends cleanly (``agent_core.transport``), and a
+run's session is freed when it closes (``agent_core.sessions``).
 
 ``initialized`` is posted beside the session's next message; a run that closes at once sent
 its ``DELETE`` while that POST was still in flight, and the server, ending the session under
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,12 +24,15 @@ import httpx
 import pytest
 from mcp import ClientSession
 
+from agent_core.threads import PlatformRef
 from agent_core.transport import ConnectionPools, request_only_transport
 from infra.loop_thread import LoopThread
 from infra.serving import bind_socket, serve_asgi
 from mcp_servers.app import AuthConfig
 from mcp_servers.runner import audience_for, open_server
+from testing.agent import AgentEnv, FunctionChatModel
 from testing.mcp import directory_grants, run_test_issuer
+from testing.turns import reads_then_answer
 
 SESSIONS = 60
 NOTIFICATION_DELAY_S = 0.02
@@ -119,3 +125,35 @@ async def test_sessions_closed_at_once_after_initialize_all_end_cleanly(
     assert 1 <= len(connects) <= 3, f"{len(connects)} connections for {SESSIONS} sessions"
     errors: list[Any] = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, [r.getMessage() for r in errors[:3]]
+
+
+async def test_a_runs_session_is_freed_when_it_closes_not_left_to_the_garbage_collector(
+    agent_env: AgentEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SDK cancelled its receive loop and the transport its writers on close: each
+    # cancellation's traceback kept the session, its transport and HTTP objects in reference
+    # cycles (~100 objects a run) for the full collections that stall the ack thread.
+    opened: list[weakref.ref[ClientSession]] = []
+    init = ClientSession.__init__
+
+    def recording_init(self: ClientSession, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        opened.append(weakref.ref(self))
+
+    monkeypatch.setattr(ClientSession, "__init__", recording_init)
+    agent = agent_env.agent(FunctionChatModel(fn=reads_then_answer(1)))
+    alice = await agent_env.user("alice")
+    for i in range(3):
+        thread = await agent.threads.get_or_create(
+            PlatformRef("slack", "T", "C", f"ts-{i}"), alice.subject
+        )
+        gc.collect()
+        gc.disable()
+        try:
+            assert (await agent.run(alice, thread.thread_id, "show PAY-101")).kind == "answer"
+            await agent.settle()
+            assert opened, "the run opened no session"
+            assert [r() for r in opened] == [None] * len(opened)
+        finally:
+            gc.enable()
+        opened.clear()
