@@ -265,10 +265,11 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
     wall = {n: {str(k): median(n, k, 0) for k in KS} for n in samples}
     cpu = {n: {str(k): median(n, k, 1) for k in KS} for n in samples}
     ops_cpu = cpu["opsbot"]
-    answer_wall, answer_cpu = (
-        {n: round(statistics.median(s[index] for s in answer_only[n]), 2) for n in answer_only}
-        for index in (0, 1)
-    )
+
+    def answer_median(name: str, index: int) -> float:
+        return round(statistics.median(s[index] for s in answer_only[name]), 2)
+
+    answer_cpu = {n: answer_median(n, 1) for n in answer_only}
     sql_by_database = {db: statistics.median(counts) for db, counts in sql_counts.items()}
     return {
         "turns": turns,
@@ -293,7 +294,10 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
         },
         # Without a tool call (the model answers at once), and what one read adds to that: the
         # run's session (opened, closed) is in opsbot's, the peer's session stays open.
-        "answer_only": {"wall_ms": answer_wall, "cpu_ms": answer_cpu},
+        "answer_only": {
+            "wall_ms": {n: answer_median(n, 0) for n in answer_only},
+            "cpu_ms": answer_cpu,
+        },
         "one_read_adds_cpu_ms": {
             "opsbot": round(ops_cpu["1"] - answer_cpu["opsbot"], 2),
             "peer": round(cpu["peer"]["1"] - answer_cpu["peer"], 2),
