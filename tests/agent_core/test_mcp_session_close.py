@@ -17,15 +17,16 @@ import contextlib
 import gc
 import logging
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
+from langchain_core.messages import AIMessage, BaseMessage
 from mcp import ClientSession
 
 from agent_core.threads import PlatformRef
-from agent_core.transport import ConnectionPools, request_only_transport
+from agent_core.transport import ConnectionPools, _SharedPool, request_only_transport
 from infra.loop_thread import LoopThread
 from infra.serving import bind_socket, serve_asgi
 from mcp_servers.app import AuthConfig
@@ -127,6 +128,30 @@ async def test_sessions_closed_at_once_after_initialize_all_end_cleanly(
     assert not errors, [r.getMessage() for r in errors[:3]]
 
 
+async def one_read_turns_without_the_collector(
+    agent_env: AgentEnv,
+    after_each: Callable[[], None],
+    turns: int = 3,
+    step: Callable[[list[BaseMessage]], AIMessage] | None = None,
+) -> None:
+    """``turns`` one-read runs (``step`` is the model's), each run with the cyclic garbage
+    collector off, then ``after_each`` (its checks) while it is still off."""
+    agent = agent_env.agent(FunctionChatModel(fn=step or reads_then_answer(1)))
+    alice = await agent_env.user("alice")
+    for i in range(turns):
+        thread = await agent.threads.get_or_create(
+            PlatformRef("slack", "T", "C", f"ts-{i}"), alice.subject
+        )
+        gc.collect()
+        gc.disable()
+        try:
+            assert (await agent.run(alice, thread.thread_id, "show PAY-101")).kind == "answer"
+            await agent.settle()
+            after_each()
+        finally:
+            gc.enable()
+
+
 async def test_a_runs_session_is_freed_when_it_closes_not_left_to_the_garbage_collector(
     agent_env: AgentEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,20 +165,36 @@ async def test_a_runs_session_is_freed_when_it_closes_not_left_to_the_garbage_co
         init(self, *args, **kwargs)
         opened.append(weakref.ref(self))
 
-    monkeypatch.setattr(ClientSession, "__init__", recording_init)
-    agent = agent_env.agent(FunctionChatModel(fn=reads_then_answer(1)))
-    alice = await agent_env.user("alice")
-    for i in range(3):
-        thread = await agent.threads.get_or_create(
-            PlatformRef("slack", "T", "C", f"ts-{i}"), alice.subject
-        )
-        gc.collect()
-        gc.disable()
-        try:
-            assert (await agent.run(alice, thread.thread_id, "show PAY-101")).kind == "answer"
-            await agent.settle()
-            assert opened, "the run opened no session"
-            assert [r() for r in opened] == [None] * len(opened)
-        finally:
-            gc.enable()
+    def all_freed() -> None:
+        assert opened, "the run opened no session"
+        assert [r() for r in opened] == [None] * len(opened)
         opened.clear()
+
+    monkeypatch.setattr(ClientSession, "__init__", recording_init)
+    await one_read_turns_without_the_collector(agent_env, all_freed)
+
+
+async def test_a_runs_http_responses_are_freed_as_they_close(
+    agent_env: AgentEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # httpx's client wraps each response body in a stream that points back at the response:
+    # every request of a run (initialize, initialized, the call, DELETE), its headers and
+    # connection-pool objects stayed in a reference cycle, ~60 objects each, until a full
+    # collection.
+    responses: list[weakref.ref[httpx.Response]] = []
+    handle = _SharedPool.handle_async_request
+
+    async def recording(self: _SharedPool, request: httpx.Request) -> httpx.Response:
+        response = await handle(self, request)
+        responses.append(weakref.ref(response))
+        return response
+
+    def all_freed() -> None:
+        assert len(responses) >= 3, "the run made no MCP requests"
+        kept = [r() for r in responses if r() is not None]
+        assert not kept, [(r.request.method, r.status_code) for r in kept]
+        responses.clear()
+
+    monkeypatch.setattr(_SharedPool, "handle_async_request", recording)
+    await one_read_turns_without_the_collector(agent_env, all_freed)
+
