@@ -50,6 +50,7 @@ from agent_core.mcp_failures import one_line
 from agent_core.policy import ToolPolicy
 from agent_core.tools import IDEMPOTENCY_ARG, ToolDefinition, prefixed
 from broker import Identity
+from infra.retries import retried
 
 log = logging.getLogger(__name__)
 
@@ -280,19 +281,23 @@ async def _with_retries(
     ctx: RunContext, attempts: int, handler: MCPHandler, sent: MCPToolCallRequest
 ) -> MCPToolCallResult:
     """A keyed write, sent again (same key) while its server is unreachable, with backoff."""
-    async for attempt in AsyncRetrying(
+    made = 0
+
+    async def attempt() -> MCPToolCallResult:
+        nonlocal made
+        made += 1
+        # A retry must not reuse the session the failed attempt may have killed.
+        return await (handler(sent) if made == 1 else ctx.sessions.call_again(sent))
+
+    retrying = AsyncRetrying(
         stop=stop_after_attempt(attempts),
         wait=wait_exponential(
             multiplier=ctx.write_retry_initial_delay, max=ctx.write_retry_max_delay
         ),
         retry=retry_if_exception_type(_UNREACHABLE),
         reraise=True,
-    ):
-        with attempt:
-            first = attempt.retry_state.attempt_number == 1
-            # A retry must not reuse the session the failed attempt may have killed.
-            return await (handler(sent) if first else ctx.sessions.call_again(sent))
-    raise AssertionError("unreachable: tenacity reraises the last failure")
+    )
+    return await retried(retrying, attempt)
 
 
 def _for_the_model(result: CallToolResult) -> CallToolResult:

@@ -28,6 +28,7 @@ from agent_core import errors
 from agent_core.binding import RunContext
 from agent_core.mcp_failures import one_line
 from agent_core.texts import Outcome, note, tool_note
+from infra.retries import retried
 
 ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
 
@@ -151,15 +152,13 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
 
         try:
             # One refresh: the cached token may have expired or been revoked upstream.
-            async for attempt in AsyncRetrying(
+            once_refreshed = AsyncRetrying(
                 stop=stop_after_attempt(2),
                 retry=retry_if_exception(_is_refused_token),
                 before_sleep=refresh,
                 reraise=True,
-            ):
-                with attempt:
-                    return _executed(request, await handler(request))
-            raise AssertionError("unreachable: tenacity re-raises the last failure")
+            )
+            return _executed(request, await retried(once_refreshed, handler, request))
         except errors.ToolAuthError as exc:
             detail = (
                 "token refused even after a refresh"

@@ -32,6 +32,7 @@ from tenacity import (
 from infra.jobs.queue import Job, SqlJobQueue
 from infra.jobs.spool import SpoolMover
 from infra.lifecycle import Background
+from infra.retries import retried
 from infra.storage.faults import is_connection_error
 from infra.storage.migrate import SchemaOutOfDateError, check_schema, report_schema
 
@@ -63,10 +64,7 @@ async def through_outage(
         stop=stop_after_delay(within),
         reraise=True,
     )
-    async for attempt in retrying:
-        with attempt:
-            return await write(*args)
-    raise AssertionError("unreachable: tenacity re-raises the last error")
+    return await retried(retrying, write, *args)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from infra.clock import Clock, utc_now
 from infra.jobs.inbox import JobInbox
+from infra.retries import retried
 from infra.storage.engine import create_engine, single_writer, sqlite_path
 from infra.storage.schema import metadata, processed_events, run_jobs
 
@@ -89,18 +90,20 @@ async def open_spool(url: str) -> AsyncEngine:
         text = str(exc)
         return isinstance(exc, OperationalError) and ("already exists" in text or "locked" in text)
 
+    async def create() -> None:
+        async with engine.begin() as conn:
+            await conn.run_sync(
+                lambda sync: metadata.create_all(sync, tables=[run_jobs, processed_events])
+            )
+
     try:
-        async for attempt in AsyncRetrying(
+        retrying = AsyncRetrying(
             retry=retry_if_exception(racing),
             stop=stop_after_attempt(5),
             wait=wait_random(0.01, 0.1),
             reraise=True,
-        ):
-            with attempt:
-                async with engine.begin() as conn:
-                    await conn.run_sync(
-                        lambda sync: metadata.create_all(sync, tables=[run_jobs, processed_events])
-                    )
+        )
+        await retried(retrying, create)
     except BaseException:
         await engine.dispose()
         raise
