@@ -144,8 +144,6 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
         if request.tool is None:
             return error_message(request, self._unknown_tool_text(ctx, name))
         server = str((request.tool.metadata or {}).get("server", ""))
-        is_write = ctx.policy.classify(name).is_write
-        unknown: Outcome = "unknown" if is_write else "failed"
 
         async def refresh(_: Any) -> None:
             await ctx.sessions.refresh(server)
@@ -159,7 +157,49 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                 reraise=True,
             )
             return _executed(request, await retried(once_refreshed, handler, request))
-        except errors.ToolAuthError as exc:
+        except errors.ToolCallError as exc:
+            # Its traceback runs through some twenty layers (tenacity, LangGraph's tool node,
+            # the adapters), and frames among them hold the exception (tenacity's outcome, a
+            # future): each failed call left ~700 objects in a reference cycle for the next
+            # full collection, which stalls the ack thread too. The model reads the message.
+            forget_frames(exc)
+            is_write = ctx.policy.classify(name).is_write
+            return _failure_message(request, ctx, exc, name, server, is_write)
+
+    @staticmethod
+    def _unknown_tool_text(ctx: RunContext, name: str) -> str:
+        for server in ctx.unavailable:
+            if name.startswith(f"{server}_"):
+                return (
+                    f"The {server} server is unavailable right now, so {name} cannot run. "
+                    "Tell the user; do not retry."
+                )
+        return f"{name} is not an available tool. Use only the tools you were given."
+
+
+def forget_frames(exc: BaseException) -> None:
+    """Drop the tracebacks of ``exc`` and of the exceptions it came from (handled: only its
+    message is used), so the frames they pass through are freed at once."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        current.__traceback__ = None
+        current = current.__cause__ or current.__context__
+
+
+def _failure_message(
+    request: ToolCallRequest,
+    ctx: RunContext,
+    exc: errors.ToolCallError,
+    name: str,
+    server: str,
+    is_write: bool,
+) -> ToolMessage:
+    """The error result for a call that failed with ``exc``: for the model and for people."""
+    unknown: Outcome = "unknown" if is_write else "failed"
+    match exc:
+        case errors.ToolAuthError():
             detail = (
                 "token refused even after a refresh"
                 if exc.status == 401
@@ -171,34 +211,34 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                 people=f"the {server} server refused {name}: you have no access for it",
                 outcome="failed",
             )
-        except errors.ConnectRequiredError:
+        case errors.ConnectRequiredError():
             return error_message(
                 request,
                 f"{name} was not run: {ctx.identity.subject} has not connected the {server} "
                 "server yet. Tell the user to connect it, then ask again; do not retry.",
                 people=f"{name} was not run: connect your {server} account first, then ask again",
             )
-        except errors.CredentialError as exc:
+        case errors.CredentialError():
             return error_message(
                 request,
                 _access_text(ctx, server, str(exc)),
                 people=f"{name} was not run: you have no usable access to the {server} server",
             )
-        except errors.CredentialUnavailableError:
+        case errors.CredentialUnavailableError():
             return error_message(
                 request,
                 f"Could not get credentials for {server} right now (the identity service is "
                 f"unreachable). {name} was not run; try again shortly.",
                 people=f"{name} was not run: the identity service is unreachable right now",
             )
-        except errors.ToolResultError as exc:
+        case errors.ToolResultError():
             return error_message(
                 request,
                 f"{name} failed: {exc}",
                 people=f"the {server} server refused {name}: {one_line(str(exc))}",
                 outcome="failed",
             )
-        except errors.ToolProtocolError as exc:
+        case errors.ToolProtocolError():
             applied = " Whether it was applied is not known yet." if is_write else ""
             return error_message(
                 request,
@@ -207,7 +247,7 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                 + ("; whether it was applied is not known yet" if is_write else ""),
                 outcome=unknown,
             )
-        except errors.ToolTimeoutError:
+        case errors.ToolTimeoutError():
             if is_write:
                 return error_message(
                     request,
@@ -222,13 +262,13 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                 people=f"{server} did not answer in time",
                 outcome="failed",
             )
-        except errors.ServerUnavailableError:
+        case errors.ServerUnavailableError():
             return error_message(
                 request,
                 f"The {server} server is unavailable right now; {name} was not run.",
                 people=f"{name} was not run: the {server} server is unavailable right now",
             )
-        except errors.ToolTransientError as exc:
+        case errors.ToolTransientError():
             if is_write:
                 return error_message(
                     request,
@@ -244,20 +284,10 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
                 people=f"{server} failed to answer",
                 outcome="failed",
             )
-        except errors.ToolCallError as exc:
+        case errors.ToolCallError():
             return error_message(
                 request, f"{name} failed: {exc}", people=f"{name} failed", outcome=unknown
             )
-
-    @staticmethod
-    def _unknown_tool_text(ctx: RunContext, name: str) -> str:
-        for server in ctx.unavailable:
-            if name.startswith(f"{server}_"):
-                return (
-                    f"The {server} server is unavailable right now, so {name} cannot run. "
-                    "Tell the user; do not retry."
-                )
-        return f"{name} is not an available tool. Use only the tools you were given."
 
 
 def is_transient(exc: Exception) -> bool:

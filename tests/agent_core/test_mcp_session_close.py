@@ -25,13 +25,15 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage
 from mcp import ClientSession
 
+import agent_core.middleware
+from agent_core.errors import ToolCallError
 from agent_core.threads import PlatformRef
 from agent_core.transport import ConnectionPools, _SharedPool, request_only_transport
 from infra.loop_thread import LoopThread
 from infra.serving import bind_socket, serve_asgi
 from mcp_servers.app import AuthConfig
 from mcp_servers.runner import audience_for, open_server
-from testing.agent import AgentEnv, FunctionChatModel
+from testing.agent import AgentEnv, FunctionChatModel, call, final, tool_results
 from testing.mcp import directory_grants, run_test_issuer
 from testing.turns import reads_then_answer
 
@@ -198,3 +200,31 @@ async def test_a_runs_http_responses_are_freed_as_they_close(
     monkeypatch.setattr(_SharedPool, "handle_async_request", recording)
     await one_read_turns_without_the_collector(agent_env, all_freed)
 
+
+async def test_a_failed_call_leaves_no_exception_behind_for_the_collector(
+    agent_env: AgentEnv,
+) -> None:
+    # A failed call's exception passes some twenty layers (tenacity, LangGraph's tool node,
+    # the adapters), frames among them holding it: ~700 objects a failed call stayed in a
+    # reference cycle until a full collection.
+    def missing_ticket(messages: list[BaseMessage]) -> AIMessage:
+        if tool_results(messages):
+            return final("not found", [])
+        return call("ticketing_get_ticket", key="PAY-99999")
+
+    def none_left() -> None:
+        left = [o for o in gc.get_objects() if isinstance(o, ToolCallError)]
+        assert not left, left[:3]
+
+    seen: list[str] = []
+    mapped = agent_core.middleware.error_message
+
+    def recording(request: Any, text: str, **kwargs: Any) -> Any:
+        seen.append(text)
+        return mapped(request, text, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(agent_core.middleware, "error_message", recording)
+        await one_read_turns_without_the_collector(agent_env, none_left, step=missing_ticket)
+    assert len(seen) == 3, seen
+    assert all("PAY-99999" in text for text in seen), seen
