@@ -65,6 +65,7 @@ from mcp.types import (
 
 from agent_core.netio import AsyncioBackend
 from agent_core.proxies import DIRECT, Proxies
+from infra.http_responses import release_body
 
 # Below the usual 5 s server keep-alive (uvicorn's default): a connection is dropped by us
 # before the server closes it under a request.
@@ -80,8 +81,6 @@ MAX_REPLY_BYTES = 4 * 1024 * 1024
 MAX_CONTENT_BLOCKS = 1000
 
 _BACKEND = AsyncioBackend()
-# What a closed response's ``stream`` becomes (``_Drained.aclose``): an empty, stateless body.
-_CLOSED_BODY = httpx.ByteStream(b"")
 
 ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
 WriteStream = MemoryObjectSendStream[SessionMessage]
@@ -182,11 +181,8 @@ class _Drained(httpx.AsyncByteStream):
     """A response body that, closed before its end, reads the rest first when it comes at
     once: a connection is reusable only after its response ended.
 
-    Closed, it also takes itself off its response. httpx's client wraps the body in a stream
-    that points back at the response (to set ``elapsed`` at close), so every response, its
-    request, headers and connection-pool objects stayed in a reference cycle (~60 objects
-    per request, four requests a one-read turn) until a full collection, which stalls every
-    thread (``infra.gc_pacing``). With the cycle broken they are freed as the request ends.
+    Closed, it also takes itself off its response (``infra.http_responses``): four requests a
+    one-read turn, each ~60 objects that would otherwise wait for a full collection.
     """
 
     def __init__(self, inner: httpx.AsyncByteStream, limit: int, response: httpx.Response) -> None:
@@ -219,9 +215,7 @@ class _Drained(httpx.AsyncByteStream):
                             break
         finally:
             await self._inner.aclose()
-            response = self._response()
-            if response is not None:  # closed: nothing reads its body again (``is_closed``)
-                response.stream = _CLOSED_BODY
+            release_body(self._response())
 
 
 class _SharedPool(httpx.AsyncHTTPTransport):

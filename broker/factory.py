@@ -28,6 +28,7 @@ from broker.remote import RemoteBroker
 from broker.sso import SsoLinker, SsoPolicy
 from broker.types import IdentityService
 from infra.clock import Clock, utc_now
+from infra.http_responses import ReleasingTransport
 from infra.tls import shared_ssl_context
 
 if TYPE_CHECKING:
@@ -52,6 +53,22 @@ class TokenClientOptions(TypedDict, total=False):
     http: httpx.AsyncClient | None  # default: a pool of its own, closed on exit
 
 
+def http_client(limits: httpx.Limits | None = None) -> httpx.AsyncClient:
+    """The broker's HTTP client (to the IdP, the broker service, MCP authorization servers):
+    the shared TLS context, and each response freed as it closes (``infra.http_responses``).
+    ``limits``: the transport's connection limits (its default otherwise)."""
+    transport = (
+        httpx.AsyncHTTPTransport(verify=shared_ssl_context())
+        if limits is None
+        else httpx.AsyncHTTPTransport(verify=shared_ssl_context(), limits=limits)
+    )
+    return httpx.AsyncClient(
+        timeout=DEFAULT_TIMEOUT,
+        verify=shared_ssl_context(),
+        transport=ReleasingTransport(transport),
+    )
+
+
 @contextlib.asynccontextmanager
 async def open_token_client(
     **options: Unpack[TokenClientOptions],
@@ -67,11 +84,7 @@ async def open_token_client(
         http = options.get("http")
         if http is None:
             limits = httpx.Limits(max_connections=50, max_keepalive_connections=20)
-            http = await stack.enter_async_context(
-                httpx.AsyncClient(
-                    timeout=DEFAULT_TIMEOUT, limits=limits, verify=shared_ssl_context()
-                )
-            )
+            http = await stack.enter_async_context(http_client(limits))
         token_url = options.get("token_url")
         provider = OidcProvider(options["issuer"], http, token_url=token_url, clock=clock)
         yield TokenEndpointClient(
@@ -132,7 +145,7 @@ async def open_identity_service(
     ``settings.broker.link_callback_url``.
     """
     if settings.broker.mode == "remote":
-        async with httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, verify=shared_ssl_context()) as http:
+        async with http_client() as http:
             yield RemoteBroker(
                 settings.broker.service_url,
                 settings.broker.service_secret.get_secret_value(),
@@ -168,7 +181,7 @@ async def open_identity_service(
             userinfo_fallback=idp.userinfo_fallback,
         ) as broker,
         open_token_client(**common) as login_client,
-        httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, verify=shared_ssl_context()) as mcp_http,
+        http_client() as mcp_http,
     ):
         # Account links and MCP server connections: one store, key, clock and state lifetime.
         flow = LoginFlow(

@@ -8,6 +8,7 @@ reason — except under ``CI=true``, where they fail.
 from __future__ import annotations
 
 import asyncio
+import gc
 import secrets
 import shutil
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -37,6 +38,18 @@ pytest_plugins = [
 ]
 
 DATABASE_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture
+def no_collector() -> Iterator[None]:
+    """The cyclic garbage collector off for the test (after one collection): what a test
+    then sees freed was freed by reference counting, not left in a cycle."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @pytest.fixture(scope="session")

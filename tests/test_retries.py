@@ -7,9 +7,7 @@ run's sessions, until a full collection: one per tool call and per job outcome w
 
 from __future__ import annotations
 
-import gc
 import weakref
-from collections.abc import Iterator
 
 import pytest
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
@@ -19,16 +17,6 @@ from infra.retries import retried
 
 class Held:
     """Something a retry callback holds (a run's sessions, in production)."""
-
-
-@pytest.fixture
-def no_collector() -> Iterator[None]:
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def retrying(held: Held, attempts: int = 3) -> AsyncRetrying:
