@@ -290,9 +290,16 @@ class _Container(_Model):
     message_ts: _Ts | None = None
 
 
-class _BlockActions(_Envelope):
-    type: Literal["block_actions"]
+class _Interaction(_Envelope):
+    """A click or a modal's submission: Slack names its user and team as objects, and the
+    listeners read them so (``clicked_by``); a string team reached them and failed."""
+
     user: _Ref
+    team: _Ref | None = None
+
+
+class _BlockActions(_Interaction):
+    type: Literal["block_actions"]
     actions: Annotated[list[_Action], Field(min_length=1, max_length=25)]
     container: _Container | None = None
     trigger_id: _Delivery | None = None
@@ -314,9 +321,8 @@ class _View(_Model):
     app_installed_team_id: _Id | None = None
 
 
-class _ViewSubmission(_Envelope):
+class _ViewSubmission(_Interaction):
     type: Literal["view_submission"]
-    user: _Ref
     view: _View
     trigger_id: _Delivery | None = None
 

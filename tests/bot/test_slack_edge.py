@@ -150,6 +150,10 @@ def _malformed_cases() -> dict[str, tuple[str, str]]:
         ),
         "block_actions without actions": (_interaction({**action, "actions": []}), form),
         "block_actions with a string user": (_interaction({**action, "user": "U0ALICE"}), form),
+        # An interaction names its team as an object; a string one (found by the fuzz test)
+        # reached the listener, which failed with a 500.
+        "block_actions with a string team": (_interaction({**action, "team": "T0TEAM"}), form),
+        "view_submission with a string team": (_interaction({**submitted, "team": "0"}), form),
         "action value of 10 KB": (
             _interaction({**action, "actions": [{"action_id": "x", "value": "v" * 10_000}]}),
             form,
