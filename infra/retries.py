@@ -31,7 +31,14 @@ async def retried(
     retrying: AsyncRetrying, fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
 ) -> T:
     """``fn(*args, **kwargs)`` as ``retrying`` retries it; its last failure as it raises it."""
+
+    # tenacity awaits what it calls only when it recognises a coroutine function; a callable
+    # that returns an awaitable otherwise (a lambda, a nested partial) would come back
+    # unawaited, as its result.
+    async def attempt() -> T:
+        return await fn(*args, **kwargs)
+
     try:
-        return await retrying(fn, *args, **kwargs)
+        return await retrying(attempt)
     finally:
         retrying.iter_state.reset()

@@ -79,3 +79,11 @@ async def test_the_last_failure_is_raised_and_other_errors_are_not_retried() -> 
     with pytest.raises(ValueError, match="not transient"):
         await retried(retrying(Held()), wrong)
     assert tries == ["down", "down", "wrong"]
+
+
+async def test_a_callable_that_returns_an_awaitable_is_awaited() -> None:
+    async def double(x: int) -> int:
+        return x * 2
+
+    # Not a coroutine function: tenacity alone would hand back the coroutine as the result.
+    assert await retried(retrying(Held()), lambda x: double(x), 21) == 42
