@@ -162,7 +162,7 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
             # the adapters), and frames among them hold the exception (tenacity's outcome, a
             # future): each failed call left ~700 objects in a reference cycle for the next
             # full collection, which stalls the ack thread too. The model reads the message.
-            forget_frames(exc)
+            _forget_frames(exc)
             is_write = ctx.policy.classify(name).is_write
             return _failure_message(request, ctx, exc, name, server, is_write)
 
@@ -177,7 +177,7 @@ class ToolErrorMapper(AgentMiddleware[Any, Any, Any]):
         return f"{name} is not an available tool. Use only the tools you were given."
 
 
-def forget_frames(exc: BaseException) -> None:
+def _forget_frames(exc: BaseException) -> None:
     """Drop the tracebacks of ``exc`` and of the exceptions it came from (handled: only its
     message is used), so the frames they pass through are freed at once."""
     seen: set[int] = set()

@@ -53,15 +53,15 @@ class TokenClientOptions(TypedDict, total=False):
     http: httpx.AsyncClient | None  # default: a pool of its own, closed on exit
 
 
-def http_client(limits: httpx.Limits | None = None) -> httpx.AsyncClient:
+# httpx's own default connection limits.
+DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+
+
+def http_client(limits: httpx.Limits = DEFAULT_LIMITS) -> httpx.AsyncClient:
     """The broker's HTTP client (to the IdP, the broker service, MCP authorization servers):
-    the shared TLS context, and each response freed as it closes (``infra.http_responses``).
-    ``limits``: the transport's connection limits (its default otherwise)."""
-    transport = (
-        httpx.AsyncHTTPTransport(verify=shared_ssl_context())
-        if limits is None
-        else httpx.AsyncHTTPTransport(verify=shared_ssl_context(), limits=limits)
-    )
+    the shared TLS context, and each response freed as it closes (``infra.http_responses``)."""
+    transport = httpx.AsyncHTTPTransport(verify=shared_ssl_context(), limits=limits)
+    # ``verify`` again on the client: it builds the transports of proxies from the environment.
     return httpx.AsyncClient(
         timeout=DEFAULT_TIMEOUT,
         verify=shared_ssl_context(),
