@@ -137,7 +137,29 @@ def _params(deliveries: Sequence[Delivery], now: datetime) -> dict[str, Any]:
     ]
     if now.tzinfo is None:
         raise ValueError("naive datetime: opsbot stores aware UTC timestamps only")
-    return {"batch": json.dumps(rows), "status": JobStatus.QUEUED.value, "now": now.astimezone(UTC)}
+    batch = json.dumps(rows)
+    if _NUL_ESCAPE in batch:  # rare: only then is the batch walked
+        batch = json.dumps(_without_nul(rows))
+    return {"batch": batch, "status": JobStatus.QUEUED.value, "now": now.astimezone(UTC)}
+
+
+# PostgreSQL's text cannot hold U+0000, and ``json_to_recordset`` turns every string of the
+# batch into text: one NUL anywhere (a chat message or a name may carry one) failed the whole
+# batch, and every delivery in it, other people's too, was answered 503 and failed again when
+# redelivered. Each NUL is stored as U+FFFD instead. (A user's literal backslash-u0000 is
+# escaped as backslash-backslash-u0000, which also contains this; the walk then changes nothing.)
+_NUL_ESCAPE = "\\u0000"
+_REPLACEMENT = "\ufffd"
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", _REPLACEMENT)
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    return value
 
 
 class _DeadConnection(Exception):
