@@ -177,11 +177,16 @@ def user_message(body: Mapping[str, Any]) -> UserMessage | None:
 # A new listener adds its payload model here.
 
 # Lengths are capped before anything reaches the database: a job id is "slack-" + the
-# delivery id in a 128-character column, team ids go to 64-character columns.
+# delivery id in a 128-character column, team ids go to 64-character columns. Ids hold no
+# control character: Slack's never do, and PostgreSQL's text cannot hold a NUL (an event id
+# with one failed its dedup insert with a 500).
 MAX_DELIVERY_ID = 100
-_Id = Annotated[str, StringConstraints(min_length=1, max_length=64)]
-_Ts = Annotated[str, StringConstraints(min_length=1, max_length=32)]
-_Delivery = Annotated[str, StringConstraints(min_length=1, max_length=MAX_DELIVERY_ID)]
+_NO_CONTROL = r"^[^\x00-\x1f\x7f]*$"
+_Id = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=_NO_CONTROL)]
+_Ts = Annotated[str, StringConstraints(min_length=1, max_length=32, pattern=_NO_CONTROL)]
+_Delivery = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_DELIVERY_ID, pattern=_NO_CONTROL)
+]
 _Name = Annotated[str, StringConstraints(max_length=255)]
 _Url = Annotated[str, StringConstraints(max_length=2000)]
 

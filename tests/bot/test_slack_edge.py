@@ -141,6 +141,13 @@ def _malformed_cases() -> dict[str, tuple[str, str]]:
         "channel of the wrong type": (event(channel=["C1"]), json_type),
         "text of the wrong type": (event(text={"a": 1}), json_type),
         "10 KB event_id": (envelope(event_id="E" * 10_000), json_type),
+        # Ids with a control character: a NUL in the event id failed its dedup insert on
+        # PostgreSQL (a 500); in a channel or ts it would fail the run's thread row.
+        "a NUL in event_id": (envelope(event_id="Ev\x00X"), json_type),
+        "a NUL in team_id": (envelope(team_id="T\x00"), json_type),
+        "a NUL in channel": (event(channel="C0GENERAL\x00"), json_type),
+        "an escape in user": (event(user="U0ALICE\x1b"), json_type),
+        "a NUL in ts": (event(ts="9.3\x00"), json_type),
         "event not an object": (envelope(event="app_mention"), json_type),
         "team_id of the wrong type": (envelope(team_id=7), json_type),
         "authorizations not a list": (envelope(authorizations=3), json_type),
@@ -171,6 +178,7 @@ def _malformed_cases() -> dict[str, tuple[str, str]]:
         "interaction payload not JSON": ("payload=%7Bnope", form),
         "command without user_id": (_command_form(user_id=None), form),
         "command with a 10 KB trigger_id": (_command_form(trigger_id="t" * 10_000), form),
+        "command with a NUL in channel_id": (_command_form(channel_id="C\x00"), form),
     }
 
 
