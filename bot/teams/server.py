@@ -103,7 +103,27 @@ def envelope_problem(activity: dict[str, Any]) -> str | None:
     # with its token, to another path of the Connector.
     if UNSAFE_ID.search(activity["conversation"]["id"]):
         return "conversation.id is not a Teams conversation id"
+    # The ids opsbot stores or looks up: Teams never puts a control character in one, and
+    # PostgreSQL's text cannot hold a NUL (the user's or tenant's lookup failed on it).
+    for path in _STORED_IDS:
+        found: Any = activity
+        for key in path:
+            found = found.get(key) if isinstance(found, dict) else None
+        if isinstance(found, str) and CONTROL.search(found):
+            return f"{'.'.join(path)} holds a control character"
     return None
+
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_STORED_IDS = (
+    ("id",),
+    ("replyToId",),
+    ("from", "id"),
+    ("from", "aadObjectId"),
+    ("recipient", "id"),
+    ("conversation", "tenantId"),
+    ("channelData", "tenant", "id"),
+)
 
 
 async def process_with_sdk(

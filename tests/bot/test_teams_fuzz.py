@@ -215,6 +215,21 @@ async def test_what_the_fuzz_found_each_gets_its_clear_answer(
                 f"POST /api/messages refused with 400: malformed activity: no {part} "
                 f"({len(json.dumps(activity))} bytes)"
             ]
+        # A control character in an id opsbot stores or looks up (a NUL failed the lookup
+        # on PostgreSQL).
+        for path in (("id",), ("from", "aadObjectId"), ("from", "id"), ("replyToId",)):
+            activity = env.fake.personal(ALICE, "hi")
+            holder = activity
+            for key in path[:-1]:
+                holder = holder[key]
+            holder[path[-1]] = f"{holder.get(path[-1], 'x')}\x00"
+            with caplog.at_level(logging.WARNING):
+                caplog.clear()
+                assert (await env.post(activity))[0] == 400, path
+            assert [r.getMessage() for r in caplog.records] == [
+                f"POST /api/messages refused with 400: malformed activity: {'.'.join(path)} "
+                f"holds a control character ({len(json.dumps(activity))} bytes)"
+            ]
         for unsafe in ("../../etc/passwd", "a:1x/activities", "a:1x?y=1", "a:1x#y", "a:%2e%2e"):
             activity = env.fake.personal(ALICE, "hi")
             activity["conversation"]["id"] = unsafe
