@@ -11,6 +11,7 @@ logged per failure, by the guard in ``agent_core.sessions``).
 from __future__ import annotations
 
 import logging
+import re
 
 import httpx
 from mcp import McpError
@@ -89,8 +90,14 @@ def _root_causes(exc: BaseException) -> list[BaseException]:
 
 def one_line(text: str, limit: int = SERVER_TEXT_CHARS) -> str:
     """A server's own text as a person (and, for a JSON-RPC error, the model) is shown it: on
-    one line, at most ``limit`` characters (a server may send a whole stack trace)."""
-    return " ".join(text.split())[:limit]
+    one line, at most ``limit`` characters (a server may send a whole stack trace), without
+    control characters (a terminal escape is not for a chat; a NUL cannot be stored in
+    PostgreSQL's text, where an approval keeps its outcome's reason)."""
+    return " ".join(_CONTROL.sub(" ", text).split())[:limit]
+
+
+# C0 and C1 control characters and DEL (the whitespace among them is split away anyway).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def reply_failure(server: str, error: ErrorData) -> ToolCallError | None:

@@ -24,12 +24,14 @@ from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agent_core import Agent, AgentConfig, Answer, Interrupt, ServerConfig, ToolPolicy
+from agent_core.binding import ToolCallEvent
 from agent_core.catalog import describe_tools
 from agent_core.discovery import MAX_DESCRIPTION_CHARS
 from agent_core.texts import tool_note
 from agent_core.threads import MemoryThreadStore
 from agent_core.tools import MODEL_TOOL_NAME, prefixed
 from testing.agent import (
+    FAKE_POLICY,
     FakeBroker,
     FaultPlan,
     RawReply,
@@ -245,6 +247,55 @@ async def test_an_error_result_with_a_stack_trace_is_one_line_for_people(
     assert read[0].startswith("fake_lookup failed: Traceback (most recent call last):\n")
     assert len(read[0]) == len("fake_lookup failed: ") + 2_000
     assert read[1] == "fake_lookup failed: the server gave no reason"
+
+
+class _Finished:
+    """A tool observer that keeps each finished call's event and outcome."""
+
+    def __init__(self) -> None:
+        self.finished: list[tuple[ToolCallEvent, str]] = []
+
+    async def tool_call_started(self, event: ToolCallEvent) -> None:
+        return None
+
+    async def tool_call_finished(self, event: ToolCallEvent, outcome: str, latency: float) -> None:
+        self.finished.append((event, outcome))
+
+
+async def test_control_characters_in_a_refusal_never_reach_people_or_the_audit(
+    fake: tuple[str, FaultPlan],
+) -> None:
+    """A refusal carrying a NUL, a terminal escape and a bell: people's text of the call and
+    the reason the audit (and an approval's ``outcome_reason``) keeps hold none of them.
+    PostgreSQL's text cannot hold a NUL: an approved write refused so could not be finished."""
+    url, plan = fake
+    error = {"content": [_text("Refused:\x00 bad \x1b[31minput\x07 here")], "isError": True}
+    plan.raw_replies["lookup"] = [RawReply(200, (JSON,), (_result(error),))]
+    notes: list[dict[str, Any]] = []
+
+    def answer(messages: list[BaseMessage]) -> Any:
+        notes.extend(tool_note(m) or {} for m in tool_results(messages))
+        return final("done")
+
+    observer = _Finished()
+    steps = [call("fake_lookup", item="X-1"), answer]
+    agent = Agent(
+        AgentConfig(servers=(ServerConfig("fake", url, url),), read_retries=0),
+        model=ScriptedChatModel(steps=steps),
+        broker=FakeBroker(audiences={"fake": url}),
+        threads=MemoryThreadStore(),
+        checkpointer=InMemorySaver(),
+        policy=ToolPolicy.from_yaml(FAKE_POLICY),
+        observer=observer,
+    )
+    _, result = await asyncio.wait_for(run(agent, "look up X-1"), 15)
+    await agent.settle()
+    assert isinstance(result, Answer)
+    [note] = notes
+    assert note["people_text"] == "the fake server refused fake_lookup: Refused: bad [31minput here"
+    [(event, outcome)] = observer.finished
+    assert outcome == "error:ToolResultError"
+    assert event.reason == "the fake server refused — Refused: bad [31minput here"
 
 
 async def test_a_session_the_server_forgot_is_opened_again(
