@@ -1,6 +1,7 @@
 """Fuzz ``POST /slack/events`` over real HTTP: Hypothesis mutates the payloads Slack sends
 (events, clicks, modal submissions, ``/ops``) with wrong types, missing and huge fields and
-JSON-ish garbage, signed and unsigned, against one running app. No answer is ever ≥ 500, and
+JSON-ish garbage, signed and unsigned, against one running app, on SQLite and on PostgreSQL
+(whose text cannot hold the NUL the fuzz sends). No answer is ever ≥ 500, and
 afterwards the app is healthy and still answers a valid message."""
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class RunningApp:
 
 
 @pytest.fixture
-def running_app(sqlite_url: str) -> Iterator[RunningApp]:
+def running_app(database_url: str) -> Iterator[RunningApp]:
     """The app (in-process runs) and the fake Slack in a thread with their own event loop,
     so the synchronous Hypothesis test drives them over HTTP."""
     ready: queue.Queue[RunningApp | BaseException] = queue.Queue()
@@ -63,7 +64,7 @@ def running_app(sqlite_url: str) -> Iterator[RunningApp]:
     async def main() -> None:
         fake = FakeSlack()
         runner = await start_fake_slack(fake)
-        engine = create_engine(sqlite_url)
+        engine = create_engine(database_url)
         assistant = FakeAssistant()
         assistant.link(ALICE, "alice", {"team-payments"})
         assistant.link(BOB, "bob", {"team-payments", "ticket-leads"})

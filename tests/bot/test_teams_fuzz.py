@@ -64,10 +64,14 @@ def problems() -> Iterator[ProblemLog]:
 
 
 @pytest.fixture(params=["in_process", "durable"])
-async def env(request: pytest.FixtureRequest, run_teams: RunTeams) -> AsyncIterator[TeamsEnv]:
+async def env(
+    request: pytest.FixtureRequest, run_teams: RunTeams, database_url: str
+) -> AsyncIterator[TeamsEnv]:
+    # On PostgreSQL too: its text cannot hold a NUL, and the fuzz sends some.
     assistant = FakeAssistant()
     assistant.link(ALICE_CHAT, "alice", {"team-payments"})
-    async with run_teams(assistant, durable=request.param == "durable") as running:
+    durable = request.param == "durable"
+    async with run_teams(assistant, database_url, durable=durable) as running:
         yield running
 
 
