@@ -255,31 +255,34 @@ async def test_a_mixed_batch_keeps_its_dedup_and_is_one_statement_on_postgres(
     assert await SqlJobQueue(engine).status("cli-1") == (JobStatus.QUEUED, 0)
 
 
-async def test_a_nul_in_one_delivery_fails_no_delivery_of_its_batch(
+async def test_a_nul_or_lone_surrogate_in_one_delivery_fails_no_delivery_of_its_batch(
     database_url: str, engine: AsyncEngine
 ) -> None:
-    """PostgreSQL text cannot hold U+0000: a NUL in a message (or a name, or a key) is stored
-    as U+FFFD there, and the other deliveries of its batch are stored too; a user's literal
-    backslash-u0000 is kept as typed."""
+    """PostgreSQL's text cannot hold U+0000, nor its JSON a lone surrogate: one in a message
+    (or a name, or a key) is stored as U+FFFD there, and the other deliveries of its batch
+    are stored too; an emoji and a user's literal backslash-u0000 are kept as typed."""
     inbox_engine = create_engine(database_url, pool_name="ack", pool_size=1, max_overflow=0)
     odd = Delivery(
         "teams-1", "teams_message", "teams:T:U1", {"text": "a\x00b", "from": {"n\x00": "\x00"}}
     )
-    literal = Delivery("cli-2", "cli_message", "cli:U9", {"text": "typed \\u0000 here"})
+    lone = Delivery("teams-2", "teams_message", "teams:T:U2", {"text": "x\ud800y \U0001f600"})
+    literal = Delivery("cli-2", "cli_message", "cli:U9", {"text": "typed \\u0000 \\ud800"})
     try:
         async with JobInbox(inbox_engine, writers=1) as inbox:
-            puts = [inbox.put(d) for d in (delivery(1), odd, literal)]
-            assert await asyncio.wait_for(asyncio.gather(*puts), BOUND) == [True, True, True]
+            puts = [inbox.put(d) for d in (delivery(1), odd, lone, literal)]
+            assert await asyncio.wait_for(asyncio.gather(*puts), BOUND) == [True] * 4
             assert inbox.batches == 1
     finally:
         await inbox_engine.dispose()
     async with engine.connect() as conn:
         rows = dict((await conn.execute(select(run_jobs.c.job_id, run_jobs.c.payload))).all())
-    nul = "\x00" if database_url.startswith("sqlite") else "\ufffd"
+    sqlite = database_url.startswith("sqlite")
+    nul, surrogate = ("\x00", "\ud800") if sqlite else ("\ufffd", "\ufffd")
     assert rows == {
         "slack-Ev1": {"text": "q1"},
         "teams-1": {"text": f"a{nul}b", "from": {f"n{nul}": nul}},
-        "cli-2": {"text": "typed \\u0000 here"},
+        "teams-2": {"text": f"x{surrogate}y \U0001f600"},
+        "cli-2": {"text": "typed \\u0000 \\ud800"},
     }
 
 

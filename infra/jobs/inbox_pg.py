@@ -20,6 +20,7 @@ text is the same for every batch size: psycopg prepares it on the server after a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -138,27 +139,29 @@ def _params(deliveries: Sequence[Delivery], now: datetime) -> dict[str, Any]:
     if now.tzinfo is None:
         raise ValueError("naive datetime: opsbot stores aware UTC timestamps only")
     batch = json.dumps(rows)
-    if _NUL_ESCAPE in batch:  # rare: only then is the batch walked
-        batch = json.dumps(_without_nul(rows))
+    if _NUL_ESCAPE in batch or _SURROGATE_ESCAPE in batch:  # only then is the batch walked
+        batch = json.dumps(_storable(rows))
     return {"batch": batch, "status": JobStatus.QUEUED.value, "now": now.astimezone(UTC)}
 
 
-# PostgreSQL's text cannot hold U+0000, and ``json_to_recordset`` turns every string of the
-# batch into text: one NUL anywhere (a chat message or a name may carry one) failed the whole
-# batch, and every delivery in it, other people's too, was answered 503 and failed again when
-# redelivered. Each NUL is stored as U+FFFD instead. (A user's literal backslash-u0000 is
-# escaped as backslash-backslash-u0000, which also contains this; the walk then changes nothing.)
+# PostgreSQL's text cannot hold U+0000, nor its JSON a lone surrogate (JSON's escapes allow
+# one, and Python decodes it), and ``json_to_recordset`` reads every string of the batch: one
+# such character anywhere (a chat message or a name may carry one) failed the whole batch,
+# and every delivery in it, other people's too, was answered 503 and failed again when
+# redelivered. Each is stored as U+FFFD instead. The escapes looked for also start a user's
+# literal backslash-u text or an emoji's surrogate pair: the walk then changes nothing.
 _NUL_ESCAPE = "\\u0000"
-_REPLACEMENT = "\ufffd"
+_SURROGATE_ESCAPE = "\\ud"
+_UNSTORABLE = re.compile("[\\x00\\ud800-\\udfff]")
 
 
-def _without_nul(value: Any) -> Any:
+def _storable(value: Any) -> Any:
     if isinstance(value, str):
-        return value.replace("\x00", _REPLACEMENT)
+        return _UNSTORABLE.sub("\ufffd", value)
     if isinstance(value, dict):
-        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+        return {_storable(k): _storable(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_without_nul(v) for v in value]
+        return [_storable(v) for v in value]
     return value
 
 
