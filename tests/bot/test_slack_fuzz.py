@@ -107,7 +107,9 @@ _LEAF = (
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=False)
     | st.text(max_size=12)
-    | st.sampled_from(["", "U0ALICE", "T0TEAM", "T0OTHER", "<@U0BOT> hi", "1.0", "ops", "\x00"])
+    | st.sampled_from(
+        ["", "U0ALICE", "T0TEAM", "T0OTHER", "<@U0BOT> hi", "1.0", "ops", "\x00", "\ud800"]
+    )
     | st.sampled_from([10_000, 5_000]).map(lambda n: "x" * n)  # huge fields
 )
 _JSONISH = st.recursive(
@@ -205,7 +207,9 @@ def _encode(kind: str, payload: Any) -> tuple[bytes, str]:
         return body.encode(), "application/x-www-form-urlencoded"
     fields = payload if isinstance(payload, dict) else {"text": payload}
     form = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in fields.items()}
-    return urllib.parse.urlencode(form).encode(), "application/x-www-form-urlencoded"
+    # A lone surrogate goes as the bytes UTF-8 would give it (which are not valid UTF-8).
+    body = urllib.parse.urlencode(form, encoding="utf-8", errors="surrogatepass")
+    return body.encode(), "application/x-www-form-urlencoded"
 
 
 _GARBAGE = st.one_of(
