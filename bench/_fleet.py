@@ -313,12 +313,28 @@ async def wait_answered(services: Services, events: Sequence[Event], bound: floa
     return time.perf_counter() - started
 
 
+def threads(fake: FakeSlack) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Every thread's messages now (``FakeSlack.thread`` for all threads at once), oldest
+    first. Read from a snapshot: the fake Slack adds messages on its own loop meanwhile (a
+    dict changing under the iteration failed a 3,000-event run), and each event's own scan of
+    all messages made the count quadratic (minutes at 3,000 events)."""
+    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for (channel, ts), message in sorted(
+        list(fake.messages.items()), key=lambda kv: float(kv[0][1])
+    ):
+        for key in {message.get("thread_ts"), message.get("ts"), ts}:
+            if key is not None:
+                found.setdefault((channel, str(key)), []).append(message)
+    return found
+
+
 def lost(fake: FakeSlack, events: Sequence[Event]) -> int:
     """Events whose thread does not hold exactly one answer, updated exactly once."""
     updates = Counter((str(u["channel"]), str(u["ts"])) for u in fake.calls_to("chat.update"))
+    by_thread = threads(fake)
     missing = 0
     for _eid, event in events:
-        replies = fake.thread(event["channel"], event["ts"])
+        replies = by_thread.get((event["channel"], event["ts"]), [])
         answered = [m for m in replies if m.get("text") != WORKING_TEXT]
         keys = [(m["channel"], m["ts"]) for m in replies]
         if len(replies) != 1 or len(answered) != 1 or [updates[k] for k in keys] != [1]:
@@ -332,12 +348,13 @@ def answer_seconds(
     """Per answered event id: seconds from its POST to the update that put its answer in its
     thread (one process's clock: the fake Slack records when each call arrived)."""
     answered_at: dict[tuple[str, str], float] = {}
-    for call in fake.calls:
+    for call in list(fake.calls):
         if call.method == "chat.update":
             answered_at[(str(call.params.get("channel")), str(call.params.get("ts")))] = call.at
+    by_thread = threads(fake)
     seconds: dict[str, float] = {}
     for eid, event in events:
-        for message in fake.thread(event["channel"], event["ts"]):
+        for message in by_thread.get((event["channel"], event["ts"]), []):
             at = answered_at.get((str(message["channel"]), str(message["ts"])))
             if at is not None and eid in starts:
                 seconds[eid] = at - starts[eid]

@@ -36,6 +36,9 @@ import aiohttp
 READY = "ready"
 
 
+RESULT_LINE_LIMIT = 64 * 2**20
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """One POST: where, its body and its headers, exactly as sent."""
@@ -53,6 +56,9 @@ async def send_from_own_process(
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench._sender",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        # The result is one line, ~20 bytes a request: past 64 KiB (asyncio's default limit
+        # for a line) at a few thousand requests.
+        limit=RESULT_LINE_LIMIT,
     )  # fmt: skip
     assert proc.stdin is not None
     assert proc.stdout is not None
