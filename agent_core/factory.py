@@ -83,16 +83,21 @@ def check_servers(servers: Sequence[ServerConfig], *, oauth_available: bool) -> 
             )
 
 
-def log_servers(servers: Sequence[ServerConfig]) -> None:
-    """One line per server (its auth mode), once the agent was built: a configuration error
-    found while building stays the only line the operator sees."""
-    for s in servers:
+def log_servers(config: AgentConfig) -> None:
+    """One line per server (its auth mode, its per-call timeout), once the agent was built: a
+    configuration error found while building stays the only line the operator sees."""
+    for s in config.servers:
+        timeout = (
+            f"{s.timeout_s:g}s"
+            if s.timeout_s is not None
+            else f"{config.read_timeout:g}s reads, {config.write_timeout:g}s writes"
+        )
         log.info(
-            "mcp server %s: auth=%s url=%s timeout=%ss acting as %s",
+            "mcp server %s: auth=%s url=%s timeout=%s acting as %s",
             s.name,
             s.auth,
             s.url,
-            s.timeout_s,
+            timeout,
             s.acting_as,
         )
         if s.auth == "none":
@@ -130,5 +135,5 @@ def build_agent(
         extra_middleware=extra_middleware,
         oauth_token=oauth_token,
     )
-    log_servers(config.servers)
+    log_servers(config)
     return agent

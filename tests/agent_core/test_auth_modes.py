@@ -115,12 +115,21 @@ def test_start_up_refuses_oauth_without_the_broker_and_warns_for_none(
     with pytest.raises(ServerConfigError, match="'j' has auth 'oauth'"):
         check_servers([ServerConfig("j", "http://j/mcp", auth="oauth")], oauth_available=False)
     check_servers([ServerConfig("j", "http://j/mcp", auth="oauth")], oauth_available=True)
+    none = ServerConfig("t", "http://t/mcp", auth="none")
+    timed = ServerConfig("u", "http://u/mcp", timeout_s=2.5)
     with caplog.at_level(logging.INFO, logger="agent_core.factory"):
-        check_servers([ServerConfig("t", "http://t/mcp", auth="none")], oauth_available=False)
-        log_servers([ServerConfig("t", "http://t/mcp", auth="none")])
+        check_servers([none], oauth_available=False)
+        log_servers(AgentConfig(servers=(none, timed), read_timeout=20, write_timeout=30))
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "auth none" in warnings[0].getMessage()
+    # Each server's per-call timeout as it applies (it read "timeout=Nones" without one).
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert lines == [
+        "mcp server t: auth=none url=http://t/mcp timeout=20s reads, 30s writes "
+        "acting as anonymous",
+        "mcp server u: auth=exchange url=http://u/mcp timeout=2.5s acting as user",
+    ]
 
 
 async def test_credentials_per_mode_and_never_a_token_for_another_audience() -> None:
