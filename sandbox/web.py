@@ -16,7 +16,8 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, Response
+from starlette.responses import JSONResponse as _StarletteJSONResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -29,6 +30,15 @@ STATIC_DIR = Path(__file__).parent / "static"
 
 # (kind, id) → (title, body lines) of a record in a demo system, or None.
 SourceLookup = Callable[[str, str], Awaitable[tuple[str, list[tuple[str, str]]] | None]]
+
+
+class JSONResponse(_StarletteJSONResponse):
+    """JSON with every non-ASCII character escaped. A browser's text box can hold a lone
+    surrogate, which JSON can carry but UTF-8 cannot: the message's ``/ui/state`` failed with
+    a 500 at every poll, and the page stopped updating for everyone in that channel."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from sandbox import AppDelivery
 from sandbox.delivery import new_event_id
-from tests.sandbox.harness import SECRET, Harness
+from tests.sandbox.harness import BOT_TOKEN, SECRET, Harness
 
 
 async def test_bolt_accepts_signed_events_commands_and_clicks(harness: Harness) -> None:
@@ -161,3 +161,25 @@ async def test_a_failed_event_is_redelivered_with_the_same_event_id(harness: Har
     assert [n for _id, n in seen] == ["0", "1"]
     assert seen[0][0] == seen[1][0]
     assert harness.received[-1]["event_id"] == seen[0][0]
+
+
+async def test_a_lone_surrogate_from_the_page_keeps_the_page_working(harness: Harness) -> None:
+    """A browser's text box can hold a lone surrogate, and JSON carries it; UTF-8 cannot:
+    ``/ui/state`` answered every later poll with a 500 and the page stopped updating."""
+    body = b'{"user": "UALICE", "channel": "C0OPS", "text": "x\\ud800y"}'
+    said = await harness.http.post(
+        f"{harness.ui_url}/ui/say", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert said.status_code == 200, said.text
+    await harness.emulator.idle()
+    state = await harness.http.get(f"{harness.ui_url}/ui/state", params={"user": "UALICE"})
+    assert state.status_code == 200
+    assert state.json()["messages"][-1]["text"] == "x\ud800y"
+    # The Web API answers the app with it too (chat.postMessage echoes the message).
+    posted = await harness.http.post(
+        f"{harness.ui_url}/api/chat.postMessage",
+        content=b'{"channel": "C0OPS", "text": "b\\udc00"}',
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {BOT_TOKEN}"},
+    )
+    assert posted.status_code == 200
+    assert posted.json()["message"]["text"] == "b\udc00"
