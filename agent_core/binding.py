@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -181,6 +182,24 @@ MAX_RESULT_CHARS = 100_000
 MAX_ERROR_CHARS = 2_000
 
 
+# A code point UTF-8 cannot encode: a lone surrogate, which JSON can carry (an edit typed
+# into a card, a message a model copies from) and Python decodes.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def sendable(value: Any) -> Any:
+    """``value`` with each lone surrogate in its strings as U+FFFD. The MCP client encodes a
+    request as UTF-8: one in an argument failed the session's transport, and the call was
+    reported as a broken connection (for a write: outcome unknown) though nothing was sent."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {sendable(k): sendable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [sendable(v) for v in value]
+    return value
+
+
 def failure_reason(server: str, exc: ToolCallError) -> str:
     """What a person is told about a failed call: the server's refusal, or why it is unknown."""
     if isinstance(exc, ToolResultError):
@@ -224,7 +243,7 @@ class AuditInterceptor:
         name = prefixed(server, tool)
         definition = ctx.definitions[name]
         cls = ctx.policy.classify(name)
-        call_args = {k: v for k, v in request.args.items() if k != IDEMPOTENCY_ARG}
+        call_args = {k: sendable(v) for k, v in request.args.items() if k != IDEMPOTENCY_ARG}
         key = None
         if cls.is_write and definition.takes_idempotency_key:
             key = idempotency_key(ctx.approval_id or ctx.thread_id, call_id)

@@ -262,6 +262,31 @@ class _Finished:
         self.finished.append((event, outcome))
 
 
+async def _look_up(url: str, item: str) -> tuple[list[Any], list[tuple[ToolCallEvent, str]]]:
+    """One run that looks ``item`` up on the fake server: the tool results the model read,
+    and each finished call's audit event and outcome."""
+    results: list[Any] = []
+
+    def answer(messages: list[BaseMessage]) -> Any:
+        results.extend(tool_results(messages))
+        return final("done")
+
+    observer = _Finished()
+    agent = Agent(
+        AgentConfig(servers=(ServerConfig("fake", url, url),), read_retries=0),
+        model=ScriptedChatModel(steps=[call("fake_lookup", item=item), answer]),
+        broker=FakeBroker(audiences={"fake": url}),
+        threads=MemoryThreadStore(),
+        checkpointer=InMemorySaver(),
+        policy=ToolPolicy.from_yaml(FAKE_POLICY),
+        observer=observer,
+    )
+    _, result = await asyncio.wait_for(run(agent, f"look up {item}"), 15)
+    await agent.settle()
+    assert isinstance(result, Answer)
+    return results, observer.finished
+
+
 async def test_control_characters_in_a_refusal_never_reach_people_or_the_audit(
     fake: tuple[str, FaultPlan],
 ) -> None:
@@ -271,31 +296,25 @@ async def test_control_characters_in_a_refusal_never_reach_people_or_the_audit(
     url, plan = fake
     error = {"content": [_text("Refused:\x00 bad \x1b[31minput\x07 here")], "isError": True}
     plan.raw_replies["lookup"] = [RawReply(200, (JSON,), (_result(error),))]
-    notes: list[dict[str, Any]] = []
-
-    def answer(messages: list[BaseMessage]) -> Any:
-        notes.extend(tool_note(m) or {} for m in tool_results(messages))
-        return final("done")
-
-    observer = _Finished()
-    steps = [call("fake_lookup", item="X-1"), answer]
-    agent = Agent(
-        AgentConfig(servers=(ServerConfig("fake", url, url),), read_retries=0),
-        model=ScriptedChatModel(steps=steps),
-        broker=FakeBroker(audiences={"fake": url}),
-        threads=MemoryThreadStore(),
-        checkpointer=InMemorySaver(),
-        policy=ToolPolicy.from_yaml(FAKE_POLICY),
-        observer=observer,
-    )
-    _, result = await asyncio.wait_for(run(agent, "look up X-1"), 15)
-    await agent.settle()
-    assert isinstance(result, Answer)
-    [note] = notes
+    [message], [(event, outcome)] = await _look_up(url, "X-1")
+    note = tool_note(message) or {}
     assert note["people_text"] == "the fake server refused fake_lookup: Refused: bad [31minput here"
-    [(event, outcome)] = observer.finished
     assert outcome == "error:ToolResultError"
     assert event.reason == "the fake server refused — Refused: bad [31minput here"
+
+
+async def test_an_argument_with_a_lone_surrogate_is_sent_not_reported_as_a_broken_link(
+    fake: tuple[str, FaultPlan],
+) -> None:
+    """The MCP client encodes a request as UTF-8, which cannot hold a lone surrogate (JSON
+    can, from an edit typed into a card or a message a model copies from): the session's
+    transport failed, and the call read "the connection to fake failed" though nothing was
+    sent. The code point goes as U+FFFD, as the audit records it."""
+    url, plan = fake
+    [message], [(event, outcome)] = await _look_up(url, "x\ud800y")
+    assert plan.calls == {"lookup": 1}
+    assert json.loads(message.content) == {"id": "x\ufffdy", "status": "ok"}
+    assert (outcome, event.args) == ("success", {"item": "x\ufffdy"})
 
 
 async def test_a_session_the_server_forgot_is_opened_again(
