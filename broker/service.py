@@ -31,9 +31,9 @@ from __future__ import annotations
 import hmac
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, StringConstraints, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -42,19 +42,26 @@ from starlette.routing import Route
 from broker.errors import BrokerError, to_wire
 from broker.types import ChatUser, Identity, IdentityBackend
 
+# An id (a subject, a server, a chat user's parts): no control character, which no IdP or
+# chat platform puts in one and PostgreSQL's text cannot hold (a NUL), and no lone surrogate
+# (pydantic refuses a string it cannot encode as UTF-8 once it is constrained).
+_Ident = Annotated[
+    str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]*$")
+]
+
 
 class ChatUserModel(BaseModel):
-    platform: str
-    team_id: str
-    user_id: str
+    platform: _Ident
+    team_id: _Ident
+    user_id: _Ident
 
     def to_chat_user(self) -> ChatUser:
         return ChatUser(self.platform, self.team_id, self.user_id)
 
 
 class TokenRequest(BaseModel):
-    subject: str
-    server: str
+    subject: _Ident
+    server: _Ident
     chat_user: ChatUserModel | None = None
     email: str = ""
 
@@ -68,7 +75,7 @@ class ResolveRequest(ChatUserRequest):
 
 
 class SubjectRequest(BaseModel):
-    subject: str
+    subject: _Ident
 
 
 class SsoRequest(ChatUserRequest):

@@ -79,6 +79,20 @@ async def test_service_requires_its_secret(identity_broker: BrokerHarness) -> No
             headers={"Authorization": "Bearer opsbot-test-broker-secret"},
         )
         assert garbage.status_code == 400
+        # Ids with a control character or a lone surrogate are refused before any lookup
+        # (PostgreSQL's text cannot hold a NUL).
+        secret = {"Authorization": "Bearer opsbot-test-broker-secret"}
+        for path, body in (
+            ("token", b'{"subject": "al\\u0000ice", "server": "docs"}'),
+            ("token", b'{"subject": "alice", "server": "docs\\u001b"}'),
+            ("resolve_subject", b'{"subject": "al\\ud800ice"}'),
+            (
+                "resolve",
+                b'{"chat_user": {"platform": "slack", "team_id": "T", "user_id": "U\\u0000"}}',
+            ),
+        ):
+            refused = await http.post(f"{remote.base_url}/v1/{path}", content=body, headers=secret)
+            assert (refused.status_code, refused.json()["error"]) == (400, "bad_request"), body
     assert identity_broker.idp.provider.stats.exchanges == 0
 
 
