@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ from agent_core.mcp_failures import one_line
 from agent_core.policy import ToolPolicy
 from agent_core.tools import IDEMPOTENCY_ARG, ToolDefinition, prefixed
 from broker import Identity
+from infra.characters import LONE_SURROGATE, replace_in_strings
 from infra.retries import retried
 
 log = logging.getLogger(__name__)
@@ -182,24 +182,6 @@ MAX_RESULT_CHARS = 100_000
 MAX_ERROR_CHARS = 2_000
 
 
-# A code point UTF-8 cannot encode: a lone surrogate, which JSON can carry (an edit typed
-# into a card, a message a model copies from) and Python decodes.
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def sendable(value: Any) -> Any:
-    """``value`` with each lone surrogate in its strings as U+FFFD. The MCP client encodes a
-    request as UTF-8: one in an argument failed the session's transport, and the call was
-    reported as a broken connection (for a write: outcome unknown) though nothing was sent."""
-    if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {sendable(k): sendable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [sendable(v) for v in value]
-    return value
-
-
 def failure_reason(server: str, exc: ToolCallError) -> str:
     """What a person is told about a failed call: the server's refusal, or why it is unknown."""
     if isinstance(exc, ToolResultError):
@@ -243,7 +225,15 @@ class AuditInterceptor:
         name = prefixed(server, tool)
         definition = ctx.definitions[name]
         cls = ctx.policy.classify(name)
-        call_args = {k: sendable(v) for k, v in request.args.items() if k != IDEMPOTENCY_ARG}
+        # A lone surrogate (JSON carries one: an edit typed into a card, text a model copies)
+        # goes as U+FFFD: the MCP client encodes requests as UTF-8, and one failed the
+        # session's transport, the call reported as a broken connection (for a write: outcome
+        # unknown) though nothing was sent.
+        call_args = {
+            k: replace_in_strings(v, LONE_SURROGATE)
+            for k, v in request.args.items()
+            if k != IDEMPOTENCY_ARG
+        }
         key = None
         if cls.is_write and definition.takes_idempotency_key:
             key = idempotency_key(ctx.approval_id or ctx.thread_id, call_id)

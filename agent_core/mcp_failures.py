@@ -11,7 +11,6 @@ logged per failure, by the guard in ``agent_core.sessions``).
 from __future__ import annotations
 
 import logging
-import re
 
 import httpx
 from mcp import McpError
@@ -27,6 +26,7 @@ from agent_core.errors import (
     ToolTransientError,
 )
 from agent_core.transport import ServerError, SessionEnded, UnreadableReply
+from infra.characters import CONTROL_C0_C1
 from infra.logging import demote_to_debug, quiet_mcp_streams
 
 __all__ = [
@@ -93,11 +93,8 @@ def one_line(text: str, limit: int = SERVER_TEXT_CHARS) -> str:
     one line, at most ``limit`` characters (a server may send a whole stack trace), without
     control characters (a terminal escape is not for a chat; a NUL cannot be stored in
     PostgreSQL's text, where an approval keeps its outcome's reason)."""
-    return " ".join(_CONTROL.sub(" ", text).split())[:limit]
-
-
-# C0 and C1 control characters and DEL (the whitespace among them is split away anyway).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+    # (The whitespace among the control characters is split away anyway.)
+    return " ".join(CONTROL_C0_C1.sub(" ", text).split())[:limit]
 
 
 def reply_failure(server: str, error: ErrorData) -> ToolCallError | None:

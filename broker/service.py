@@ -41,13 +41,11 @@ from starlette.routing import Route
 
 from broker.errors import BrokerError, to_wire
 from broker.types import ChatUser, Identity, IdentityBackend
+from infra.characters import ID_PATTERN
 
-# An id (a subject, a server, a chat user's parts): no control character, which no IdP or
-# chat platform puts in one and PostgreSQL's text cannot hold (a NUL), and no lone surrogate
-# (pydantic refuses a string it cannot encode as UTF-8 once it is constrained).
-_Ident = Annotated[
-    str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]*$")
-]
+# An id (a subject, a server, a chat user's parts): no control character and no lone
+# surrogate (``infra.characters``).
+_Ident = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=ID_PATTERN)]
 
 
 class ChatUserModel(BaseModel):

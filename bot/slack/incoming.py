@@ -31,6 +31,7 @@ from bot.slack.cards import APPROVE_ACTION_ID, EDIT_ACTION_ID, REJECT_ACTION_ID
 from bot.slack.core import ChatUser
 from bot.slack.modals import EDIT_CALLBACK_ID, REJECT_CALLBACK_ID
 from bot.slack.streaming import FEEDBACK_ACTION_ID
+from infra.characters import ID_PATTERN
 
 # Bolt context key under which the accept middleware leaves the message it accepted.
 ACCEPTED = "opsbot_accepted_message"
@@ -178,14 +179,13 @@ def user_message(body: Mapping[str, Any]) -> UserMessage | None:
 
 # Lengths are capped before anything reaches the database: a job id is "slack-" + the
 # delivery id in a 128-character column, team ids go to 64-character columns. Ids hold no
-# control character: Slack's never do, and PostgreSQL's text cannot hold a NUL (an event id
-# with one failed its dedup insert with a 500).
+# control character (``infra.characters``): an event id with a NUL failed its dedup insert on
+# PostgreSQL with a 500.
 MAX_DELIVERY_ID = 100
-_NO_CONTROL = r"^[^\x00-\x1f\x7f]*$"
-_Id = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=_NO_CONTROL)]
-_Ts = Annotated[str, StringConstraints(min_length=1, max_length=32, pattern=_NO_CONTROL)]
+_Id = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=ID_PATTERN)]
+_Ts = Annotated[str, StringConstraints(min_length=1, max_length=32, pattern=ID_PATTERN)]
 _Delivery = Annotated[
-    str, StringConstraints(min_length=1, max_length=MAX_DELIVERY_ID, pattern=_NO_CONTROL)
+    str, StringConstraints(min_length=1, max_length=MAX_DELIVERY_ID, pattern=ID_PATTERN)
 ]
 _Name = Annotated[str, StringConstraints(max_length=255)]
 _Url = Annotated[str, StringConstraints(max_length=2000)]

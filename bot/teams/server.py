@@ -26,6 +26,7 @@ from microsoft_agents.hosting.core.authorization import ClaimsIdentity
 
 from bot.teams.app import CURRENT_DELIVERY, Delivery, TeamsBot
 from bot.teams.auth import ConnectorAuth, Rejected
+from infra.characters import CONTROL
 from infra.chat_http import (
     OAUTH_CALLBACK_PATH,
     LinkCallback,
@@ -103,8 +104,7 @@ def envelope_problem(activity: dict[str, Any]) -> str | None:
     # with its token, to another path of the Connector.
     if UNSAFE_ID.search(activity["conversation"]["id"]):
         return "conversation.id is not a Teams conversation id"
-    # The ids opsbot stores or looks up: Teams never puts a control character in one, and
-    # PostgreSQL's text cannot hold a NUL (the user's or tenant's lookup failed on it).
+    # The ids opsbot stores or looks up hold no control character (``infra.characters``).
     for path in _STORED_IDS:
         found: Any = activity
         for key in path:
@@ -114,7 +114,6 @@ def envelope_problem(activity: dict[str, Any]) -> str | None:
     return None
 
 
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _STORED_IDS = (
     ("id",),
     ("replyToId",),

@@ -20,7 +20,6 @@ text is the same for every batch size: psycopg prepares it on the server after a
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -28,6 +27,7 @@ from typing import Any, Protocol
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from infra.characters import NUL_OR_LONE_SURROGATE, replace_in_strings
 from infra.jobs.queue import JobStatus
 
 
@@ -140,7 +140,7 @@ def _params(deliveries: Sequence[Delivery], now: datetime) -> dict[str, Any]:
         raise ValueError("naive datetime: opsbot stores aware UTC timestamps only")
     batch = json.dumps(rows)
     if _NUL_ESCAPE in batch or _SURROGATE_ESCAPE in batch:  # only then is the batch walked
-        batch = json.dumps(_storable(rows))
+        batch = json.dumps(replace_in_strings(rows, NUL_OR_LONE_SURROGATE))
     return {"batch": batch, "status": JobStatus.QUEUED.value, "now": now.astimezone(UTC)}
 
 
@@ -152,17 +152,6 @@ def _params(deliveries: Sequence[Delivery], now: datetime) -> dict[str, Any]:
 # literal backslash-u text or an emoji's surrogate pair: the walk then changes nothing.
 _NUL_ESCAPE = "\\u0000"
 _SURROGATE_ESCAPE = "\\ud"
-_UNSTORABLE = re.compile("[\\x00\\ud800-\\udfff]")
-
-
-def _storable(value: Any) -> Any:
-    if isinstance(value, str):
-        return _UNSTORABLE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {_storable(k): _storable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_storable(v) for v in value]
-    return value
 
 
 class _DeadConnection(Exception):
