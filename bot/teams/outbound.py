@@ -27,6 +27,7 @@ from microsoft_agents.hosting.core.authorization import AuthenticationConstants
 from bot.teams.core import PlatformRef
 from bot.teams.incoming import Conversation
 from bot.teams.store import SqlConversations
+from infra.characters import LONE_SURROGATE, replace_in_strings
 
 log = logging.getLogger(__name__)
 CHANNEL = "msteams"
@@ -50,7 +51,7 @@ class TeamsOutbound:
         ids: list[str] = []
 
         async def callback(context: TurnContext) -> None:
-            sent = await context.send_activities([Activity.model_validate(a) for a in activities])
+            sent = await context.send_activities([outgoing(a) for a in activities])
             ids.extend(str(r.id or "") for r in sent)
 
         await self.cloud.continue_conversation(self.app_id, _continuation(reference), callback)
@@ -74,7 +75,7 @@ class TeamsOutbound:
         reference = ConversationReference.model_validate(reference_json)
 
         async def callback(context: TurnContext) -> None:
-            replacement = Activity.model_validate({**activity, "id": activity_id})
+            replacement = outgoing({**activity, "id": activity_id})
             await context.update_activity(replacement)
 
         await self.cloud.continue_conversation(self.app_id, _continuation(reference), callback)
@@ -110,7 +111,7 @@ class TeamsOutbound:
             agent=ChannelAccount(id=f"28:{self.app_id}"),
             tenant_id=tenant_id,
             channel_data={"channel": {"id": channel_conversation_id}, "tenant": {"id": tenant_id}},
-            activity=Activity.model_validate(activity),
+            activity=outgoing(activity),
         )
         created: dict[str, str] = {}
 
@@ -147,10 +148,17 @@ class TeamsOutbound:
             opened["conversation_id"] = str(conversation.id if conversation else "")
             # A new chat has nothing to reply to: post to the conversation itself.
             context.activity.id = None
-            await context.send_activities([Activity.model_validate(a) for a in activities])
+            await context.send_activities([outgoing(a) for a in activities])
 
         await self._open_conversation(service_url, parameters, callback)
         return opened.get("conversation_id", "")
+
+
+def outgoing(activity: dict[str, Any]) -> Activity:
+    """The SDK's ``Activity`` for ``activity`` (as ``bot.teams.render`` builds them), each lone
+    surrogate in its text as U+FFFD: the SDK's models refuse one (JSON carries it, from a
+    question an answer quotes or a tool's result), and the whole reply was not sent."""
+    return Activity.model_validate(replace_in_strings(activity, LONE_SURROGATE))
 
 
 def _continuation(reference: ConversationReference) -> Activity:

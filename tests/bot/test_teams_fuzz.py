@@ -252,6 +252,17 @@ async def test_what_the_fuzz_found_each_gets_its_clear_answer(
             )
         assert reply.kind == "reply"
         assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+        # A question with a lone surrogate, which the answer quotes: the SDK's models refused
+        # the reply, and the user got none ("a Teams turn failed: ValidationError").
+        odd = env.fake.personal(ALICE, "show x\ud800y")
+        with caplog.at_level(logging.WARNING):
+            caplog.clear()
+            assert (await env.post(odd))[0] == 202
+            answers = await env.fake.wait_for(
+                "posted", where=lambda c: "x\ufffdy" in json.dumps(c.body, ensure_ascii=False)
+            )
+        assert [a.conversation_id for a in answers] == [odd["conversation"]["id"]]
+        assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
         invoke = env.fake.personal(ALICE, "")
         invoke.update({"type": "invoke", "name": "composeExtension/query", "value": {}})
         status, body = await env.post(invoke)
