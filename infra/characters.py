@@ -24,26 +24,27 @@ __all__ = [
     "ID_PATTERN",
     "LONE_SURROGATE",
     "NUL_OR_LONE_SURROGATE",
-    "REPLACEMENT",
     "replace_in_strings",
 ]
 
-# C0 control characters and DEL; with C1's, what text shown to people leaves out.
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-CONTROL_C0_C1 = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# C0 control characters and DEL: what an id never holds.
+_C0_AND_DEL = r"\x00-\x1f\x7f"
+CONTROL = re.compile(f"[{_C0_AND_DEL}]")
 # What an id matches (a pydantic ``pattern``; pydantic also refuses a lone surrogate in a
 # constrained string: it cannot encode it as UTF-8).
-ID_PATTERN = r"^[^\x00-\x1f\x7f]*$"
+ID_PATTERN = f"^[^{_C0_AND_DEL}]*$"
+# With C1's: what text shown to people leaves out.
+CONTROL_C0_C1 = re.compile(rf"[{_C0_AND_DEL}\x80-\x9f]")
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 NUL_OR_LONE_SURROGATE = re.compile("[\x00\ud800-\udfff]")
-REPLACEMENT = "\ufffd"
+_REPLACEMENT = "\ufffd"
 
 
 def replace_in_strings(value: Any, unusable: re.Pattern[str]) -> Any:
     """``value`` (JSON-like: dicts, lists, strings) with ``unusable`` in every string and key
     replaced by U+FFFD; other values as they are."""
     if isinstance(value, str):
-        return unusable.sub(REPLACEMENT, value)
+        return unusable.sub(_REPLACEMENT, value)
     if isinstance(value, dict):
         return {
             replace_in_strings(k, unusable): replace_in_strings(v, unusable)
