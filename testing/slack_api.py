@@ -1,5 +1,5 @@
-"""Slack's Web API rules, stated once for every fake of it: the sandbox's emulator
-(``testing.slack_webapi``) and the test server (``testing.slack.FakeSlack``).
+"""Slack's Web API rules that need no workspace state, stated once for the fake Slack
+(``testing.slack_webapi``, which the sandbox and ``testing.slack.FakeSlack`` both serve).
 
 Limits as Slack enforces them: 50 blocks a message, 100 in a view, 3,000 characters of
 section text, 75 of button text, 2,000 of a button value, 3,000 of a modal's
@@ -161,6 +161,6 @@ _CHECKS: dict[str, Callable[[Params], str | None]] = {
 
 def check_call(method: str, p: Params) -> str | None:
     """Slack's error for a call of ``method`` that is wrong whatever the workspace holds
-    (both fakes ask this before their handler looks at channels, messages or views)."""
+    (``WebApi`` asks this before its handlers look at channels, messages or views)."""
     check = _CHECKS.get(method)
     return None if check is None else check(p)

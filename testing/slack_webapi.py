@@ -1,10 +1,11 @@
 """The subset of Slack's Web API the bot calls, answered from a ``Workspace``
-(``testing.slack_workspace``): the Slack the sandbox serves.
+(``testing.slack_workspace``): the one fake Slack, served by the sandbox and, to tests and
+benches, by ``testing.slack.FakeSlack``.
 
 ``WebApi.call(method, params, token)`` answers as Slack does, ``{"ok": true, ...}`` or
 ``{"ok": false, "error": ...}``; the HTTP wire (``POST /api/<method>``, form or JSON, bearer
-token) is the caller's (``sandbox.web``). Limits Slack enforces (``testing.slack_api``, shared
-with ``testing.slack.FakeSlack``) are enforced here too, so the sandbox fails where Slack would.
+token) is the caller's (``sandbox.web``, ``testing.slack``). Limits Slack enforces
+(``testing.slack_api``) are enforced here, so the sandbox and the tests fail where Slack would.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ class WebApi:
 
     def chat_post_ephemeral(self, p: Params) -> Result:
         user = str(p.get("user", ""))
-        if user not in self.workspace.users:
+        if not self.workspace.is_member(user):
             return {"ok": False, "error": "user_not_found"}
         channel = self.workspace.resolve_channel(str(p.get("channel", "")))
         thread_ts = str(p["thread_ts"]) if p.get("thread_ts") else None
@@ -185,14 +186,14 @@ class WebApi:
 
     def set_status(self, p: Params) -> Result:
         # Only DMs with the app are assistant threads (as on Slack).
-        channel = self.workspace.channels.get(str(p.get("channel_id", "")))
+        channel = self.workspace.channel(str(p.get("channel_id", "")))
         if channel is None or not channel.is_im:
             return {"ok": False, "error": "channel_not_found"}
         self.workspace.set_status(channel.id, str(p.get("thread_ts", "")), str(p.get("status")))
         return {"ok": True}
 
     def set_suggested_prompts(self, p: Params) -> Result:
-        channel = self.workspace.channels.get(str(p.get("channel_id", "")))
+        channel = self.workspace.channel(str(p.get("channel_id", "")))
         if channel is None or not channel.is_im:
             return {"ok": False, "error": "channel_not_found"}
         prompts = {"title": p.get("title", ""), "prompts": p["prompts"]}
@@ -200,10 +201,10 @@ class WebApi:
         self.workspace.changed()
         return {"ok": True}
 
-    # -- thread titles, streams and agent sessions (shapes as testing/slack.py's fake) -------
+    # -- thread titles, streams and agent sessions ------------------------------------------
 
     def set_title(self, p: Params) -> Result:
-        channel = self.workspace.channels.get(str(p.get("channel_id", "")))
+        channel = self.workspace.channel(str(p.get("channel_id", "")))
         if channel is None or not channel.is_im:
             return {"ok": False, "error": "channel_not_found"}
         title = str(p["title"]).strip()
@@ -239,10 +240,13 @@ class WebApi:
             _chunks(p),
             blocks if isinstance(blocks, list) else None,
         )
+        status = p.get("session_status")  # ends the agent session's turn in the same call
+        if isinstance(status, str) and status and message.thread_ts:
+            self.workspace.set_session(channel.id, message.thread_ts, status, None)
         return {"ok": True, "channel": channel.id, "ts": message.ts, "message": message.as_api()}
 
     def set_session_status(self, p: Params) -> Result:
-        channel = self.workspace.channels.get(str(p.get("channel_id", "")))
+        channel = self.workspace.channel(str(p.get("channel_id", "")))
         if channel is None:
             return {"ok": False, "error": "channel_not_found"}
         status = str(p["status"])

@@ -119,6 +119,9 @@ class Stream:
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
     plan: str | None = None
     open: bool = True
+    # Every chunk the stream took, in order (markdown text sent on its own as a
+    # ``markdown_text`` chunk): what the tests read.
+    chunks: list[dict[str, Any]] = field(default_factory=list)
 
     def apply(self, markdown: str | None, chunks: list[Any] | None) -> None:
         """Check every chunk first (a refused call changes nothing), then apply them."""
@@ -138,6 +141,7 @@ class Stream:
         text = sum(len(str(c.get("text") or "")) for c in checked)
         if text > STREAM_TEXT_LIMIT:  # in one call, all chunks together
             raise StreamError(f"{text} characters of markdown in one call")
+        self.chunks.extend(checked)
         for chunk in checked:
             if chunk["type"] == "markdown_text":
                 self.text += str(chunk.get("text") or "")
@@ -173,6 +177,10 @@ class NotFoundError(KeyError):
 
 @dataclass
 class Workspace:
+    """One workspace's state. ``open_world`` (the tests' ``testing.slack.FakeSlack``) takes
+    any channel, thread, trigger or user it has not seen as existing, because tests make up
+    their ids; the sandbox's workspace is closed and refuses them as Slack would."""
+
     users: dict[str, User] = field(default_factory=dict)
     channels: dict[str, Channel] = field(default_factory=dict)
     messages: dict[tuple[str, str], Message] = field(default_factory=dict)
@@ -183,13 +191,22 @@ class Workspace:
     # agents.sessions.setStatus and assistant.threads.setTitle, by (channel, thread ts)
     sessions: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     titles: dict[tuple[str, str], str] = field(default_factory=dict)
+    # every status each agent session was given, in order (``sessions`` holds the latest)
+    session_statuses: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    open_world: bool = False
     version: int = 0
     _triggers: dict[str, tuple[str, float]] = field(default_factory=dict)
     _seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     @classmethod
-    def demo(cls, people: Iterable[User], approvals_channel: str = "ops-approvals") -> Workspace:
-        ws = cls()
+    def demo(
+        cls,
+        people: Iterable[User],
+        approvals_channel: str = "ops-approvals",
+        *,
+        open_world: bool = False,
+    ) -> Workspace:
+        ws = cls(open_world=open_world)
         bot = User(BOT_USER_ID, BOT_NAME, "opsbot", "opsbot@sandbox.invalid", is_bot=True)
         ws.users[bot.id] = bot
         for person in people:
@@ -224,7 +241,29 @@ class Workspace:
                 return channel
         if ref in self.users and not self.users[ref].is_bot:
             return self.dm_of(ref)
-        raise NotFoundError(ref)
+        if not self.open_world or not ref:
+            raise NotFoundError(ref)
+        if ref.startswith("U"):  # posting to a user id opens the DM with them
+            return self._add_channel(Channel("D" + ref[1:], BOT_NAME, im_user=ref))
+        if ref.startswith("D"):
+            return self._add_channel(Channel(ref, BOT_NAME, im_user="U" + ref[1:]))
+        return self._add_channel(Channel(ref, name.lower()))
+
+    def channel(self, channel_id: str) -> Channel | None:
+        """The channel with this id (in an open world, any id names one)."""
+        try:
+            if not self.open_world:
+                return self.channels.get(channel_id)
+            return self.resolve_channel(channel_id)
+        except NotFoundError:
+            return None
+
+    def _add_channel(self, channel: Channel) -> Channel:
+        self.channels[channel.id] = channel
+        return channel
+
+    def is_member(self, user: str) -> bool:
+        return user in self.users or (self.open_world and bool(user))
 
     def message(self, channel: str, ts: str) -> Message:
         try:
@@ -250,7 +289,8 @@ class Workspace:
         message = Message(
             channel, self.next_ts(), user, text, list(blocks or []), thread_ts, ephemeral_for
         )
-        if thread_ts is not None and (channel, thread_ts) not in self.messages:
+        known = (channel, thread_ts) in self.messages
+        if thread_ts is not None and not known and not self.open_world:
             raise NotFoundError(f"thread {channel}/{thread_ts}")
         self.messages[(channel, message.ts)] = message
         self.changed()
@@ -314,6 +354,7 @@ class Workspace:
     def set_session(self, channel: str, thread_ts: str, status: str, title: str | None) -> None:
         session = self.sessions.setdefault((channel, thread_ts), {})
         session["status"] = status
+        self.session_statuses.setdefault((channel, thread_ts), []).append(status)
         if title:
             session["title"] = title
         self.changed()
@@ -337,6 +378,8 @@ class Workspace:
 
     def use_trigger(self, trigger_id: str) -> str:
         """The user a trigger belongs to; a trigger works once, within its lifetime."""
+        if self.open_world and trigger_id and trigger_id not in self._triggers:
+            return ""  # a trigger a test made up: from someone this workspace does not know
         user, deadline = self._triggers.pop(trigger_id, ("", 0.0))
         if not user or time.monotonic() > deadline:
             raise NotFoundError(trigger_id)
@@ -374,7 +417,7 @@ class Workspace:
         self.changed()
 
     def publish_home(self, user: str, view: dict[str, Any]) -> None:
-        if user not in self.users:
+        if not self.is_member(user):
             raise NotFoundError(user)
         self.homes[user] = dict(view)
         self.changed()

@@ -1,5 +1,6 @@
-"""Both fakes of Slack's Web API (the tests' ``FakeSlack`` and the sandbox's emulator) refuse
-what Slack refuses, with Slack's error: the rules are ``testing.slack_api``, stated once."""
+"""The fake Slack refuses what Slack refuses, with Slack's error, on both of its wires: the
+tests' ``FakeSlack`` (open world, over HTTP) and the sandbox's ``WebApi`` over a closed
+``Workspace``. The rules are ``testing.slack_api``, stated once."""
 
 from __future__ import annotations
 
@@ -87,3 +88,64 @@ def test_the_sandbox_refuses_the_same(method: str, params: dict[str, Any], error
     channel = workspace.resolve_channel("ops-approvals").id
     call = {**params, "channel": channel} if "channel" in params else params
     assert api.call(method, call, "xoxb-sandbox") == {"ok": False, "error": error}
+
+
+async def _conversation(call: Any) -> list[str]:
+    """One conversation of Web API calls; what each answer was (``ok`` or its error)."""
+    answers: list[str] = []
+
+    async def said(method: str, **params: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = await call(method, params)
+        answers.append("ok" if answer["ok"] else str(answer["error"]))
+        return answer
+
+    card = await said("chat.postMessage", channel="ops-approvals", text="card")
+    await said("chat.update", channel=card["channel"], ts=card["ts"], text="decided")
+    asked = await said("chat.postMessage", channel="D1", text="asked")
+    stream = await said(
+        "chat.startStream", channel="D1", thread_ts=asked["ts"], markdown_text="Looking"
+    )
+    await said("chat.appendStream", channel="D1", ts=stream["ts"], markdown_text=" it up")
+    await said(
+        "chat.stopStream",
+        channel="D1",
+        ts=stream["ts"],
+        chunks=[{"type": "plan_update", "title": "Done"}],
+    )
+    await said("chat.appendStream", channel="D1", ts=stream["ts"], markdown_text="late")
+    await said("assistant.threads.setTitle", channel_id="D1", thread_ts=asked["ts"], title="PAY")
+    await said("assistant.threads.setStatus", channel_id="C0OPS", thread_ts="1.0", status="x")
+    await said("chat.delete", channel=card["channel"], ts=card["ts"])
+    await said("chat.update", channel=card["channel"], ts=card["ts"], text="again")
+    await said("views.update", view_id="VNOPE", view={"type": "modal", "blocks": []})
+    return answers
+
+
+async def test_the_tests_fake_and_the_sandbox_are_one_slack(fake_slack: FakeSlack) -> None:
+    """The same calls get the same answers from the tests' ``FakeSlack`` (over HTTP) and the
+    sandbox's ``WebApi``: one state model, and the tests read it as the sandbox shows it."""
+    fake_slack.agent_features = True
+    client = AsyncWebClient(token=BOT_TOKEN, base_url=fake_slack.url)
+
+    async def over_http(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return dict((await client.api_call(method, json=params)).data)  # type: ignore[arg-type]
+        except SlackApiError as refused:
+            return dict(refused.response.data)  # type: ignore[arg-type]
+
+    workspace = Workspace.demo([User("U1", "alice", "Alice", "alice@example.com", ())])
+    api = WebApi(workspace, "xoxb-sandbox")
+
+    async def in_the_sandbox(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return api.call(method, params, "xoxb-sandbox")
+
+    expected = ["ok"] * 6 + ["message_not_in_streaming_state", "ok", "channel_not_found"]
+    expected += ["ok", "message_not_found", "not_found"]
+    assert await _conversation(over_http) == expected
+    assert await _conversation(in_the_sandbox) == expected
+    # what the tests read is the workspace's state
+    (streamed,) = [m for m in fake_slack.messages.values() if "streaming" in m]
+    assert (streamed["text"], streamed["streaming"]) == ("Looking it up", False)
+    key = (streamed["channel"], streamed["ts"])
+    assert [c["type"] for c in fake_slack.streams[key]] == ["markdown_text"] * 2 + ["plan_update"]
+    assert fake_slack.workspace.titles == workspace.titles != {}

@@ -18,7 +18,7 @@ from infra.clock import utc_now
 from infra.settings import Settings
 from infra.storage import create_engine
 from opsbot.cli import build_parser
-from testing.slack import BOT_TOKEN, FakeSlack
+from testing.slack import BOT_TOKEN, BOT_USER_ID, FakeSlack
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ async def test_sweep_tells_slack_when_slack_is_configured(
     await SqlApprovalStore(engine).create(
         close_request("apr-slack", -timedelta(hours=2), -timedelta(hours=1))
     )
-    card_ts = fake_slack._api_chat_postMessage({"channel": "C0APPROVALS", "text": "card"})["ts"]
+    card_ts = fake_slack.workspace.post("C0APPROVALS", BOT_USER_ID, "card").ts
     await SqlApprovalMessages(engine).save(
         "apr-slack", "T1", ("C0APPROVALS", card_ts), ("C0OPS", "200.1")
     )
@@ -147,7 +147,7 @@ async def test_sweep_finishes_an_approval_a_crash_left_deciding_and_tells_slack(
         await store.claim(
             approval_id, "bob", [ActionDecision("approve")], now - timedelta(minutes=claimed_ago)
         )
-    card_ts = fake_slack._api_chat_postMessage({"channel": "C0APPROVALS", "text": "card"})["ts"]
+    card_ts = fake_slack.workspace.post("C0APPROVALS", BOT_USER_ID, "card").ts
     await SqlApprovalMessages(engine).save(
         "apr-stuck", "T1", ("C0APPROVALS", card_ts), ("C0OPS", "300.1")
     )
@@ -209,7 +209,7 @@ async def test_reconcile_finishes_an_interrupted_approval_and_tells_slack(
     await store.claim(
         "apr-hand", "bob", [ActionDecision("approve")], utc_now() - timedelta(minutes=10)
     )
-    card_ts = fake_slack._api_chat_postMessage({"channel": "C0APPROVALS", "text": "card"})["ts"]
+    card_ts = fake_slack.workspace.post("C0APPROVALS", BOT_USER_ID, "card").ts
     await SqlApprovalMessages(engine).save(
         "apr-hand", "T1", ("C0APPROVALS", card_ts), ("C0OPS", "400.1")
     )

@@ -159,7 +159,7 @@ def _malformed_cases() -> dict[str, tuple[str, str]]:
         "block_actions with a string user": (_interaction({**action, "user": "U0ALICE"}), form),
         # An interaction names its team as an object; a string one (found by the fuzz test)
         # reached the listener, which failed with a 500.
-        "block_actions with a string team": (_interaction({**action, "team": "T0TEAM"}), form),
+        "block_actions with a string team": (_interaction({**action, "team": "T0SANDBOX"}), form),
         "view_submission with a string team": (_interaction({**submitted, "team": "0"}), form),
         "action value of 10 KB": (
             _interaction({**action, "actions": [{"action_id": "x", "value": "v" * 10_000}]}),

@@ -52,7 +52,7 @@ async def test_mention_is_answered_in_its_thread_with_source_links(
     user, ref, text = fake_assistant.messages[0]
     assert (user, text) == (ALICE, "is PAY-1 open?")
     assert (ref.team_id, ref.channel_id, ref.thread_ts) == (
-        "T0TEAM",
+        "T0SANDBOX",
         "C0GENERAL",
         "1700000001.000100",
     )

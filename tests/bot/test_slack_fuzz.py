@@ -108,7 +108,7 @@ _LEAF = (
     | st.floats(allow_nan=False)
     | st.text(max_size=12)
     | st.sampled_from(
-        ["", "U0ALICE", "T0TEAM", "T0OTHER", "<@U0BOT> hi", "1.0", "ops", "\x00", "\ud800"]
+        ["", "U0ALICE", "T0SANDBOX", "T0OTHER", "<@U0OPSBOT> hi", "1.0", "ops", "\x00", "\ud800"]
     )
     | st.sampled_from([10_000, 5_000]).map(lambda n: "x" * n)  # huge fields
 )
@@ -131,7 +131,7 @@ def _base_payloads() -> dict[str, tuple[str, dict[str, Any]]]:
     home = {"type": "app_home_opened", "user": ALICE.user_id, "channel": "D0A", "tab": "home"}
     form = {
         "token": "unused",
-        "team_id": "T0TEAM",
+        "team_id": "T0SANDBOX",
         "channel_id": "C0GENERAL",
         "channel_name": "general",
         "user_id": ALICE.user_id,

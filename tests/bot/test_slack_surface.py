@@ -64,7 +64,7 @@ async def test_a_new_dm_conversation_gets_a_title_and_the_messages_tab_prompts(
     prompts = await env.fake.wait_for("assistant.threads.setSuggestedPrompts")
     assert prompts[0]["channel_id"] == "D0BOB"
     # the fake accepts only what Slack does: 1-4 prompts, each with a title and a message
-    assert env.fake._api_assistant_threads_setSuggestedPrompts(prompts[0]) == {"ok": True}
+    assert env.fake.answers_to("assistant.threads.setSuggestedPrompts") == [{"ok": True}]
 
 
 def _connection_event(user: str, kind: str, **extra: Any) -> dict[str, Any]:
@@ -99,7 +99,7 @@ async def test_standardized_app_authentication_links_with_opsbots_own_login(
         provider = _provider(request)
         assert provider["auth_url"] == await fake_assistant.link_url(ERIN)
         assert provider["is_connected"] is False
-        assert env.fake._api_apps_user_connection_requestAuth(request) == {"ok": True}
+        assert env.fake.answers_to("apps.user.connection.requestAuth") == [{"ok": True}]
 
         # a prompt to connect is Slack's auth_provider block, opening the same login
         await env.sender.post_event(mention(ERIN.user_id, "show PAY-1", ts="1700000700.0001"))
