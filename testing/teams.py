@@ -49,6 +49,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
 from infra.serving import bind_socket, socket_url
+from testing import recorded
 
 APP_ID = "00000000-0000-4000-8000-0000000b0771"
 APP_PASSWORD = "test-teams-client-secret"
@@ -405,36 +406,23 @@ class FakeTeams:
         where: Callable[[ConnectorCall], bool] = lambda _c: True,
     ) -> list[ConnectorCall]:
         """Wait until ``count`` calls of ``kind`` (or "posted": any message) match ``where``."""
-        assert self._changed is not None
 
         def matching() -> list[ConnectorCall]:
             pool = self.posted() if kind == "posted" else self.calls_to(kind)
             return [c for c in pool if where(c)]
 
-        async def wait_all() -> list[ConnectorCall]:
-            assert self._changed is not None
-            async with self._changed:
-                await self._changed.wait_for(lambda: len(matching()) >= count)
-            return matching()
-
-        try:
-            return await asyncio.wait_for(wait_all(), wait)
-        except TimeoutError:
-            seen = [(c.kind, c.conversation_id, c.body.get("type")) for c in self.calls]
-            raise AssertionError(
-                f"expected {count} {kind} call(s); got {len(matching())}. Calls: {seen}"
-            ) from None
+        return await recorded.wait_until(
+            self._changed,
+            matching,
+            count,
+            wait,
+            f"{kind} call(s)",
+            lambda: [(c.kind, c.conversation_id, c.body.get("type")) for c in self.calls],
+        )
 
     async def settle(self, quiet: float = 0.3, limit: float = 10.0) -> None:
         """Wait until no Connector call arrived for ``quiet`` seconds."""
-        deadline = time.monotonic() + limit
-        seen = -1
-        while time.monotonic() < deadline:
-            if len(self.calls) == seen:
-                return
-            seen = len(self.calls)
-            await asyncio.sleep(quiet)
-        raise AssertionError("the bot kept calling the Connector")
+        await recorded.settle(self.calls, quiet, limit, "the bot")
 
     # -- server ------------------------------------------------------------------------
 
