@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     AssistantFactory = Callable[[Settings], AbstractAsyncContextManager[AssistantPort]]
 
 log = logging.getLogger(__name__)
-PRUNE_EVERY_SECONDS = 3600
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -87,20 +86,12 @@ def open_configured_bot(
     """The bot with durable runs (``infra.jobs``) unless ``OPSBOT_RUNS__DURABLE=false``."""
     from bot.slack import open_bot
     from bot.slack.durable import open_durable_bot
-    from infra.jobs import RunLimits
+    from opsbot.commands.chat_app import durable_run_options
 
-    runs = settings.runs
-    if not runs.durable:
+    if not settings.runs.durable:
         return open_bot(config, assistant, engine, socket_mode=socket_mode)
-    return open_durable_bot(
-        config,
-        assistant,
-        engine,
-        limits=RunLimits(runs.global_runs, runs.per_user_runs),
-        lease=timedelta(seconds=runs.lease_seconds),
-        poll_seconds=runs.poll_seconds,
-        socket_mode=socket_mode,
-    )
+    options = durable_run_options(settings)
+    return open_durable_bot(config, assistant, engine, socket_mode=socket_mode, **options)
 
 
 async def serve_slack(
@@ -126,6 +117,7 @@ async def serve_slack(
     from infra.observability.loop import LoopLagMonitor
     from infra.serving import bind_socket
     from infra.storage import create_engine
+    from opsbot.commands.chat_app import link_callback, prune_forever, running
     from opsbot.observability import (
         Readiness,
         ops_routes,
@@ -166,84 +158,70 @@ async def serve_slack(
                 announce, linked, teams_routes, teams_front = await platforms.enter_async_context(
                     with_teams_app(settings, assistant, engine, announce, linked)
                 )
-            background = [
-                asyncio.create_task(LoopLagMonitor("main").run_forever()),
-                asyncio.create_task(
-                    _prune_forever(
+            await platforms.enter_async_context(
+                running(
+                    LoopLagMonitor("main").run_forever(),
+                    prune_forever(
                         SqlProcessedEvents(engine),
                         timedelta(hours=settings.slack.event_retention_hours),
-                    )
-                ),
-            ]
-            background.append(
-                asyncio.create_task(
+                        "processed Slack event ids",
+                    ),
                     assistant.sweep_forever(
                         settings.approvals.sweep_interval_seconds, announce, platform="slack"
-                    )
-                )
-            )
-            # Approvals requested or decided on another platform (Teams): Slack's copy. With
-            # Teams in this process (`opsbot serve`) it has its own loop for its copy.
-            background.append(
-                asyncio.create_task(
+                    ),
+                    # Approvals requested or decided on another platform (Teams): Slack's
+                    # copy. With Teams in this process (`opsbot serve`) it has its own loop.
                     assistant.notices_forever(
                         "slack", settings.approvals.notice_poll_seconds, bot.adapter.on_notice
-                    )
+                    ),
                 )
             )
-            try:
-                if socket_mode:
-                    assert config.app_token is not None
-                    log.info("opsbot slack: Socket Mode")
+            if socket_mode:
+                assert config.app_token is not None
+                log.info("opsbot slack: Socket Mode")
+                if on_ready is not None:
+                    on_ready("socket-mode")
+                await run_socket_mode(bot.app, config.app_token, stop)
+            else:
+                # in-process, this process finishes account links; a remote broker
+                # service serves /oauth/callback itself
+                callback = (
+                    link_callback(assistant, linked, "Slack")
+                    if settings.broker.mode == "inprocess"
+                    else None
+                )
+                front = _ack_front(settings, bot.adapter)
+                # Teams on the same ack loop when both have one, else on this loop.
+                fronts = [teams_front] if front is not None and teams_front else []
+                routes = [
+                    *ops_routes(
+                        Readiness.from_settings(settings, engine, schema),
+                        refresh_runtime_gauges,
+                    ),
+                    *([] if fronts else teams_routes),
+                ]
+                # MCP servers in ``auth: oauth`` mode send the browser back here when
+                # OPSBOT_BROKER__MCP_OAUTH_CALLBACK_URL names this app (in both modes).
+                connect = (
+                    _server_connect(assistant, bot.adapter.server_connected)
+                    if any(s.auth == "oauth" for s in settings.mcp_servers)
+                    else None
+                )
+                async with serve_http(
+                    bot.app,
+                    sock or bind_socket(host, port),
+                    callback,
+                    routes=routes,
+                    middlewares=[request_metrics],
+                    max_body_bytes=settings.slack.max_body_bytes,
+                    front=front,
+                    server_connect=connect,
+                    fronts=fronts,
+                ) as url:
+                    log.info("opsbot slack: listening on %s/slack/events", url)
                     if on_ready is not None:
-                        on_ready("socket-mode")
-                    await run_socket_mode(bot.app, config.app_token, stop)
-                else:
-                    # in-process, this process finishes account links; a remote broker
-                    # service serves /oauth/callback itself
-                    callback = (
-                        _link_callback(assistant, linked)
-                        if settings.broker.mode == "inprocess"
-                        else None
-                    )
-                    front = _ack_front(settings, bot.adapter)
-                    # Teams on the same ack loop when both have one, else on this loop.
-                    fronts = [teams_front] if front is not None and teams_front else []
-                    routes = [
-                        *ops_routes(
-                            Readiness.from_settings(settings, engine, schema),
-                            refresh_runtime_gauges,
-                        ),
-                        *([] if fronts else teams_routes),
-                    ]
-                    # MCP servers in ``auth: oauth`` mode send the browser back here when
-                    # OPSBOT_BROKER__MCP_OAUTH_CALLBACK_URL names this app (in both modes).
-                    connect = (
-                        _server_connect(assistant, bot.adapter.server_connected)
-                        if any(s.auth == "oauth" for s in settings.mcp_servers)
-                        else None
-                    )
-                    async with serve_http(
-                        bot.app,
-                        sock or bind_socket(host, port),
-                        callback,
-                        routes=routes,
-                        middlewares=[request_metrics],
-                        max_body_bytes=settings.slack.max_body_bytes,
-                        front=front,
-                        server_connect=connect,
-                        fronts=fronts,
-                    ) as url:
-                        log.info("opsbot slack: listening on %s/slack/events", url)
-                        if on_ready is not None:
-                            on_ready(url)
-                        await stop.wait()
-            finally:
-                for task in background:
-                    task.cancel()
-                for task in background:
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                        on_ready(url)
+                    await stop.wait()
     finally:
         await engine.dispose()
 
@@ -260,29 +238,11 @@ def _ack_front(settings: Settings, adapter: Any) -> Any:
     return AckFront(adapter, settings.resolved_database_url, pool_size=settings.pools.ack)
 
 
-def _link_callback(
-    assistant: AssistantPort, linked: Callable[[ChatUser, str], Awaitable[None]]
-) -> Callable[[str, str, str | None], Awaitable[str]]:
-    """Finish an account link (``/oauth/callback``, with the RFC 9207 ``iss`` when the IdP
-    sends one) and tell the chat side (``linked``: the Connect prompt and App Home are
-    updated)."""
-
-    async def complete(state: str, code: str, iss: str | None) -> str:
-        result = await assistant.complete_link(state, code, iss=iss)
-        try:
-            await linked(result.chat_user, result.who)
-        except Exception:  # the link itself is done; a stale prompt is only cosmetic
-            log.warning("could not update Slack after linking", exc_info=True)
-        return result.who
-
-    return complete
-
-
 def _server_connect(
     assistant: AssistantPort, connected: Callable[[ChatUser, str], Awaitable[None]]
 ) -> Callable[[str, str, str | None], Awaitable[ServerConnected | ConnectRefused]]:
     """Finish connecting an MCP server (``/oauth/mcp/callback``) and replace the user's
-    *Connect <server>* prompt, as ``_link_callback`` does for account links."""
+    *Connect <server>* prompt, as ``link_callback`` does for account links."""
     from assistant.types import ServerConnected
 
     async def complete(state: str, code: str, iss: str | None) -> ServerConnected | ConnectRefused:
@@ -295,20 +255,3 @@ def _server_connect(
         return result
 
     return complete
-
-
-async def _prune_forever(store: Any, keep: timedelta) -> None:
-    while True:
-        try:
-            removed = await store.prune(keep)
-            log.info("pruned %d processed Slack event ids", removed)
-        except Exception as exc:
-            # A database error (down, or not migrated: /readyz says which) is one line; a
-            # bug keeps its traceback.
-            from sqlalchemy.exc import DBAPIError
-
-            database = isinstance(exc, DBAPIError)
-            log.warning(
-                "pruning processed event ids failed: %s", type(exc).__name__, exc_info=not database
-            )
-        await asyncio.sleep(PRUNE_EVERY_SECONDS)

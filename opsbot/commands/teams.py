@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     AssistantFactory = Callable[[Settings], AbstractAsyncContextManager[AssistantPort]]
 
 log = logging.getLogger(__name__)
-PRUNE_EVERY_SECONDS = 3600
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -129,45 +128,29 @@ def open_configured_teams_bot(
     """The bot with durable runs (``infra.jobs``) unless ``OPSBOT_RUNS__DURABLE=false``."""
     from bot.teams import open_teams_bot
     from bot.teams.durable import open_durable_teams_bot
-    from infra.jobs import RunLimits
+    from opsbot.commands.chat_app import durable_run_options
 
-    runs = settings.runs
-    if not runs.durable:
+    if not settings.runs.durable:
         return open_teams_bot(config, assistant, engine)
-    return open_durable_teams_bot(
-        config,
-        assistant,
-        engine,
-        limits=RunLimits(runs.global_runs, runs.per_user_runs),
-        lease=timedelta(seconds=runs.lease_seconds),
-        poll_seconds=runs.poll_seconds,
-    )
+    return open_durable_teams_bot(config, assistant, engine, **durable_run_options(settings))
 
 
-@contextlib.asynccontextmanager
-async def teams_background(settings: Settings, bot: TeamsBot, engine: Any) -> AsyncIterator[None]:
+def teams_background(
+    settings: Settings, bot: TeamsBot, engine: Any
+) -> AbstractAsyncContextManager[None]:
     """Pruning of processed Teams deliveries, and Teams' copy of approvals requested or
     decided on another platform (Slack, or the sweeper of another process), while the block
     runs."""
     from bot.teams.store import SqlProcessedActivities
+    from opsbot.commands.chat_app import prune_forever, running
 
     keep = timedelta(hours=settings.slack.event_retention_hours)
-    tasks = [
-        asyncio.create_task(_prune_forever(SqlProcessedActivities(engine), keep)),
-        asyncio.create_task(
-            bot.adapter.assistant.notices_forever(
-                "teams", settings.approvals.notice_poll_seconds, bot.adapter.approvals.on_notice
-            )
+    return running(
+        prune_forever(SqlProcessedActivities(engine), keep, "processed Teams deliveries"),
+        bot.adapter.assistant.notices_forever(
+            "teams", settings.approvals.notice_poll_seconds, bot.adapter.approvals.on_notice
         ),
-    ]
-    try:
-        yield
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    )
 
 
 async def serve_teams(
@@ -192,6 +175,7 @@ async def serve_teams(
     from infra.observability.loop import LoopLagMonitor
     from infra.serving import bind_socket
     from infra.storage import create_engine
+    from opsbot.commands.chat_app import link_callback, running
     from opsbot.observability import Readiness, ops_routes, refresh_runtime_gauges, request_metrics
     from opsbot.wiring import open_assistant
 
@@ -207,14 +191,14 @@ async def serve_teams(
             open_configured_teams_bot(settings, config, assistant, engine) as bot,
             teams_background(settings, bot, engine),
             LoopLagMonitor("main"),
-        ):
-            sweeper = asyncio.create_task(
+            running(
                 assistant.sweep_forever(
                     settings.approvals.sweep_interval_seconds,
                     bot.adapter.announce,
                     platform="teams",
                 )
-            )
+            ),
+        ):
             front = teams_front(settings, bot, lag_loop=TEAMS_ACK_LOOP)
             routes: list[web.RouteDef] = [
                 *ops_routes(
@@ -225,7 +209,8 @@ async def serve_teams(
             if front is None:
                 routes.extend(teams_routes(bot))
             if settings.broker.mode == "inprocess":
-                routes.append(link_callback_route(link_callback(assistant, bot.adapter.linked)))
+                complete = link_callback(assistant, bot.adapter.linked, "Teams")
+                routes.append(link_callback_route(complete))
             listening = sock or bind_socket(host, port)
             # Durable runs: /api/messages is acked on a thread and loop of its own
             # (bot.teams.front); the other routes are forwarded to this loop.
@@ -240,16 +225,11 @@ async def serve_teams(
                 if front is not None
                 else serve_here(listening, routes, [request_metrics])
             )
-            try:
-                async with serving as url:
-                    log.info("opsbot teams: listening on %s/api/messages", url)
-                    if on_ready is not None:
-                        on_ready(url)
-                    await stop.wait()
-            finally:
-                sweeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sweeper
+            async with serving as url:
+                log.info("opsbot teams: listening on %s/api/messages", url)
+                if on_ready is not None:
+                    on_ready(url)
+                await stop.wait()
     finally:
         await engine.dispose()
 
@@ -271,38 +251,6 @@ async def _health(_request: web.Request) -> web.Response:
     from aiohttp import web
 
     return web.json_response({"ok": True})
-
-
-def link_callback(
-    assistant: AssistantPort, linked: Callable[[ChatUser, str], Awaitable[None]]
-) -> Callable[[str, str, str | None], Awaitable[str]]:
-    """Finish an account link from the IdP's redirect and tell the chat side."""
-
-    async def complete(state: str, code: str, iss: str | None) -> str:
-        result = await assistant.complete_link(state, code, iss=iss)
-        try:
-            await linked(result.chat_user, result.who)
-        except Exception:  # the link itself is done
-            log.warning("could not update the chat after linking", exc_info=True)
-        return result.who
-
-    return complete
-
-
-async def _prune_forever(store: Any, keep: timedelta) -> None:
-    while True:
-        try:
-            removed = await store.prune(keep)
-            log.info("pruned %d processed Teams deliveries", removed)
-        except Exception as exc:
-            from sqlalchemy.exc import DBAPIError
-
-            log.warning(
-                "pruning processed Teams deliveries failed: %s",
-                type(exc).__name__,
-                exc_info=not isinstance(exc, DBAPIError),
-            )
-        await asyncio.sleep(PRUNE_EVERY_SECONDS)
 
 
 @contextlib.asynccontextmanager
