@@ -19,14 +19,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
-import httpx
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
-
 from audit.log import AuditEvent, AuditLog
 from infra.clock import Clock, utc_now
-from infra.tls import shared_ssl_context
+from infra.mcp_session import mcp_session
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,18 +125,7 @@ class McpChangeLog:
             token = await self._token_for(pending.requester, server)
         except Exception as exc:
             return Unknown(f"no token to read {server}'s change log ({type(exc).__name__})")
-        headers = {"Authorization": f"Bearer {token}"}
-        async with (
-            httpx.AsyncClient(
-                headers=headers,
-                # The SDK's own client (``create_mcp_http_client``) with the shared TLS context.
-                timeout=httpx.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
-                verify=shared_ssl_context(),
-            ) as http,
-            streamable_http_client(url, http_client=http) as (read, write, _),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
+        async with mcp_session(url, token) as session:
             result = await session.call_tool(
                 self._tool, {"idempotency_key": pending.idempotency_key}
             )
