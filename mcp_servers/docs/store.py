@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 from pydantic import BaseModel
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from mcp_servers.auth import Caller
 from mcp_servers.errors import NotFoundError
+from mcp_servers.store_engine import open_store_engine
 
 EVERYONE = "everyone"
 Kind = Literal["runbook", "policy"]
@@ -69,13 +69,7 @@ class DocStore:
 
     @classmethod
     async def open(cls, url: str = "sqlite+aiosqlite://", *, base_url: str) -> DocStore:
-        if url in ("sqlite+aiosqlite://", "sqlite+aiosqlite:///:memory:"):
-            engine = create_async_engine(url, poolclass=StaticPool)
-        else:
-            engine = create_async_engine(url)
-        async with engine.begin() as conn:
-            await conn.run_sync(metadata.create_all)
-        return cls(engine, base_url=base_url)
+        return cls(await open_store_engine(url, metadata), base_url=base_url)
 
     async def close(self) -> None:
         await self.engine.dispose()

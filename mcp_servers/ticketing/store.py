@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from pydantic import BaseModel
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from mcp_servers.auth import Caller, Clock, utc_now
 from mcp_servers.errors import ForbiddenError, NotFoundError
+from mcp_servers.store_engine import open_store_engine
 from mcp_servers.ticketing import idempotency
 from mcp_servers.ticketing.idempotency import Call
 from mcp_servers.ticketing.models import (
@@ -108,15 +108,8 @@ class TicketStore:
         base_url: str = "http://ticketing",
     ) -> TicketStore:
         """Open (and create) the store; the default is a private in-memory SQLite database."""
-        if url in ("sqlite+aiosqlite://", "sqlite+aiosqlite:///:memory:"):
-            engine = create_async_engine(url, poolclass=StaticPool)
-        else:
-            engine = create_async_engine(url)
-        async with engine.begin() as conn:
-            await conn.run_sync(metadata.create_all)
-            triggers = {"sqlite": APPEND_ONLY, "postgresql": APPEND_ONLY_POSTGRES}
-            for statement in triggers.get(engine.dialect.name, []):
-                await conn.execute(sa.text(statement))
+        triggers = {"sqlite": APPEND_ONLY, "postgresql": APPEND_ONLY_POSTGRES}
+        engine = await open_store_engine(url, metadata, then=triggers)
         return cls(engine, clock=clock, base_url=base_url)
 
     async def close(self) -> None:
