@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
-import signal
 import sys
 import tempfile
 import time
@@ -32,9 +30,15 @@ from bench._sender import Prepared, send_from_own_process
 from bench._support import OtherLoop
 from infra.tls import shared_ssl_context
 from mcp_servers import ReferenceServers, start_reference_servers
-from testing.identity import RunningIdp, sign_in_at_login_page, start_dev_idp
+from testing.identity import RunningIdp, start_dev_idp
+from testing.opsbot_process import (
+    AppProcess,
+    link_over_slack,
+    run_to_end,
+    serving_process,
+    slack_app_env,
+)
 from testing.slack import (
-    BOT_TOKEN,
     SIGNING_SECRET,
     FakeSlack,
     SlackSender,
@@ -46,7 +50,6 @@ from testing.slack import (
 WORKING_TEXT = "Working on it…"  # bot.slack.config.SlackBotConfig.working_text
 # The dev IdP's people; Slack user U0000 is alice, U0001 bob, ...
 USERNAMES = ("alice", "bob", "carol", "dave", "erin")
-_LISTENING = re.compile(r"listening on (http://\S+?)/slack/events")
 Event = tuple[str, dict[str, Any]]
 
 
@@ -97,94 +100,33 @@ async def open_services() -> AsyncIterator[Services]:
 def app_env(database_url: str, services: Services, **extra: str) -> dict[str, str]:
     """An ``opsbot slack`` process's whole environment (nothing of this one's: the app is
     configured by these alone, as deployed)."""
-    env: dict[str, str] = {}
-    env.update(
-        OPSBOT_DATABASE_URL=database_url,
-        OPSBOT_DATA_DIR=str(services.data_dir / "app"),
-        OPSBOT_MODEL="demo",
-        OPSBOT_LOG_LEVEL="WARNING",
-        OPSBOT_IDP__ISSUER=services.idp.issuer,
-        OPSBOT_IDP__CLIENT_ID=services.idp.client_id,
-        OPSBOT_IDP__CLIENT_SECRET=services.idp.client_secret,
-        OPSBOT_MCP_SERVERS=json.dumps(
-            [{"name": s.name, "url": s.url, "audience": s.audience} for s in services.servers]
-        ),
-        OPSBOT_BROKER__LINK_CALLBACK_URL="http://127.0.0.1:9/oauth/callback",
-        OPSBOT_BROKER__LINK_ENCRYPTION_KEY=services.link_key,
-        OPSBOT_RUNS__POLL_SECONDS="0.2",
-        SLACK_BOT_TOKEN=BOT_TOKEN,
-        SLACK_SIGNING_SECRET=SIGNING_SECRET,
-        SLACK_API_URL=services.fake_slack.url,
+    options = {"OPSBOT_LOG_LEVEL": "WARNING", "OPSBOT_RUNS__POLL_SECONDS": "0.2", **extra}
+    return slack_app_env(
+        {},
+        database_url=database_url,
+        data_dir=str(services.data_dir / "app"),
+        idp=services.idp,
+        servers=services.servers,
+        slack_api_url=services.fake_slack.url,
+        link_key=services.link_key,
+        **options,
     )
-    env.update(extra)
-    return env
-
-
-@dataclass
-class AppProcess:
-    url: str
-    proc: asyncio.subprocess.Process
-    lines: list[str]
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
 
 
 async def opsbot_command(env: Mapping[str, str], *args: str, bound: float = 120.0) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "opsbot.cli", *args,
-        env=dict(env), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    out, _ = await asyncio.wait_for(proc.communicate(), bound)
-    if proc.returncode != 0:
-        raise RuntimeError(f"opsbot {' '.join(args)} failed:\n{out.decode(errors='replace')}")
-    return out.decode(errors="replace")
+    code, out = await run_to_end([sys.executable, "-m", "opsbot.cli", *args], env, bound=bound)
+    if code != 0:
+        raise RuntimeError(f"opsbot {' '.join(args)} failed:\n{out}")
+    return out
 
 
-@contextlib.asynccontextmanager
-async def opsbot_slack(
+def opsbot_slack(
     env: Mapping[str, str], *, bound: float = 300.0
-) -> AsyncIterator[AppProcess]:
+) -> contextlib.AbstractAsyncContextManager[AppProcess]:
     """``opsbot slack`` on a free loopback port; SIGTERM (then SIGKILL) on exit."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "opsbot.cli", "slack", "--host", "127.0.0.1", "--port", "0",
-        env={**env, "OPSBOT_LOG_LEVEL": "INFO"},
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    lines: list[str] = []
-    assert proc.stderr is not None
-    stderr = proc.stderr
-
-    async def collect() -> None:
-        while line := await stderr.readline():
-            lines.append(line.decode(errors="replace").rstrip())
-
-    reader = asyncio.create_task(collect())
-    try:
-        url = await asyncio.wait_for(_listening(proc, lines), bound)
-        yield AppProcess(url, proc, lines)
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 20)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-        await reader
-
-
-async def _listening(proc: asyncio.subprocess.Process, lines: list[str]) -> str:
-    while True:  # another process's log: polled, nothing to await on
-        for line in lines:
-            if found := _LISTENING.search(line):
-                return found.group(1)
-        if proc.returncode is not None:
-            raise RuntimeError(
-                f"opsbot slack exited with {proc.returncode}:\n" + "\n".join(lines[-30:])
-            )
-        await asyncio.sleep(0.05)
+    command = [sys.executable, "-m", "opsbot.cli", "slack", "--host", "127.0.0.1", "--port", "0"]
+    env = {**env, "OPSBOT_LOG_LEVEL": "INFO"}  # it logs where it listens
+    return serving_process(command, env, bound=bound, stop_within=20)
 
 
 async def link_users(services: Services, app_url: str, count: int) -> list[str]:
@@ -199,14 +141,8 @@ async def link_users(services: Services, app_url: str, count: int) -> list[str]:
             sender = SlackSender(app_url, session=session)
             for i in range(count):
                 user = f"U{i:04d}"
-                status, body = await sender.post_command("link", user=user)
-                if status != 200:
-                    raise RuntimeError(f"/ops link answered {status}: {body[:200]}")
-                login_url = json.loads(body)["blocks"][1]["elements"][0]["url"]
-                reply = await sign_in_at_login_page(http, login_url, USERNAMES[i % len(USERNAMES)])
-                page = await http.get(f"{app_url}/oauth/callback", params=reply)
-                if page.status_code != 200:
-                    raise RuntimeError(f"linking {user} failed: {page.text[:200]}")
+                username = USERNAMES[i % len(USERNAMES)]
+                await link_over_slack(sender, http, app_url, user, username)
                 users.append(user)
         return users
 

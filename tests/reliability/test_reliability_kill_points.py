@@ -28,6 +28,7 @@ import pytest
 
 from mcp_servers import ReferenceServers
 from testing.identity import RunningIdp
+from testing.opsbot_process import AppProcess
 from testing.slack import (
     APPROVALS_CHANNEL_ID,
     FakeSlack,
@@ -37,7 +38,7 @@ from testing.slack import (
     mention,
 )
 from tests.bot.test_slack_events import _texts
-from tests.reliability.opsbot_process import AppProcess, app_env, opsbot_slack
+from tests.reliability.opsbot_process import app_env, opsbot_slack
 
 BOUND = 120.0  # a loaded machine imports the app slowly (each point restarts it)
 CHANNEL, TS, READ_TS = "C0PAY", "1700003000.000100", "1700003000.000200"
