@@ -11,7 +11,6 @@ posting them twice.
 
 from __future__ import annotations
 
-import json
 import re
 import urllib.parse
 from collections.abc import Mapping
@@ -32,6 +31,7 @@ from bot.slack.core import ChatUser
 from bot.slack.modals import EDIT_CALLBACK_ID, REJECT_CALLBACK_ID
 from bot.slack.streaming import FEEDBACK_ACTION_ID
 from infra.characters import ID_PATTERN
+from infra.json_input import parse_json
 
 # Bolt context key under which the accept middleware leaves the message it accepted.
 ACCEPTED = "opsbot_accepted_message"
@@ -390,18 +390,18 @@ def parse_body(raw: str, content_type: str | None) -> object:
     if not raw:
         return {}
     if content_type == "application/json" or raw.startswith("{"):
-        return json.loads(raw)
+        return parse_json(raw)
     form = dict(urllib.parse.parse_qsl(raw, keep_blank_values=True))
     if "payload" in raw:
         payload = form.get("payload")
-        return json.loads(payload) if payload is not None else {}
+        return parse_json(payload) if payload is not None else {}
     return form
 
 
 def screen(raw: str, content_type: str | None) -> Screened | Ignored | Malformed:
     try:
         body = parse_body(raw, content_type)
-    except ValueError as exc:  # json.JSONDecodeError included
+    except ValueError as exc:  # every malformed JSON (infra.json_input)
         return Malformed("body", f"not JSON or a form: {exc}")
     if not isinstance(body, dict):
         return Malformed("body", f"a JSON {type(body).__name__}, not an object")

@@ -13,6 +13,7 @@ from typing import Any
 
 from bot.slack.core import ApprovalView
 from bot.slack.render import Block, escape, section
+from infra.json_input import parse_json
 
 EDIT_CALLBACK_ID = "approval_edit_submit"
 REJECT_CALLBACK_ID = "approval_reject_submit"
@@ -39,7 +40,7 @@ class ModalContext:
 
     @classmethod
     def load(cls, raw: str) -> ModalContext:
-        data = json.loads(raw or "{}")
+        data = parse_json(raw or "{}")
         if not isinstance(data, dict) or not isinstance(data.get("a"), str):
             raise ValueError("modal metadata has no approval id")
         return cls(data["a"], data.get("c"), data.get("t"))
@@ -183,7 +184,7 @@ def _raw_value(state: dict[str, Any]) -> str | None:
 def _convert(spec: dict[str, Any], raw: str, is_select: bool) -> Any:
     kind = _kind(spec)
     if is_select:
-        value = json.loads(raw)
+        value = parse_json(raw)
         if "enum" in spec and value not in spec["enum"]:
             raise ValueError("Choose one of the listed values.")
         return value
@@ -199,8 +200,8 @@ def _convert(spec: dict[str, Any], raw: str, is_select: bool) -> Any:
             raise ValueError("Enter a number.") from None
     if kind in ("array", "object"):
         try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
+            value = parse_json(raw)
+        except ValueError:
             raise ValueError(f"Enter a JSON {kind}.") from None
         if not isinstance(value, list if kind == "array" else dict):
             raise ValueError(f"Enter a JSON {kind}.")

@@ -43,6 +43,7 @@ from bot.teams.approval_cards import (
     Field as InputField,
 )
 from bot.teams.core import Approve, ChatUser, Decision, Reject
+from infra.json_input import parse_json
 
 log = logging.getLogger(__name__)
 
@@ -260,8 +261,8 @@ def _coerce(field: InputField, raw: Any) -> Any:
         return _number(raw, integer=kind == "integer")
     if isinstance(raw, str):
         try:
-            return json.loads(raw)
-        except json.JSONDecodeError:
+            return parse_json(raw)
+        except ValueError:
             raise ValueError("must be valid JSON") from None
     return raw
 

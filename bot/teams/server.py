@@ -14,7 +14,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import warnings
@@ -34,6 +33,7 @@ from infra.chat_http import (
     read_capped,
     refuse,
 )
+from infra.json_input import parse_json
 
 MESSAGES_PATH = "/api/messages"
 # Path, query and fragment characters, control characters and dot segments.
@@ -71,8 +71,8 @@ async def authenticate(
     except Rejected as exc:
         return refuse(log, request, 401, f"unauthenticated: {exc.reason}", len(raw))
     try:
-        activity = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        activity = parse_json(raw)
+    except ValueError:
         activity = None
     if not isinstance(activity, dict):
         return refuse(log, request, 400, "malformed activity: not a JSON object", len(raw))

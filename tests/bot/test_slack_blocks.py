@@ -168,6 +168,10 @@ def test_modal_types_cover_arrays_numbers_booleans_and_optional_fields() -> None
     assert errors == {"arg:note": "At most 5 characters."}
     _, errors = parse_edit(schema, {"arg:tags": text_value('{"not": "a list"}')})
     assert errors == {"arg:tags": "Enter a JSON array."}
+    # nested deeper than Python's stack (a RecursionError escaped the modal's checks)
+    for typed in ("[" * 100_000, "[" + "9" * 5000 + "]"):
+        _, errors = parse_edit(schema, {"arg:tags": text_value(typed)})
+        assert errors == {"arg:tags": "Enter a JSON array."}
 
 
 def test_tampered_select_value_is_rejected() -> None:

@@ -176,6 +176,14 @@ def _malformed_cases() -> dict[str, tuple[str, str]]:
             form,
         ),
         "interaction payload not JSON": ("payload=%7Bnope", form),
+        # JSON nested deeper than Python's stack: a RecursionError, not a ValueError (500)
+        "JSON nested 100,000 deep": ("[" * 100_000, json_type),
+        "an object nested 60,000 deep": ('{"a":' * 60_000, json_type),
+        "a payload nested 60,000 deep": ("payload=" + "%5B" * 60_000, form),
+        "an integer of 5,000 digits": (
+            '{"type": "event_callback", "x": ' + "9" * 5000 + "}",
+            json_type,
+        ),
         "command without user_id": (_command_form(user_id=None), form),
         "command with a 10 KB trigger_id": (_command_form(trigger_id="t" * 10_000), form),
         "command with a NUL in channel_id": (_command_form(channel_id="C\x00"), form),

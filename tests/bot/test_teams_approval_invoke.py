@@ -200,6 +200,8 @@ def test_coerce_edit_booleans_and_json_arguments() -> None:
     assert not parsed.field_errors
     bad = coerce_edit(schema, {}, {"notify": "yes", "labels": "[a"})
     assert bad.field_errors == {"notify": "must be true or false", "labels": "must be valid JSON"}
+    deep = coerce_edit(schema, {}, {"labels": "[" * 5_000})  # was a RecursionError
+    assert deep.field_errors == {"labels": "must be valid JSON"}
 
 
 def test_card_response_is_the_adaptive_card_invoke_body() -> None:

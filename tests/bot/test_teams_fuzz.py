@@ -146,6 +146,9 @@ def _raw_bodies(rng: random.Random) -> list[tuple[bytes, str]]:
         (b"42", "application/json"),
         (b'{"type": "message"}', "application/json"),
         (json.dumps({"a": [[[[[[[[[[]]]]]]]]]]}).encode(), "application/json"),
+        # nested deeper than Python's stack: a RecursionError (was a 500)
+        (b"[" * 100_000, "application/json"),
+        (b'{"a":' * 60_000, "application/json"),
         (b"\xff\xfe\x00garbage", "application/json"),
         (b"type=message&text=hi", "application/x-www-form-urlencoded"),
         (bytes(rng.getrandbits(8) for _ in range(256)), "application/octet-stream"),
