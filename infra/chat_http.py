@@ -9,15 +9,22 @@ page and one log line, never a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from infra.logging import quiet_bad_requests
+
 log = logging.getLogger(__name__)
+quiet_bad_requests()
 
 OAUTH_CALLBACK_PATH = "/oauth/callback"
+# A whole request body must arrive within this (Slack gives up on an answer after 3 s): a
+# client that stalls mid-body holds a connection and a handler no longer.
+BODY_SECONDS = 10.0
 # Finishes an account link from the IdP's redirect (state, code, RFC 9207 iss) → who.
 LinkCallback = Callable[[str, str, str | None], Awaitable[str]]
 Handler = Callable[[web.Request], Awaitable[web.Response]]
@@ -42,19 +49,34 @@ def refuse(
 async def read_capped(
     server_log: logging.Logger, request: web.Request, limit: int
 ) -> bytes | web.Response:
-    """The body, or a 413 refusal once it is announced or grows past ``limit`` bytes (chunked
-    bodies too: nothing past the limit is buffered)."""
-    if (request.content_length or 0) <= limit:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.content.iter_chunked(64 * 1024):
-            size += len(chunk)
-            if size > limit:
-                break
-            chunks.append(chunk)
-        else:
-            return b"".join(chunks)
-    return refuse(server_log, request, 413, "request body too large", request.content_length)
+    """The body, or the refusal to answer: 413 once it is announced or grows past ``limit``
+    bytes (chunked bodies too: nothing past the limit is buffered), 400 when its
+    ``Content-Encoding`` does not decode, 408 when it does not arrive within
+    ``BODY_SECONDS``. A client gone mid-body is one line at INFO."""
+    if (request.content_length or 0) > limit:
+        return refuse(server_log, request, 413, "request body too large", request.content_length)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(BODY_SECONDS):
+            async for chunk in request.content.iter_chunked(64 * 1024):
+                size += len(chunk)
+                if size > limit:
+                    return refuse(server_log, request, 413, "request body too large", size)
+                chunks.append(chunk)
+    except TimeoutError:
+        refused = refuse(server_log, request, 408, "request body too slow", size)
+        # Ends aiohttp's wait for the rest (it drains an unread body for up to 10 s).
+        request.content.set_exception(web.RequestPayloadError("request body too slow"))
+    except web.RequestPayloadError as exc:  # e.g. deflate that is not deflate
+        refused = refuse(server_log, request, 400, f"malformed body: {exc}", size)
+    except ConnectionResetError:
+        server_log.info("%s %s: the client went away mid-body", request.method, request.path)
+        return web.Response(status=400)  # nobody reads it
+    else:
+        return b"".join(chunks)
+    refused.force_close()  # the rest of the body is not read: the connection cannot go on
+    return refused
 
 
 def html_page(status: int, message: str) -> web.Response:

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import structlog
+from aiohttp.http_exceptions import HttpProcessingError, PayloadEncodingError
+from aiohttp.web_protocol import RequestPayloadError
 
 if TYPE_CHECKING:
     from infra.settings import Settings
@@ -41,6 +43,37 @@ def quiet_mcp_streams() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _StreamCloseFilter) for f in logger.filters):
             logger.addFilter(_StreamCloseFilter())
+
+
+class _BadRequestFilter(logging.Filter):
+    """aiohttp's server logs each request it cannot parse (a raw byte or no colon in a header,
+    a line over 8 KiB, a chunk size that is not hex, a negative length, an encoding it lacks)
+    with a traceback, then answers it 400 itself: one WARNING line instead. A body that does
+    not decode, met again while aiohttp drains it after the handler answered (and logged) it,
+    goes to DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        drained = str(record.msg).startswith("Unhandled exception")
+        if drained and isinstance(exc, RequestPayloadError | PayloadEncodingError):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.msg, record.args = "an unreadable request body, drained: %s", (exc,)
+            record.exc_info, record.exc_text = None, None
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        if isinstance(exc, HttpProcessingError):
+            why = str(exc.message or type(exc).__name__).splitlines()[0]
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = "a request that is not valid HTTP refused with %s: %s: %.160r"
+            record.args = (exc.code, type(exc).__name__, why)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_bad_requests() -> None:
+    """Install the malformed-request filter on aiohttp's server logger (idempotent)."""
+    logger = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _BadRequestFilter) for f in logger.filters):
+        logger.addFilter(_BadRequestFilter())
 
 
 class AtDebug(logging.Filter):

@@ -140,6 +140,8 @@ class ConnectorAuth:
         if scheme.lower() != "bearer" or not token.strip():
             raise Rejected("no Bearer token")
         token = token.strip()
+        if not token.isascii():  # a JWT is ASCII; PyJWT fails on a raw byte with a TypeError
+            raise Rejected("malformed token: not ASCII")
         known = self._verified.get(token)
         if known is not None:
             known_kid, verified = known
