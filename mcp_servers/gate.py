@@ -32,6 +32,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from infra.json_input import parse_json
 from mcp_servers.auth import JwtVerifier, scopes_of
 from mcp_servers.errors import JwksUnavailableError, TokenRejectedError
 
@@ -129,7 +130,16 @@ class AuthGate:
         if body is None:
             await _send_json(send, 413, {"error": "request body too large"})
             return
-        missing = self._missing_scope(body, set(scopes_of(claims)))
+        try:
+            parsed = parse_json(body)
+        except ValueError as exc:
+            # Answered here: the SDK catches only JSONDecodeError, and a body that is not
+            # UTF-8, nested past Python's stack or with an integer past its digit limit was
+            # its 500 with a traceback.
+            logger.info("auth gate: a body that is not JSON: %s", str(exc)[:120])
+            await _send_json(send, 400, _PARSE_ERROR)
+            return
+        missing = self._missing_scope(parsed, set(scopes_of(claims)))
         if missing is not None:
             await self._challenge(
                 send,
@@ -142,11 +152,7 @@ class AuthGate:
         with self.verifier.verified(token, claims):
             await self.app(scope, _replay(body, receive), send)
 
-    def _missing_scope(self, body: bytes, granted: set[str]) -> str | None:
-        try:
-            parsed = json.loads(body)
-        except ValueError:
-            return None  # not JSON: the SDK answers with a parse error
+    def _missing_scope(self, parsed: Any, granted: set[str]) -> str | None:
         messages = parsed if isinstance(parsed, list) else [parsed]
         for message in messages:
             if not isinstance(message, dict) or message.get("method") != "tools/call":
@@ -175,6 +181,10 @@ class AuthGate:
         parts.append(f'resource_metadata="{self.metadata_url}"')
         body: dict[str, Any] = {"error": error or "unauthorized", "error_description": description}
         await _send_json(send, status, body, [(b"www-authenticate", _www(parts))])
+
+
+# JSON-RPC 2.0's answer to a request that is not JSON (its id cannot be known).
+_PARSE_ERROR = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
 
 
 def _www(parts: list[str]) -> bytes:

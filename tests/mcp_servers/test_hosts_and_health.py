@@ -262,3 +262,29 @@ def test_a_bad_allowed_hosts_setting_is_refused_with_the_reason(
     assert error["loc"] == ("reference_servers", "docs", "allowed_hosts")
     assert "'tickets_internal' is not a host name" in error["msg"]
     assert "e.g. tickets.internal" in error["msg"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"\x80", b'{"jsonrpc":"2.0","id":1,"method":"\xff"}', b"[" * 100_000, b'{"id":' + b"9" * 5000],
+    ids=["not UTF-8", "a raw byte in a string", "nested 100,000 deep", "5,000 digits"],
+)
+async def test_a_body_that_is_not_json_gets_a_parse_error(
+    reference_servers: ReferenceServers,
+    mcp_token: MintToken,
+    caplog: pytest.LogCaptureFixture,
+    body: bytes,
+) -> None:
+    """Bodies the SDK's parser did not expect (it catches only JSONDecodeError) were its 500
+    with a traceback: the auth gate answers JSON-RPC's parse error itself."""
+    server = reference_servers.ticketing
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {mcp_token('alice', 'ticketing')}",
+    }
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
+        response = await http.post(server.url, content=body, headers=headers)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == -32700
+    assert [r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= 40] == []
