@@ -35,13 +35,14 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from broker.errors import BrokerError, to_wire
 from broker.types import ChatUser, Identity, IdentityBackend
 from infra.characters import ID_PATTERN
+from infra.json_input import parse_json
 
 # An id (a subject, a server, a chat user's parts): no control character and no lone
 # surrogate (``infra.characters``).
@@ -115,9 +116,16 @@ def build_service_app(
                     {"error": "unauthorized", "message": "service authentication failed"}, 401
                 )
             try:
-                body = await request.json()
-                if not isinstance(body, dict):
-                    raise ValueError("expected a JSON object")
+                body = parse_json(await request.body())
+            except ValueError:  # Python's words about the bytes are nobody's business
+                body = None
+            except ClientDisconnect:
+                return Response(status_code=400)  # nobody reads it
+            if not isinstance(body, dict):
+                return JSONResponse(
+                    {"error": "bad_request", "message": "the body is not a JSON object"}, 400
+                )
+            try:
                 return JSONResponse(await handler(body), headers={"Cache-Control": "no-store"})
             except (ValueError, ValidationError) as exc:
                 message = str(exc).splitlines()[0][:200]
