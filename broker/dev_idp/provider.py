@@ -12,6 +12,7 @@ import base64
 import dataclasses
 import hashlib
 import hmac
+import re
 import secrets
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,10 @@ ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S10
 JWT_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:jwt"  # noqa: S105
 REFRESH_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:refresh_token"  # noqa: S105
 LOGIN_SCOPES = "openid profile email offline_access"
+# RFC 7636 4.1 and 4.2: a verifier is 43-128 unreserved characters; its S256 challenge is 43
+# base64url ones.
+_PKCE_VERIFIER = re.compile(r"[A-Za-z0-9._~-]{43,128}")
+_PKCE_CHALLENGE = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
 class OAuthError(Exception):
@@ -311,6 +316,10 @@ class DevIdentityProvider:
             raise OAuthError("unsupported_response_type", "only response_type=code is supported")
         if not params.get("code_challenge") or params.get("code_challenge_method") != "S256":
             raise OAuthError("invalid_request", "PKCE with code_challenge_method=S256 is required")
+        if not _PKCE_CHALLENGE.fullmatch(params["code_challenge"]):
+            # RFC 7636 4.2: a S256 challenge is 43 base64url characters (a non-ASCII one
+            # made the token endpoint's comparison a TypeError: a 500)
+            raise OAuthError("invalid_request", "code_challenge is not a S256 challenge")
         return client
 
     # -- authorization code ------------------------------------------------------------
@@ -346,7 +355,9 @@ class DevIdentityProvider:
                 "invalid_grant", "redirect_uri does not match the authorization request"
             )
         verifier = form.get("code_verifier", "")
-        if not verifier or not hmac.compare_digest(_b64url_sha256(verifier), code.code_challenge):
+        if not _PKCE_VERIFIER.fullmatch(verifier) or not hmac.compare_digest(
+            _b64url_sha256(verifier), code.code_challenge
+        ):
             raise OAuthError("invalid_grant", "PKCE verification failed")
         if self.is_revoked(code.subject):
             raise OAuthError("invalid_grant", "this user's access has been revoked")

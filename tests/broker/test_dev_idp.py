@@ -402,3 +402,32 @@ def test_directory_file_parses_with_the_documented_users() -> None:
     assert directory.teams("carol") == {"platform"}
     assert directory.resources["database"].granted({"sre"}) == {"db:query"}
     assert list(chain.from_iterable(directory.resources)) != []
+
+
+async def test_pkce_values_outside_rfc_7636_are_refused_not_a_500(dev_idp: RunningIdp) -> None:
+    """A challenge or a verifier with a character RFC 7636 does not allow (a non-ASCII one
+    made the token endpoint's comparison fail: a 500) is an OAuth error."""
+    from testing.identity import _challenge, sign_in_at_login_page
+
+    base = {
+        "response_type": "code",
+        "client_id": "opsbot",
+        "redirect_uri": "http://127.0.0.1:9/cb",
+        "code_challenge_method": "S256",
+    }
+    auth = (dev_idp.client_id, dev_idp.client_secret)
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
+        for challenge in ("é" * 43, "x" * 42, "x" * 42 + "="):
+            page = await http.get(
+                f"{dev_idp.issuer}/authorize", params={**base, "code_challenge": challenge}
+            )
+            assert page.status_code == 400, challenge
+        query = httpx.QueryParams({**base, "code_challenge": _challenge("v" * 50)})
+        reply = await sign_in_at_login_page(http, f"{dev_idp.issuer}/authorize?{query}", "alice")
+        form = {"grant_type": "authorization_code", "redirect_uri": base["redirect_uri"]}
+        wrong = await http.post(
+            dev_idp.token_url,
+            data={**form, "code": reply["code"], "code_verifier": "é" * 50},
+            auth=auth,
+        )
+    assert (wrong.status_code, wrong.json()["error"]) == (400, "invalid_grant")
