@@ -37,6 +37,7 @@ from testing.slack_workspace import (
 log = logging.getLogger(__name__)
 
 SLACKBOT_ID = "USLACKBOT"
+MESSAGE_CHARS = 40_000  # Slack refuses a longer message (msg_too_long)
 STOPPABLE = frozenset({"processing", "suspended"})  # sessions the sandbox offers Stop for
 RETRY_DELAYS = (0.0, 1.0, 3.0, 5.0)  # Slack: at once, then after 1 and 5 minutes
 _HANDLE = re.compile(r"(?<![\w<])@([a-z][a-z0-9._-]*)", re.I)
@@ -119,6 +120,8 @@ class SlackEmulator:
         text = text.strip()
         if not text:
             raise InputError("empty message")
+        if len(text) > MESSAGE_CHARS:
+            raise InputError(f"a Slack message holds at most {MESSAGE_CHARS:,} characters")
         if text.startswith("/"):
             self._command(user, channel.id, text)
             return ""

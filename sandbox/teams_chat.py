@@ -30,6 +30,7 @@ from testing.teams import APPROVALS_CHANNEL_ID, CHANNEL_ID, TENANT_ID, FakeTeams
 
 log = logging.getLogger(__name__)
 CARD = "application/vnd.microsoft.card.adaptive"
+MESSAGE_CHARS = 28_000  # about what Teams takes in one message (its limit is ~28 KB)
 TYPING_SECONDS = 4.0  # how long Teams shows "typing" after one typing activity
 PLACES = {"chat": "Chat with opsbot", "general": "General", "approvals": "ops-approvals"}
 _NAMESPACE = uuid.UUID("6f0a3d4e-5b1c-4e8a-9d2f-0c7b1a2e3f40")
@@ -109,6 +110,8 @@ class TeamsChat:
         text = text.strip()
         if not text:
             raise InputError("text is required")
+        if len(text) > MESSAGE_CHARS:
+            raise InputError(f"a Teams message holds at most {MESSAGE_CHARS:,} characters")
         if place == "chat":
             activity = self.fake.personal(person, text)
         else:

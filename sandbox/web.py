@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.responses import JSONResponse as _StarletteJSONResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from infra.json_input import parse_json
 from sandbox.emulator import InputError, SlackEmulator
 from sandbox.teams_chat import TeamsChat
 from testing.slack_api import Params, decode_params
@@ -64,9 +65,11 @@ class _Body:
 
 async def _body(request: Request) -> _Body:
     try:
-        data = json.loads(await request.body() or b"{}")
+        data = parse_json(await request.body() or b"{}")
     except ValueError:
         raise InputError("the body is not JSON") from None
+    except ClientDisconnect:
+        raise InputError("the page went away mid-request") from None
     if not isinstance(data, dict):
         raise InputError("the body must be a JSON object")
     return _Body(data)
@@ -81,6 +84,8 @@ def _web_api(api: WebApi) -> Callable[[Request], Awaitable[Response]]:
             params = await _api_params(request)
         except ValueError:
             return JSONResponse({"ok": False, "error": "invalid_json"})
+        except ClientDisconnect:
+            return Response(status_code=400)  # nobody reads it
         auth = request.headers.get("authorization", "")
         token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else None
         token = token or params.pop("token", None)
@@ -92,7 +97,7 @@ def _web_api(api: WebApi) -> Callable[[Request], Awaitable[Response]]:
 async def _api_params(request: Request) -> Params:
     params: Params
     if request.headers.get("content-type", "").startswith("application/json"):
-        data = json.loads(await request.body() or b"{}")
+        data = parse_json(await request.body() or b"{}")
         params = dict(data) if isinstance(data, dict) else {}
     else:
         form = await request.form()
@@ -122,8 +127,7 @@ def build_app(
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
 
     async def state(request: Request) -> Response:
-        since = request.query_params.get("since", "")
-        if since.isdigit() and int(since) == emulator.workspace.version:
+        if request.query_params.get("since") == str(emulator.workspace.version):
             return JSONResponse({"version": emulator.workspace.version})
         try:
             return JSONResponse(emulator.state(request.query_params.get("user", "")))

@@ -10,9 +10,10 @@ production.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable
 from typing import Any
+
+from infra.json_input import parse_json
 
 # Parameters a form-encoded call sends as JSON strings.
 JSON_FIELDS = ("blocks", "attachments", "view", "prompts", "metadata", "chunks")
@@ -24,8 +25,8 @@ def decode_params(params: Params, query: dict[str, str]) -> Params:
     params.update({k: v for k, v in query.items() if k not in params})
     for key in JSON_FIELDS:
         if isinstance(params.get(key), str):
-            with contextlib.suppress(json.JSONDecodeError):
-                params[key] = json.loads(params[key])
+            with contextlib.suppress(ValueError):  # left as text: the checks refuse it
+                params[key] = parse_json(params[key])
     return params
 
 
@@ -54,22 +55,33 @@ def check_view(view: Any, kind: str) -> str | None:
 
 
 def check_blocks(blocks: list[Any]) -> str | None:
+    """``invalid_blocks`` for a block Slack would refuse: not an object with a type, a text
+    object that is not one, elements that are not a list of objects, or past a limit."""
     for block in blocks:
-        if not isinstance(block, dict) or "type" not in block:
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
             return "invalid_blocks"
         text = block.get("text")
-        if (
-            block["type"] == "section"
-            and isinstance(text, dict)
-            and len(text.get("text", "")) > 3000
-        ):
+        if text is not None and not _is_text(text):
             return "invalid_blocks"
-        for element in block.get("elements", []) if block["type"] == "actions" else []:
+        if block["type"] == "section" and text is not None and len(text["text"]) > 3000:
+            return "invalid_blocks"
+        elements = block.get("elements", [])
+        if not isinstance(elements, list) or not all(isinstance(e, dict) for e in elements):
+            return "invalid_blocks"
+        for element in elements if block["type"] == "actions" else []:
+            label = element.get("text")
+            if label is not None and not _is_text(label):
+                return "invalid_blocks"
             if len(str(element.get("value", ""))) > 2000:
                 return "invalid_blocks"
-            if len(str((element.get("text") or {}).get("text", ""))) > 75:
+            if label is not None and len(label["text"]) > 75:
                 return "invalid_blocks"
     return None
+
+
+def _is_text(value: Any) -> bool:
+    """A Block Kit text object: ``{"type": ..., "text": "..."}``."""
+    return isinstance(value, dict) and isinstance(value.get("text"), str)
 
 
 # -- streaming (chat.startStream / appendStream / stopStream) and agent sessions -----------

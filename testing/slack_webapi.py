@@ -65,7 +65,8 @@ class WebApi:
         }
 
     def call(self, method: str, params: Params, token: str | None) -> Result:
-        if not token or not hmac.compare_digest(token, self._bot_token):
+        given = (token or "").encode("utf-8", "surrogatepass")  # any text a request can hold
+        if not token or not hmac.compare_digest(given, self._bot_token.encode()):
             return {"ok": False, "error": "not_authed" if not token else "invalid_auth"}
         handler = self._methods.get(method)
         if handler is None:

@@ -183,3 +183,45 @@ async def test_a_lone_surrogate_from_the_page_keeps_the_page_working(harness: Ha
     )
     assert posted.status_code == 200
     assert posted.json()["message"]["text"] == "b\udc00"
+
+
+async def test_what_a_fuzz_of_the_page_found_gets_a_clear_answer(harness: Harness) -> None:
+    """Each was a 500 with a traceback (or, for the long message, no answer at all)."""
+    ui, api = f"{harness.ui_url}/ui", f"{harness.ui_url}/api"
+    bot = {"Content-Type": "application/json", "Authorization": f"Bearer {BOT_TOKEN}"}
+    # a "since" that str.isdigit() takes and int() does not
+    for since in ("\u00b2", "9" * 5000):
+        state = await harness.http.get(f"{ui}/state", params={"user": "UALICE", "since": since})
+        assert state.status_code == 200
+        assert "messages" in state.json()
+    # JSON nested past Python's stack
+    deep = b"[" * 100_000
+    said = await harness.http.post(f"{ui}/say", content=deep)
+    assert (said.status_code, said.json()["error"]) == (400, "the body is not JSON")
+    posted = await harness.http.post(f"{api}/chat.postMessage", content=deep, headers=bot)
+    assert posted.json() == {"ok": False, "error": "invalid_json"}
+    # a token that is not ASCII
+    for token in (rb"\u00e9", rb"\ud800"):  # as JSON escapes: httpx cannot encode the second
+        authed = await harness.http.post(
+            f"{api}/auth.test",
+            content=b'{"token": "' + token + b'"}',
+            headers={"Content-Type": "application/json"},
+        )
+        assert authed.json() == {"ok": False, "error": "invalid_auth"}
+    # blocks of the wrong shapes: Slack's own answer
+    for block in (
+        {"type": "actions", "elements": [1]},
+        {"type": "actions", "elements": 5},
+        {"type": "section", "text": {"type": "mrkdwn", "text": 5}},
+        {"type": "actions", "elements": [{"type": "button", "text": "s"}]},
+        {"type": 7},
+    ):
+        posted = await harness.http.post(
+            f"{api}/chat.postMessage", json={"channel": "C0OPS", "blocks": [block]}, headers=bot
+        )
+        assert posted.json() == {"ok": False, "error": "invalid_blocks"}, block
+    # a message longer than Slack takes
+    body = {"user": "UALICE", "channel": "C0OPS", "text": "x" * 40_001}
+    said = await harness.http.post(f"{ui}/say", json=body)
+    assert said.status_code == 400
+    assert "at most 40,000 characters" in said.json()["error"]

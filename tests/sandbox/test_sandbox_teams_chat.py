@@ -133,6 +133,9 @@ async def test_bad_input_is_a_clear_error(
         chat.say("alice", "random", "hi", None)
     with pytest.raises(InputError, match="text is required"):
         chat.say("alice", "chat", "   ", None)
+    # a 1 MB message went to the app, which refused its size: the person saw no answer
+    with pytest.raises(InputError, match="at most 28,000 characters"):
+        chat.say("alice", "chat", "x" * 28_001, None)
     with pytest.raises(InputError, match="no message"):
         await chat.click("alice", f"{CHANNEL_ID}|42", "approve", {})
 
