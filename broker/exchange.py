@@ -18,6 +18,7 @@ import httpx
 from broker.errors import BrokerUnavailableError
 from broker.http import request
 from broker.oidc import OidcProvider
+from infra.json_input import parse_json
 
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105
@@ -175,7 +176,7 @@ async def post_token_form(
     if response.status_code >= 500:
         raise BrokerUnavailableError(f"token endpoint answered {response.status_code}")
     try:
-        body: Any = response.json()
+        body: Any = parse_json(response.content)
     except ValueError:
         body = None
     return response.status_code, body

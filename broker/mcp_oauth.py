@@ -28,6 +28,7 @@ import httpx
 
 from broker.errors import BrokerError, BrokerUnavailableError, ConnectRequired
 from broker.http import request
+from infra.json_input import parse_json
 from infra.settings import McpOAuthClient
 
 __all__ = [
@@ -81,7 +82,7 @@ async def _json(http: httpx.AsyncClient, url: str) -> dict[str, Any] | None:
     if response.status_code != 200:
         raise BrokerUnavailableError(f"{url} answered {response.status_code}")
     try:
-        data = response.json()
+        data = parse_json(response.content)
     except ValueError:
         raise OAuthDiscoveryError(f"{url} sent no JSON") from None
     if not isinstance(data, dict):
@@ -178,7 +179,7 @@ async def register(
         http, "POST", server.registration_endpoint, server.issuer, "registration", json=body
     )
     try:
-        data = response.json()
+        data = parse_json(response.content)
     except ValueError:
         data = None
     if response.status_code != 201 or not isinstance(data, dict):

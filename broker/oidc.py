@@ -24,6 +24,7 @@ import jwt
 from broker.errors import BrokerUnavailableError, TokenVerificationError
 from broker.http import request
 from infra.clock import Clock, utc_now
+from infra.json_input import parse_json
 
 _ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"]
 
@@ -71,7 +72,7 @@ class OidcProvider:
                 f"identity provider answered {response.status_code} for {what}"
             )
         try:
-            data = response.json()
+            data = parse_json(response.content)
         except ValueError as exc:
             raise BrokerUnavailableError(f"identity provider sent invalid JSON for {what}") from exc
         if not isinstance(data, dict):
@@ -128,7 +129,7 @@ class OidcProvider:
         if response.status_code != 200:
             raise TokenVerificationError(f"userinfo endpoint answered {response.status_code}")
         try:
-            data = response.json()
+            data = parse_json(response.content)
         except ValueError as exc:  # a signed (JWT) userinfo response is not supported
             raise TokenVerificationError("userinfo endpoint sent no JSON object") from exc
         if not isinstance(data, dict) or not isinstance(data.get("sub"), str):

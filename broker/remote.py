@@ -17,6 +17,7 @@ import httpx
 from broker.errors import BrokerUnavailableError, from_wire
 from broker.http import request
 from broker.types import AccessToken, ChatUser, Identity, ServerConnection
+from infra.json_input import parse_json
 
 
 def _chat_user_json(chat_user: ChatUser | None) -> dict[str, str] | None:
@@ -74,7 +75,7 @@ class RemoteBroker:
             headers=self._headers,
         )
         try:
-            data = response.json()
+            data = parse_json(response.content)
         except ValueError:
             data = None
         if not isinstance(data, dict):

@@ -27,6 +27,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel.server import request_ctx
 from starlette.requests import Request
 
+from infra.json_input import parse_json
 from infra.tls import shared_ssl_context
 from mcp_servers.errors import JwksUnavailableError, TokenRejectedError, ToolRefusedError
 
@@ -134,7 +135,7 @@ class JwksClient:
                     url = self._jwks_url or await self._discover(http)
                     response = await http.get(url)
                     response.raise_for_status()
-                    document = response.json()
+                    document = parse_json(response.content)
             except (httpx.HTTPError, ValueError) as exc:
                 raise JwksUnavailableError(
                     f"could not fetch the signing keys of {self._issuer}: {type(exc).__name__}"
@@ -145,7 +146,8 @@ class JwksClient:
     async def _discover(self, http: httpx.AsyncClient) -> str:
         response = await http.get(f"{self._issuer}/.well-known/openid-configuration")
         response.raise_for_status()
-        url = response.json().get("jwks_uri")
+        document = parse_json(response.content)
+        url = document.get("jwks_uri") if isinstance(document, dict) else None
         if not isinstance(url, str):
             raise ValueError("OIDC discovery document has no jwks_uri")
         self._jwks_url = url
