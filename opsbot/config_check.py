@@ -25,6 +25,7 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic_core import PydanticUndefined
 from pydantic_settings import SettingsError
 
+from infra.json_input import parse_json
 from infra.settings import Settings
 
 EXIT_CONFIG_ERROR = 2
@@ -74,6 +75,8 @@ def load_settings() -> Settings:
         raise _from_validation(exc) from None
     except SettingsError as exc:
         raise _from_settings_error(exc) from None
+    except RecursionError:  # pydantic-settings' json.loads of a value nested past the stack
+        raise ConfigError(_nested_too_deep(), "JSON nested too deeply") from None
 
 
 def require_slack(settings: Settings, *, socket_mode: bool) -> None:
@@ -233,6 +236,19 @@ def _from_settings_error(exc: SettingsError) -> ConfigError:
     return ConfigError(variable, why)
 
 
+def _nested_too_deep() -> str:
+    """The variable whose JSON value is nested past Python's stack."""
+    from pydantic_settings import EnvSettingsSource
+
+    for key, value in EnvSettingsSource(Settings).env_vars.items():
+        if value and value.lstrip()[:1] in "[{":
+            try:
+                parse_json(value)
+            except ValueError:
+                return key.upper()
+    return "OPSBOT_*"
+
+
 def _unparsable_nested(section_variable: str) -> str | None:
     """Which ``SECTION__FIELD`` variable holds the JSON that did not parse (read through
     pydantic-settings' own environment source, as ``Settings`` reads it)."""
@@ -243,7 +259,7 @@ def _unparsable_nested(section_variable: str) -> str | None:
     for key, value in env.items():
         if key.startswith(prefix) and value and value.lstrip()[:1] in "[{":
             try:
-                json.loads(value)
+                parse_json(value)
             except ValueError:
                 return key.upper()
     return None

@@ -168,6 +168,20 @@ MISCONFIGURATIONS = [
         ["not valid JSON"],
         id="nested-bad-json",
     ),
+    pytest.param(  # a RecursionError in pydantic-settings' json.loads: was a traceback
+        ["slack"],
+        {**SLACK, "OPSBOT_MCP_SERVERS": "[" * 100_000},
+        "OPSBOT_MCP_SERVERS",
+        ["JSON nested too deeply"],
+        id="mcp-servers-nested-too-deep",
+    ),
+    pytest.param(
+        ["migrate"],
+        {"OPSBOT_SLACK__ALLOWED_TEAM_IDS": "[" * 100_000},
+        "OPSBOT_SLACK__ALLOWED_TEAM_IDS",
+        ["JSON nested too deeply"],
+        id="nested-too-deep",
+    ),
     pytest.param(["migrate"], {"PORT": "web"}, "PORT", ["valid integer", "PORT=3000"], id="port"),
     pytest.param(
         ["migrate"],
