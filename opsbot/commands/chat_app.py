@@ -12,7 +12,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from assistant.types import AssistantPort, ChatUser
+    from infra.observability.health import SchemaWatch
     from infra.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -21,6 +24,24 @@ PRUNE_EVERY_SECONDS = 3600
 
 class _Prunable(Protocol):
     async def prune(self, older_than: timedelta) -> int: ...
+
+
+async def open_jobs_engine(settings: Settings) -> tuple[AsyncEngine, SchemaWatch]:
+    """The engine of the app's job runner and chat records, sized by ``OPSBOT_POOLS__JOBS``
+    (its connections named ``jobs``), and the watch on its schema. Not migrated: said now,
+    once, and the app serves unready (``/readyz`` 503) until ``opsbot migrate`` has run; it
+    never migrates on its own (nor crashes for it)."""
+    from infra.observability.health import SchemaWatch
+    from infra.storage import create_engine
+
+    jobs = settings.pools.jobs
+    engine = create_engine(
+        settings.resolved_database_url, pool_name="jobs", pool_size=jobs, max_overflow=jobs
+    )
+    schema = SchemaWatch(engine)
+    with contextlib.suppress(Exception):
+        await schema.check()
+    return engine, schema
 
 
 def durable_run_options(settings: Settings) -> dict[str, Any]:

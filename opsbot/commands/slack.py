@@ -113,11 +113,9 @@ async def serve_slack(
     binds every port first), else on ``host:port``. ``with_teams`` (``opsbot serve``) adds
     the Teams app's ``/api/messages`` to the same aiohttp server, one process for both."""
     from bot.slack import SqlProcessedEvents, run_socket_mode, serve_http
-    from infra.observability.health import SchemaWatch
     from infra.observability.loop import LoopLagMonitor
     from infra.serving import bind_socket
-    from infra.storage import create_engine
-    from opsbot.commands.chat_app import link_callback, prune_forever, running
+    from opsbot.commands.chat_app import link_callback, open_jobs_engine, prune_forever, running
     from opsbot.observability import (
         Readiness,
         ops_routes,
@@ -130,18 +128,7 @@ async def serve_slack(
     if socket_mode and not config.app_token:
         raise SystemExit("--socket-mode needs SLACK_APP_TOKEN")
     factory = assistant_factory or open_assistant
-    jobs_pool = settings.pools.jobs
-    engine = create_engine(
-        settings.resolved_database_url,
-        pool_name="jobs",
-        pool_size=jobs_pool,
-        max_overflow=jobs_pool,
-    )
-    schema = SchemaWatch(engine)
-    # Not migrated: say so now, once, and serve unready (/readyz 503) until `opsbot migrate`
-    # has run; this process never migrates on its own (nor crashes for it).
-    with contextlib.suppress(Exception):
-        await schema.check()
+    engine, schema = await open_jobs_engine(settings)
     try:
         async with (
             factory(settings) as assistant,

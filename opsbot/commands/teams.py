@@ -171,20 +171,17 @@ async def serve_teams(
     from bot.teams.front import TEAMS_ACK_LOOP
     from bot.teams.server import link_callback_route
     from infra.ack import serve_fronts, serve_here
-    from infra.observability.health import SchemaWatch
     from infra.observability.loop import LoopLagMonitor
     from infra.serving import bind_socket
-    from infra.storage import create_engine
-    from opsbot.commands.chat_app import link_callback, running
+    from opsbot.commands.chat_app import link_callback, open_jobs_engine, running
     from opsbot.observability import Readiness, ops_routes, refresh_runtime_gauges, request_metrics
     from opsbot.wiring import open_assistant
 
     config = teams_config(settings)
     factory = assistant_factory or open_assistant
-    engine = create_engine(settings.resolved_database_url)
-    schema = SchemaWatch(engine)
-    with contextlib.suppress(Exception):
-        await schema.check()
+    # Sized and named as `opsbot slack`'s: it was SQLAlchemy's default pool (up to 15
+    # connections, named "app"), outside the connection budget the settings state.
+    engine, schema = await open_jobs_engine(settings)
     try:
         async with (
             factory(settings) as assistant,

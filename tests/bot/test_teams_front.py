@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+import infra.storage
 from bot.teams.core import ChatUser
 from bot.teams.durable import open_durable_teams_bot
 from bot.teams.front import TEAMS_ACK_LOOP, TeamsAckFront
@@ -209,10 +212,23 @@ async def test_an_invoke_waiting_for_the_main_loop_does_not_hold_a_message_ack(
 
 
 async def test_opsbot_teams_acks_on_its_own_loop_and_reports_both_loops(
-    fake_teams: FakeTeams, assistant: FakeAssistant, sqlite_url: str, tmp_path: Path
+    fake_teams: FakeTeams,
+    assistant: FakeAssistant,
+    sqlite_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``opsbot teams`` as deployed (durable runs by default): a message is acked and
-    answered, and ``/metrics`` (forwarded to the main loop) has both loops' lag."""
+    answered, ``/metrics`` (forwarded to the main loop) has both loops' lag, and its engine
+    is the job runner's, sized by the settings (it was SQLAlchemy's default pool, up to 15
+    connections named "app": outside the connection budget the settings state)."""
+    made: list[tuple[str, object]] = []
+
+    def recording(url: str, **options: Any) -> AsyncEngine:
+        made.append((options.get("pool_name", "app"), options.get("pool_size")))
+        return create_engine(url, **options)
+
+    monkeypatch.setattr(infra.storage, "create_engine", recording)
     settings = Settings(
         _env_file=None,  # type: ignore[call-arg]
         teams=TeamsSettings(
@@ -248,6 +264,7 @@ async def test_opsbot_teams_acks_on_its_own_loop_and_reports_both_loops(
     finally:
         stop.set()
         await asyncio.wait_for(serving, BOUND)
+    assert made == [("jobs", settings.pools.jobs)]
     assert 'opsbot_event_loop_lag_seconds_count{loop="teams-ack"}' in body
     assert 'opsbot_event_loop_lag_seconds_count{loop="main"}' in body
     assert await _stored(sqlite_url) == (1, 2)  # the job (done), its id in both stores
