@@ -31,6 +31,7 @@ from slack_bolt.adapter.socket_mode.async_internals import (
 )
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.request.internals import build_normalized_headers, extract_content_type
 from slack_bolt.response import BoltResponse
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
@@ -111,7 +112,10 @@ def web_application(
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             return refuse(log, request, 400, "malformed Slack body: not UTF-8", len(raw))
-        screened = screen(text, request.content_type)
+        # The content type exactly as Bolt will read it (not aiohttp's normalised one): a body
+        # the screen took as JSON and Bolt as a form ran a hidden payload past every check.
+        bolt_headers: dict[str, str | Sequence[str]] = dict(headers)
+        screened = screen(text, extract_content_type(build_normalized_headers(bolt_headers)))
         if isinstance(screened, Ignored):
             log.info("ignored a Slack %s (not handled)", screened.kind)
             return web.Response(status=200, text="")
@@ -125,7 +129,7 @@ def web_application(
                 return accepted
         try:
             bolt_request = AsyncBoltRequest(
-                body=text, query=request.query_string, headers=dict(headers)
+                body=text, query=request.query_string, headers=bolt_headers
             )
         except (TypeError, ValueError, AttributeError, KeyError) as exc:
             # A shape the models above let through but Bolt cannot read: still the sender's.

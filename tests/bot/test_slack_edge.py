@@ -61,6 +61,11 @@ def _interaction(payload: dict[str, Any]) -> str:
     return urllib.parse.urlencode({"payload": json.dumps(payload)})
 
 
+def _smuggled(payload: dict[str, Any]) -> str:
+    hidden = "&payload=" + urllib.parse.quote(json.dumps(payload)) + "&"
+    return " " + json.dumps({"type": "url_verification", "challenge": "c", "z": hidden})
+
+
 def _edit_view() -> dict[str, Any]:
     return {
         "type": "modal",
@@ -176,6 +181,16 @@ def _malformed_cases() -> dict[str, tuple[str, str]]:
             form,
         ),
         "interaction payload not JSON": ("payload=%7Bnope", form),
+        # A body the screen read as JSON and Bolt as a form (it compares the content type
+        # verbatim and needs a leading "{"): a hidden payload ran past every check.
+        "a payload hidden in JSON sent as Application/JSON": (
+            _smuggled({**action, "user": "U0ALICE"}),
+            "Application/JSON",
+        ),
+        "a payload hidden in JSON sent with a spaced content type": (
+            _smuggled({**action, "user": "U0ALICE"}),
+            "application/json ; charset=utf-8",
+        ),
         # JSON nested deeper than Python's stack: a RecursionError, not a ValueError (500)
         "JSON nested 100,000 deep": ("[" * 100_000, json_type),
         "an object nested 60,000 deep": ('{"a":' * 60_000, json_type),
