@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -408,3 +409,19 @@ async def test_a_refresh_while_the_card_is_being_recorded_waits_for_it(
     bobs = await refresh
     assert bobs["statusCode"] == 200, bobs
     assert verbs(bobs["value"]) == ["approve", "approval.edit_view", "reject"]
+
+
+async def test_an_edit_with_a_lone_surrogate_is_run_once_and_shown(
+    env: TeamsEnv, assistant: FakeAssistant, caplog: pytest.LogCaptureFixture
+) -> None:
+    """JSON can carry a lone surrogate, UTF-8 cannot: an approver's edit with one ran the tool,
+    then failed to show the decision (a 500 to the approver, who could retry a change already
+    made, and no card updated). It goes on with U+FFFD, as opsbot's replies do."""
+    card, _ = await request_write(env)
+    edit = {"arg.status": "closed", "arg.comment": "a\ud800b"}
+    with caplog.at_level(logging.WARNING):
+        done = await invoke(env, click(env.fake, BOB, card, "edit", edit))
+    assert done["statusCode"] == 200, done
+    assert "Approved with edits" in shown(done["value"])
+    assert assistant.executed[0][1]["comment"] == "a\ufffdb"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
