@@ -28,7 +28,7 @@ from pydantic import (
 
 from bot.slack.cards import APPROVE_ACTION_ID, EDIT_ACTION_ID, REJECT_ACTION_ID
 from bot.slack.core import ChatUser
-from bot.slack.modals import EDIT_CALLBACK_ID, REJECT_CALLBACK_ID
+from bot.slack.modals import EDIT_CALLBACK_ID, REJECT_CALLBACK_ID, ModalContext
 from bot.slack.streaming import FEEDBACK_ACTION_ID
 from infra.characters import ID_PATTERN
 from infra.json_input import parse_json
@@ -312,8 +312,12 @@ class _BlockActions(_Interaction):
     message: dict[str, Any] | None = None
 
 
+class _InputState(_Model):
+    selected_option: dict[str, Any] | None = None  # a select's choice is an option object
+
+
 class _State(_Model):
-    values: dict[_Name, dict[_Name, dict[str, Any]]]
+    values: dict[_Name, dict[_Name, _InputState]]
 
 
 class _View(_Model):
@@ -380,6 +384,7 @@ INTERACTION_MODELS: dict[str, type[_Model]] = {
 ACTIONS_WITH_VALUE = frozenset(
     {APPROVE_ACTION_ID, EDIT_ACTION_ID, REJECT_ACTION_ID, FEEDBACK_ACTION_ID}
 )
+ACTIONS_OPENING_A_MODAL = frozenset({EDIT_ACTION_ID, REJECT_ACTION_ID})
 # Modals whose submission carries opsbot's context in private_metadata.
 VIEWS_WITH_CONTEXT = frozenset({EDIT_CALLBACK_ID, REJECT_CALLBACK_ID})
 
@@ -426,10 +431,15 @@ def screen(raw: str, content_type: str | None) -> Screened | Ignored | Malformed
         for action in body["actions"]:
             if action["action_id"] in ACTIONS_WITH_VALUE and not action.get("value"):
                 return Malformed(str(kind), f"actions.{action['action_id']}.value: missing")
+            if action["action_id"] in ACTIONS_OPENING_A_MODAL and not body.get("trigger_id"):
+                return Malformed(str(kind), "trigger_id: missing (a modal cannot open)")
     if isinstance(checked, Screened) and kind == "view_submission":
         view = body["view"]
-        if view["callback_id"] in VIEWS_WITH_CONTEXT and not view.get("private_metadata"):
-            return Malformed(str(kind), "view.private_metadata: missing")
+        if view["callback_id"] in VIEWS_WITH_CONTEXT:
+            try:
+                ModalContext.load(str(view.get("private_metadata") or ""))
+            except ValueError:
+                return Malformed(str(kind), "view.private_metadata: not opsbot's")
     return checked
 
 

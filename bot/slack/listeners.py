@@ -358,7 +358,8 @@ def too_long_text(length: int, limit: int) -> str:
 
 def _card_location(body: dict[str, Any]) -> tuple[str | None, str | None]:
     container = body.get("container") or {}
-    channel = container.get("channel_id") or (body.get("channel") or {}).get("id")
+    named = body.get("channel")  # an object; the screen lets a plain id through too
+    channel = container.get("channel_id") or (named.get("id") if isinstance(named, dict) else named)
     return channel, container.get("message_ts")
 
 
@@ -452,8 +453,8 @@ def _register_approvals(app: AsyncApp, adapter: SlackAdapter) -> None:
         clicker = clicked_by(body)
         try:
             ctx = ModalContext.load(str(view.get("private_metadata", "")))
-        except ValueError:
-            await ack(response_action="errors", errors={})
+        except ValueError:  # the screen refuses these; Bolt refuses an empty "errors"
+            await ack()
             return
         if await refuse_team(context, body, clicker, ctx.channel_id):
             await ack()

@@ -184,7 +184,10 @@ def _raw_value(state: dict[str, Any]) -> str | None:
 def _convert(spec: dict[str, Any], raw: str, is_select: bool) -> Any:
     kind = _kind(spec)
     if is_select:
-        value = parse_json(raw)
+        try:
+            value = parse_json(raw)
+        except ValueError:  # the parser's words are not the approver's business
+            raise ValueError("Choose one of the listed values.") from None
         if "enum" in spec and value not in spec["enum"]:
             raise ValueError("Choose one of the listed values.")
         return value

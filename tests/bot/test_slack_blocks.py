@@ -180,6 +180,24 @@ def test_tampered_select_value_is_rejected() -> None:
         {"arg:ticket_id": text_value("PAY-1"), "arg:status": select_value('"deleted"')},
     )
     assert errors == {"arg:status": "Choose one of the listed values."}
+    # an option whose value is not JSON: the parser's words were shown to the approver
+    _, errors = parse_edit(
+        UPDATE_TICKET_SCHEMA,
+        {"arg:ticket_id": text_value("PAY-1"), "arg:status": select_value("closed")},
+    )
+    assert errors == {"arg:status": "Choose one of the listed values."}
+
+
+def test_a_card_location_from_a_channel_object_or_id() -> None:
+    """A click names its channel as an object; one naming it by id (the screen lets it
+    through) failed the listener: the click was dropped with no answer."""
+    from bot.slack.listeners import _card_location
+
+    assert _card_location({"channel": {"id": "C1"}, "container": {"message_ts": "1.0"}}) == (
+        "C1",
+        "1.0",
+    )
+    assert _card_location({"channel": "C1"}) == ("C1", None)
 
 
 def test_core_errors_on_unknown_fields_land_on_the_first_input() -> None:

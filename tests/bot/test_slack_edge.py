@@ -134,6 +134,7 @@ def _malformed_cases() -> dict[str, tuple[str, str]]:
         return json.dumps(body)
 
     action = block_action(ALICE.user_id, "approval_approve", "apr-1")
+    action_edit = block_action(ALICE.user_id, "approval_edit", "apr-1")
     submitted = view_submission(ALICE.user_id, _edit_view(), {})
     no_metadata = view_submission(ALICE.user_id, {**_edit_view(), "private_metadata": ""}, {})
     no_state = {**submitted, "view": {k: v for k, v in submitted["view"].items() if k != "state"}}
@@ -175,6 +176,34 @@ def _malformed_cases() -> dict[str, tuple[str, str]]:
             form,
         ),
         "view_submission without private_metadata": (_interaction(no_metadata), form),
+        # each was a 500 (Bolt refused the empty errors the listener answered) or, in the
+        # reject modal, a decision dropped after the ack
+        "view_submission whose private_metadata is not opsbot's": (
+            _interaction(
+                view_submission(ALICE.user_id, {**_edit_view(), "private_metadata": "nope"}, {})
+            ),
+            form,
+        ),
+        "view_submission whose private_metadata names no approval": (
+            _interaction(
+                view_submission(ALICE.user_id, {**_edit_view(), "private_metadata": '{"a": 5}'}, {})
+            ),
+            form,
+        ),
+        "view_submission with a selected_option that is not an object": (
+            _interaction(
+                view_submission(
+                    ALICE.user_id,
+                    _edit_view(),
+                    {"arg:status": {"value": {"type": "static_select", "selected_option": "x"}}},
+                )
+            ),
+            form,
+        ),
+        "an Edit click without a trigger_id": (
+            _interaction({k: v for k, v in action_edit.items() if k != "trigger_id"}),
+            form,
+        ),
         "view_submission without state": (_interaction(no_state), form),
         "view_submission with values of the wrong type": (
             _interaction({**submitted, "view": {**submitted["view"], "state": {"values": [1]}}}),
