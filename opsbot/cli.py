@@ -64,7 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. With ``argv`` None (the real command line) this also sets up the
     process: owner-only file modes and, outside a development terminal, no rich."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    from opsbot.commands.args import utf8_problem
+
+    not_text = utf8_problem(sys.argv[1:] if argv is None else argv)
+    if not_text is not None:
+        parser.error(f"{not_text}: not UTF-8 text")  # one line, exit 2
+    args = parser.parse_args(argv)
     terminal = args.command == "dev" and sys.stderr.isatty()
     if argv is None:
         os.umask(OWNER_ONLY_UMASK)

@@ -339,3 +339,25 @@ def test_a_generated_fernet_key_is_accepted() -> None:
     settings = Settings(_env_file=None, broker={"link_encryption_key": key})  # type: ignore[call-arg]
     assert settings.broker.link_encryption_key is not None
     assert settings.broker.link_encryption_key.get_secret_value() == key
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["approvals", "--user", "\udcff\udcfe"], "argument --user: not UTF-8 text"),
+        (["audit", "--thread", "\udced\udca0\udc80"], "argument --thread: not UTF-8 text"),
+        (["tools", "--as", "\udcff"], "argument --as: not UTF-8 text"),
+        (["audit", "--limit", "9" * 30], "is not between 0 and 100,000"),
+        (["prune", "--older-than", "9" * 30 + "d", "--dry-run"], "is longer than any age"),
+    ],
+    ids=["user-not-utf8", "thread-not-utf8", "as-not-utf8", "limit-huge", "age-huge"],
+)
+def test_an_operators_bad_argument_is_one_line_and_exit_2(
+    argv: list[str], says: str, tmp_path: Path
+) -> None:
+    """Bytes the locale does not decode (they reach Python as surrogates) and numbers past
+    what a database or a timedelta holds were tracebacks of ~90 lines."""
+    result, _ = opsbot(*argv, env={}, cwd=tmp_path, forked=True)
+    assert result.returncode == 2, result.stderr[-500:]
+    assert "Traceback" not in result.stderr
+    assert says in result.stderr.strip().splitlines()[-1]

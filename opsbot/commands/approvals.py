@@ -11,6 +11,8 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from opsbot.commands.args import count_up_to
+
 if TYPE_CHECKING:
     from infra.settings import Settings
 
@@ -19,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser("approvals", help="list approvals with their state and reason")
     parser.add_argument("--state", action="append", help="only these states (repeatable)")
     parser.add_argument("--user", help="requester subject")
-    parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--limit", type=count_up_to(100_000), default=50)
     parser.set_defaults(handler=handle)
 
 

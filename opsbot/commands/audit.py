@@ -7,6 +7,8 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from opsbot.commands.args import count_up_to
+
 if TYPE_CHECKING:
     from infra.settings import Settings
 
@@ -17,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--thread", help="thread id")
     parser.add_argument("--since", type=datetime.fromisoformat, help="ISO time, inclusive")
     parser.add_argument("--until", type=datetime.fromisoformat, help="ISO time, inclusive")
-    parser.add_argument("--limit", type=int, default=200)
+    parser.add_argument("--limit", type=count_up_to(100_000), default=200)
     parser.set_defaults(handler=handle)
 
 

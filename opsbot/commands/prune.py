@@ -26,9 +26,12 @@ def parse_age(text: str) -> timedelta:
     if match is None or int(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not an age like 90d, 12h or 30m")
     amount, unit = int(match.group(1)), match.group(2) or "d"
-    return {"d": timedelta(days=amount), "h": timedelta(hours=amount)}.get(
-        unit, timedelta(minutes=amount)
-    )
+    try:
+        return {"d": timedelta(days=amount), "h": timedelta(hours=amount)}.get(
+            unit, timedelta(minutes=amount)
+        )
+    except OverflowError:  # past timedelta's 999,999,999 days
+        raise argparse.ArgumentTypeError(f"{text!r} is longer than any age") from None
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:

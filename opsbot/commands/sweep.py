@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,8 @@ def check_link_key(args: argparse.Namespace, settings: Settings) -> None:
 async def handle(args: argparse.Namespace, settings: Settings) -> int:
     from opsbot.wiring import open_assistant
 
-    if args.every is not None and args.every <= 0:
+    # nan passed "<= 0" and then slept for ever: the sweeper stopped without a word
+    if args.every is not None and not (math.isfinite(args.every) and args.every > 0):
         print("--every must be a positive number of seconds")
         return 2
     async with open_assistant(settings) as assistant, slack_notices(settings, assistant) as tell:

@@ -174,8 +174,9 @@ async def test_sweep_finishes_an_approval_a_crash_left_deciding_and_tells_slack(
 
 
 async def test_sweep_every_must_be_positive(settings: Settings) -> None:
-    args = parse("sweep", "--every", "0")
-    assert await args.handler(args, settings) == 2
+    for every in ("0", "-1", "nan", "inf"):  # nan slept for ever: the sweeping stopped
+        args = parse("sweep", "--every", every)
+        assert await args.handler(args, settings) == 2, every
 
 
 async def test_reconcile_reports_what_stays_ambiguous(
