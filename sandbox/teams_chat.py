@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from infra.json_input import parse_json
 from infra.settings import Settings, TeamsSettings
 from sandbox.emulator import InputError
 from testing.slack_workspace import User
@@ -152,8 +153,10 @@ class TeamsChat:
     async def _invoke(self, activity: dict[str, Any]) -> dict[str, Any] | str:
         status, body = await self.fake.post_activity(self.app_url, activity)
         with contextlib.suppress(ValueError):
-            answer = json.loads(body)
-            value = answer.get("value") if isinstance(answer, dict) else None
+            answer = parse_json(body)
+            if not isinstance(answer, dict):  # a JSON list or string was a 500 on the page
+                answer = {}
+            value = answer.get("value")
             if answer.get("type") == CARD and isinstance(value, dict):
                 return value
             if isinstance(value, dict):

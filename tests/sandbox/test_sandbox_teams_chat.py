@@ -189,3 +189,31 @@ async def test_a_card_refresh_the_app_could_not_answer_is_asked_again(
         third = json.dumps((await chat.state("bob"))["messages"]["approvals"])
         assert third == second
         assert len(refreshes) == 2  # an answered refresh is kept
+
+
+async def test_an_invoke_answered_with_json_that_is_not_an_object_is_shown_as_such(
+    fake: FakeTeams,
+) -> None:
+    """A JSON list, string or null as the app's answer to a card's refresh was a 500 on the
+    page (``answer.get`` on a list); the card stays as posted."""
+    from sandbox.teams_chat import teams_user
+    from testing.teams import APPROVALS_CHANNEL_ID
+
+    async with stand_in_app(lambda _activity: web.json_response([1, 2])) as url:
+        chat = TeamsChat(fake, PEOPLE, url)
+        bob = teams_user(PEOPLE["bob"])
+        posted = {
+            "type": "AdaptiveCard",
+            "version": "1.5",
+            "body": [{"type": "TextBlock", "text": "Approval needed"}],
+            "refresh": {
+                "userIds": [bob.mri],
+                "action": {"type": "Action.Execute", "verb": "approval.view", "data": {}},
+            },
+        }
+        attachment = {"contentType": CARD_TYPE, "content": posted}
+        await bot_posts(
+            fake, APPROVALS_CHANNEL_ID, {"type": "message", "attachments": [attachment]}
+        )
+        shown = json.dumps((await chat.state("bob"))["messages"]["approvals"])
+        assert "Approval needed" in shown
