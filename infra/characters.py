@@ -24,6 +24,7 @@ __all__ = [
     "ID_PATTERN",
     "LONE_SURROGATE",
     "NUL_OR_LONE_SURROGATE",
+    "holds_surrogate_escape",
     "replace_in_strings",
 ]
 
@@ -38,6 +39,18 @@ CONTROL_C0_C1 = re.compile(rf"[{_C0_AND_DEL}\x80-\x9f]")
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 NUL_OR_LONE_SURROGATE = re.compile("[\x00\ud800-\udfff]")
 _REPLACEMENT = "\ufffd"
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def holds_surrogate_escape(json_text: str | bytes) -> bool:
+    """Whether JSON text escapes a UTF-16 surrogate (lone, or half of a pair such as an
+    emoji's): only such text can decode to a lone surrogate, so only it is worth walking."""
+    if isinstance(json_text, str):
+        return _SURROGATE_ESCAPE.search(json_text) is not None
+    return _SURROGATE_ESCAPE_BYTES.search(json_text) is not None
 
 
 def replace_in_strings(value: Any, unusable: re.Pattern[str]) -> Any:

@@ -45,3 +45,13 @@ def test_strings_and_keys_are_replaced_at_every_depth_and_nothing_else_changes()
 
 def test_text_for_people_loses_c0_and_c1_controls() -> None:
     assert CONTROL_C0_C1.sub("", "a\x00b\x1bc\x85d\x9fe\x7ff") == "abcdef"
+
+
+def test_a_surrogate_escape_is_found_in_json_text_of_either_kind() -> None:
+    from infra.characters import holds_surrogate_escape
+
+    for text in ('"a\\ud800"', '"\\uDFFF"', '"\\ud83d\\ude00"'):  # lone, upper case, a pair
+        assert holds_surrogate_escape(text)
+        assert holds_surrogate_escape(text.encode())
+    for text in ('"\\u00e9"', '"\\u0d80"', '"plain"'):
+        assert not holds_surrogate_escape(text)

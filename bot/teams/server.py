@@ -26,7 +26,7 @@ from microsoft_agents.hosting.core.authorization import ClaimsIdentity
 
 from bot.teams.app import CURRENT_DELIVERY, Delivery, TeamsBot
 from bot.teams.auth import ConnectorAuth, Rejected
-from infra.characters import CONTROL, LONE_SURROGATE, replace_in_strings
+from infra.characters import CONTROL, LONE_SURROGATE, holds_surrogate_escape, replace_in_strings
 from infra.chat_http import (
     OAUTH_CALLBACK_PATH,
     LinkCallback,
@@ -37,8 +37,6 @@ from infra.chat_http import (
 from infra.json_input import parse_json
 
 MESSAGES_PATH = "/api/messages"
-# A JSON escape of a UTF-16 surrogate (of a pair, or lone), in either case.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 # Path, query and fragment characters, control characters and dot segments.
 UNSAFE_ID = re.compile(r"[/\\?#%\x00-\x1f\x7f]|\.\.")
 log = logging.getLogger(__name__)
@@ -86,7 +84,7 @@ async def authenticate(
     missing = envelope_problem(activity)
     if missing is not None:
         return refuse(log, request, 400, f"malformed activity: {missing}", len(raw))
-    if _SURROGATE_ESCAPE.search(raw):
+    if holds_surrogate_escape(raw):
         # Text with a lone surrogate (JSON can carry one, UTF-8 cannot) goes on with U+FFFD,
         # as opsbot's replies do: an approver's edit with one ran the tool, then failed to
         # show the decision (a 500 to the approver, who could retry a change already made).

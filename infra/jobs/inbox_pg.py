@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from infra.characters import NUL_OR_LONE_SURROGATE, replace_in_strings
+from infra.characters import NUL_OR_LONE_SURROGATE, holds_surrogate_escape, replace_in_strings
 from infra.jobs.queue import JobStatus
 
 
@@ -139,7 +139,7 @@ def _params(deliveries: Sequence[Delivery], now: datetime) -> dict[str, Any]:
     if now.tzinfo is None:
         raise ValueError("naive datetime: opsbot stores aware UTC timestamps only")
     batch = json.dumps(rows)
-    if _NUL_ESCAPE in batch or _SURROGATE_ESCAPE in batch:  # only then is the batch walked
+    if _NUL_ESCAPE in batch or holds_surrogate_escape(batch):  # only then is the batch walked
         batch = json.dumps(replace_in_strings(rows, NUL_OR_LONE_SURROGATE))
     return {"batch": batch, "status": JobStatus.QUEUED.value, "now": now.astimezone(UTC)}
 
@@ -151,7 +151,6 @@ def _params(deliveries: Sequence[Delivery], now: datetime) -> dict[str, Any]:
 # redelivered. Each is stored as U+FFFD instead. The escapes looked for also start a user's
 # literal backslash-u text or an emoji's surrogate pair: the walk then changes nothing.
 _NUL_ESCAPE = "\\u0000"
-_SURROGATE_ESCAPE = "\\ud"
 
 
 class _DeadConnection(Exception):

@@ -27,40 +27,37 @@ def _problems(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 async def _encoding_that_does_not_decode(url: str, caplog: pytest.LogCaptureFixture) -> None:
-    if True:
-        for encoding in ("deflate", "gzip"):
-            caplog.clear()
-            headers = {"Content-Type": "application/json", "Content-Encoding": encoding}
-            answer = await exchange(url, request_bytes("POST", url, headers, b"garbage"))
-            assert status_of(answer) in (400, 401), answer[:300]
-            assert b"Traceback" not in answer
-            assert b"zlib" not in answer
-            await asyncio.sleep(0.1)  # anything the server logs after answering
-            assert _problems(caplog) == []
-            assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 1
+    for encoding in ("deflate", "gzip"):
+        caplog.clear()
+        headers = {"Content-Type": "application/json", "Content-Encoding": encoding}
+        answer = await exchange(url, request_bytes("POST", url, headers, b"garbage"))
+        assert status_of(answer) in (400, 401), answer[:300]
+        assert b"Traceback" not in answer
+        assert b"zlib" not in answer
+        await asyncio.sleep(0.1)  # anything the server logs after answering
+        assert _problems(caplog) == []
+        assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 1
 
 
 async def _client_gone_mid_body(url: str, caplog: pytest.LogCaptureFixture) -> None:
-    if True:
-        headers = {"Content-Type": "application/json", "Content-Length": "1000"}
-        await exchange(url, request_bytes("POST", url, headers, b'{"a'), hang_up=True)
-        for _ in range(50):
-            if any("went away" in r.getMessage() for r in caplog.records):
-                break
-            await asyncio.sleep(0.02)
-        assert _problems(caplog) == []
-        assert [r.getMessage() for r in caplog.records if "went away" in r.getMessage()] == [
-            f"POST /{url.split('/', 3)[3]}: the client went away mid-body"
-        ]
+    headers = {"Content-Type": "application/json", "Content-Length": "1000"}
+    await exchange(url, request_bytes("POST", url, headers, b'{"a'), hang_up=True)
+    for _ in range(50):
+        if any("went away" in r.getMessage() for r in caplog.records):
+            break
+        await asyncio.sleep(0.02)
+    assert _problems(caplog) == []
+    assert [r.getMessage() for r in caplog.records if "went away" in r.getMessage()] == [
+        f"POST /{url.split('/', 3)[3]}: the client went away mid-body"
+    ]
 
 
 async def _body_that_stalls(url: str, caplog: pytest.LogCaptureFixture) -> None:
-    if True:
-        headers = {"Content-Type": "application/json", "Content-Length": "1000"}
-        answer = await exchange(url, request_bytes("POST", url, headers, b'{"a'), wait=5)
-        assert status_of(answer) == 408
-        assert answer.endswith(b"request body too slow")
-        assert _problems(caplog) == []
+    headers = {"Content-Type": "application/json", "Content-Length": "1000"}
+    answer = await exchange(url, request_bytes("POST", url, headers, b'{"a'), wait=5)
+    assert status_of(answer) == 408
+    assert answer.endswith(b"request body too slow")
+    assert _problems(caplog) == []
 
 
 CHECKS = {

@@ -140,15 +140,31 @@ async def test_bad_input_is_a_clear_error(
         await chat.click("alice", f"{CHANNEL_ID}|42", "approve", {})
 
 
+async def _post_approval_card(fake: FakeTeams) -> None:
+    """The bot posts an approval card in ops-approvals that asks Teams to refresh it for bob."""
+    from sandbox.teams_chat import teams_user
+    from testing.teams import APPROVALS_CHANNEL_ID
+
+    bob = teams_user(PEOPLE["bob"])
+    posted = {
+        "type": "AdaptiveCard",
+        "version": "1.5",
+        "body": [{"type": "TextBlock", "text": "Approval needed"}],
+        "refresh": {
+            "userIds": [bob.mri],
+            "action": {"type": "Action.Execute", "verb": "approval.view", "data": {}},
+        },
+    }
+    attachment = {"contentType": CARD_TYPE, "content": posted}
+    await bot_posts(fake, APPROVALS_CHANNEL_ID, {"type": "message", "attachments": [attachment]})
+
+
 async def test_a_card_refresh_the_app_could_not_answer_is_asked_again(
     fake: FakeTeams,
 ) -> None:
     """Teams asks for an approver's view of a card when it shows it. The app refuses one it
     has not yet recorded (its post still in flight): the next look asks again and shows the
     buttons, instead of keeping the read-only card until the card changes."""
-    from sandbox.teams_chat import teams_user
-    from testing.teams import APPROVALS_CHANNEL_ID
-
     refreshes: list[dict[str, Any]] = []
 
     def answer(activity: dict[str, Any]) -> web.Response:
@@ -168,20 +184,7 @@ async def test_a_card_refresh_the_app_could_not_answer_is_asked_again(
 
     async with stand_in_app(answer) as url:
         chat = TeamsChat(fake, PEOPLE, url)
-        bob = teams_user(PEOPLE["bob"])
-        posted = {
-            "type": "AdaptiveCard",
-            "version": "1.5",
-            "body": [{"type": "TextBlock", "text": "Approval needed"}],
-            "refresh": {
-                "userIds": [bob.mri],
-                "action": {"type": "Action.Execute", "verb": "approval.view", "data": {}},
-            },
-        }
-        attachment = {"contentType": CARD_TYPE, "content": posted}
-        await bot_posts(
-            fake, APPROVALS_CHANNEL_ID, {"type": "message", "attachments": [attachment]}
-        )
+        await _post_approval_card(fake)
         first = json.dumps((await chat.state("bob"))["messages"]["approvals"])
         assert '"Approve"' not in first  # the card as posted
         second = json.dumps((await chat.state("bob"))["messages"]["approvals"])
@@ -196,24 +199,8 @@ async def test_an_invoke_answered_with_json_that_is_not_an_object_is_shown_as_su
 ) -> None:
     """A JSON list, string or null as the app's answer to a card's refresh was a 500 on the
     page (``answer.get`` on a list); the card stays as posted."""
-    from sandbox.teams_chat import teams_user
-    from testing.teams import APPROVALS_CHANNEL_ID
-
     async with stand_in_app(lambda _activity: web.json_response([1, 2])) as url:
         chat = TeamsChat(fake, PEOPLE, url)
-        bob = teams_user(PEOPLE["bob"])
-        posted = {
-            "type": "AdaptiveCard",
-            "version": "1.5",
-            "body": [{"type": "TextBlock", "text": "Approval needed"}],
-            "refresh": {
-                "userIds": [bob.mri],
-                "action": {"type": "Action.Execute", "verb": "approval.view", "data": {}},
-            },
-        }
-        attachment = {"contentType": CARD_TYPE, "content": posted}
-        await bot_posts(
-            fake, APPROVALS_CHANNEL_ID, {"type": "message", "attachments": [attachment]}
-        )
+        await _post_approval_card(fake)
         shown = json.dumps((await chat.state("bob"))["messages"]["approvals"])
         assert "Approval needed" in shown
