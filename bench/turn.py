@@ -20,6 +20,10 @@ Also a turn the model answers without a tool call, for opsbot and the peer, and 
 read adds to it (``one_read_adds_cpu_ms``): opsbot's includes opening and closing the run's
 session, the peer's session stays open.
 
+``mcp_call_ratio``: each call after the first in a turn (K = 8 against K = 1) against one more
+call on the open session, i.e. what the MCP client layer and the agent loop add to a call once
+the run's session is open (``peer_mcp_call_ratio``: the same for the peer).
+
 Wall time (until the answer is returned) and client CPU (this thread's CPU time, including
 the sessions a run ends after answering: the IdP and the MCP servers run on a thread of
 their own, so their work is not counted) are medians over the rounds. Also: SQL
@@ -287,6 +291,16 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
         "overhead_ratio_vs_default_peer": {
             str(k): round(wall["opsbot"][str(k)] / wall["default_peer"][str(k)], 2) for k in KS
         },
+        # Each call after the first in a turn (K = 8 against K = 1) against one more call on
+        # the open session: what the MCP client layer (issue 19) and the agent loop add to
+        # a call once the run's session is open, as the adapters' peer has it.
+        "mcp_call_ratio": round(
+            (wall["opsbot"]["8"] - wall["opsbot"]["1"]) / (wall["floor"]["8"] - wall["floor"]["1"]),
+            2,
+        ),
+        "peer_mcp_call_ratio": round(
+            (wall["peer"]["8"] - wall["peer"]["1"]) / (wall["floor"]["8"] - wall["floor"]["1"]), 2
+        ),
         "cpu_ms_per_turn": ops_cpu,
         "peer_cpu_ratio": round(ops_cpu["1"] / cpu["peer"]["1"], 2),
         "default_peer_cpu_ratio": {
