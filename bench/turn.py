@@ -17,8 +17,8 @@ affects all of them alike:
   audit log.
 
 Also a turn the model answers without a tool call, for opsbot and the peer, and what one
-read adds to it (``one_read_adds_cpu_ms``): opsbot's includes opening and closing the run's
-session, the peer's session stays open.
+read adds to it (``one_read_adds_wall_ms``, ``one_read_adds_cpu_ms``): opsbot's includes
+opening and closing the run's session, the peer's session stays open.
 
 ``mcp_call_ratio``: each call after the first in a turn (K = 8 against K = 1) against one more
 call on the open session, i.e. what the MCP client layer and the agent loop add to a call once
@@ -311,6 +311,11 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
         "answer_only": {
             "wall_ms": {n: answer_median(n, 0) for n in answer_only},
             "cpu_ms": answer_cpu,
+        },
+        "one_read_adds_wall_ms": {
+            "opsbot": round(wall["opsbot"]["1"] - answer_median("opsbot", 0), 2),
+            "peer": round(wall["peer"]["1"] - answer_median("peer", 0), 2),
+            "floor": wall["floor"]["1"],
         },
         "one_read_adds_cpu_ms": {
             "opsbot": round(ops_cpu["1"] - answer_cpu["opsbot"], 2),
