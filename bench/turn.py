@@ -278,6 +278,9 @@ async def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
     return {
         "turns": turns,
         "overhead_ratio": round(wall["opsbot"]["1"] / wall["floor"]["1"], 2),
+        # The peer (the adapters' agent, no middleware, one open session) against the same
+        # floor: what the agent loop alone adds to a one-read turn.
+        "peer_overhead_ratio": round(wall["peer"]["1"] / wall["floor"]["1"], 2),
         "overhead_ratio_by_k": {
             str(k): round(wall["opsbot"][str(k)] / wall["floor"][str(k)], 2) for k in KS
         },
