@@ -129,12 +129,33 @@ def readable_validation_error(tool: str, error: ValidationError) -> str:
 
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
-    """What a server trusts: the issuer, where its keys are, and this server's audience."""
+    """What a server trusts: the issuer, where its keys are, and this server's audience.
+
+    The audience is the ``aud`` its tokens must carry. By default it is also the server's
+    canonical URI (``resource_url``: its RFC 9728 metadata and its MCP path), as the MCP
+    authorization spec has it; an identity provider that names audiences otherwise (Okta's
+    ``api://tickets``, a Keycloak client id) gives ``audience`` as that name and
+    ``resource_url`` as the URL. ``ValueError`` when the URL is not one.
+    """
 
     issuer: str
-    audience: str  # this server's canonical URI, e.g. http://127.0.0.1:8101/mcp
+    audience: str  # e.g. http://127.0.0.1:8101/mcp, or a name such as "tickets-mcp"
     jwks_url: str | None = None  # default: OIDC discovery from the issuer
     leeway_seconds: int = 0
+    resource_url: str | None = None  # default: the audience
+
+    def __post_init__(self) -> None:
+        parsed = urlparse(self.resource)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(
+                f"the server's URL must be an http(s) URL, got {self.resource!r} (an audience "
+                "that is not a URL needs the server's URL beside it)"
+            )
+
+    @property
+    def resource(self) -> str:
+        """The server's canonical URI: its protected resource metadata and MCP path."""
+        return self.resource_url or self.audience
 
 
 @dataclass
@@ -173,14 +194,16 @@ class ScopedServer:
                 token_verifier=self.verifier,
                 auth=AuthSettings(
                     issuer_url=AnyHttpUrl(self.auth.issuer),
-                    resource_server_url=AnyHttpUrl(self.auth.audience),
+                    resource_server_url=AnyHttpUrl(self.auth.resource),
                     required_scopes=[self.base_scope],
-                    validate_token_resource=True,
+                    # The verifier checks ``aud`` itself; the SDK's check of the token's
+                    # resource holds only where the audience is the URL.
+                    validate_token_resource=self.auth.audience == self.auth.resource,
                 ),
                 host=self.host,
                 # Also checked by the gate, before auth; the SDK checks again on the MCP route.
                 transport_security=self.transport_security,
-                streamable_http_path=urlparse(self.auth.audience).path.rstrip("/") or "/mcp",
+                streamable_http_path=urlparse(self.auth.resource).path.rstrip("/") or "/mcp",
                 # Each request answered with one JSON body, not an event stream: no tool here
                 # sends progress or log messages mid-call, and the stream (a response task
                 # group, its watcher and ping tasks, SSE framing on both ends) was about a
@@ -244,7 +267,7 @@ class ScopedServer:
         return AuthGate(
             self.mcp.streamable_http_app(),
             verifier=self.verifier,
-            resource=self.auth.audience,
+            resource=self.auth.resource,
             authorization_servers=[self.auth.issuer],
             tool_scopes=self.tool_scopes,
             resource_name=self.name,

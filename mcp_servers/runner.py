@@ -120,7 +120,7 @@ async def open_server(
     ``allowed_hosts``: the ``Host`` names it answers (``mcp_servers.hosts``).
     """
     jwks = JwksClient(issuer=auth.issuer, jwks_url=auth.jwks_url)
-    parsed = urlparse(auth.audience)
+    parsed = urlparse(auth.resource)
     links = public_url or f"{parsed.scheme}://{parsed.netloc}"
     if name == "ticketing":
         tickets = await TicketStore.open(store_url, base_url=links)

@@ -1,8 +1,11 @@
 """``opsbot mcp ticketing|docs|database --port N``: run one reference MCP server.
 
 The server trusts the configured IdP (``OPSBOT_IDP__ISSUER``; keys by OIDC discovery unless
-``--jwks-url``). Its audience is its canonical URI: ``--audience``, else the configured
-``mcp_servers`` entry of that name when the port matches, else ``http://<host>:<port>/mcp``.
+``--jwks-url``). Its audience (the ``aud`` its tokens must carry) is ``--audience``, else
+the configured ``mcp_servers`` entry of that name (a URL only when the port matches), else
+``http://<host>:<port>/mcp``. An audience that is a URL is also the server's canonical URI;
+one that is a name (``tickets-mcp``, as some identity providers name audiences) leaves the
+server at ``http://<host>:<port>/mcp``.
 Ticketing and docs keep their data in SQLite files in the data directory (seeded once);
 the database server uses SQLite there too, or PostgreSQL with ``--postgres-url``.
 """
@@ -26,7 +29,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("server", choices=sorted(DEFAULT_PORTS))
     parser.add_argument("--port", type=int, default=None, help="default: 8101/8102/8103; 0 = any")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--audience", default=None, help="this server's canonical URI")
+    parser.add_argument(
+        "--audience", default=None, help="aud of its tokens: its URL (default) or a name"
+    )
     parser.add_argument("--issuer", default=None, help="default: the configured IdP issuer")
     parser.add_argument("--jwks-url", default=None, help="default: OIDC discovery")
     parser.add_argument("--store-url", default=None, help="SQLAlchemy URL (ticketing, docs)")
@@ -67,8 +72,20 @@ def _audience(args: argparse.Namespace, settings: Settings, port: int) -> str:
         return str(args.audience)
     for configured in settings.mcp_servers:
         audience = configured.audience
-        if configured.name == args.server and audience and urlparse(audience).port == port:
+        if configured.name != args.server or not audience:
+            continue
+        # A URL names this server only at this port; a name (``tickets-mcp``) names it anywhere.
+        if not _is_url(audience) or urlparse(audience).port == port:
             return audience
+    return _own_url(args, port)
+
+
+def _is_url(value: str) -> bool:
+    parsed = urlparse(value)
+    return parsed.scheme in ("http", "https") and bool(parsed.hostname)
+
+
+def _own_url(args: argparse.Namespace, port: int) -> str:
     return f"http://{args.host}:{port}/mcp"
 
 
@@ -92,10 +109,13 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
 
     sock = bind_socket(args.host, DEFAULT_PORTS[args.server] if args.port is None else args.port)
     port = sock.getsockname()[1]
+    audience = _audience(args, settings, port)
     auth = AuthConfig(
         issuer=args.issuer or settings.idp.issuer,
-        audience=_audience(args, settings, port),
+        audience=audience,
         jwks_url=args.jwks_url,
+        # An audience that is a name, not a URL: the server's URL is its own.
+        resource_url=None if _is_url(audience) else _own_url(args, port),
     )
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)

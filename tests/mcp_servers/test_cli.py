@@ -8,12 +8,14 @@ import re
 import secrets
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from infra.settings import Settings
+from mcp_servers import AuthConfig
 from mcp_servers.database import deprovision
 from testing.mcp import TestIssuer, directory_grants, http_refusal, mcp_session
 from tests import forkserver
@@ -119,3 +121,38 @@ async def test_database_server_provisions_postgres_and_serves_as_mapped_roles(
         await deprovision(
             admin, role_prefix=prefix, users=["alice", "bob", "carol", "dave", "erin", "mallory"]
         )
+
+
+async def test_an_audience_that_is_a_name_is_the_aud_its_tokens_carry(
+    mcp_test_issuer: TestIssuer, tmp_path: Path
+) -> None:
+    """Some identity providers name audiences (``api://tickets``, a Keycloak client id): the
+    server takes tokens for that name and stays at its own URL, whose RFC 9728 metadata
+    names that URL as the resource (issue 19: audiences as any string)."""
+    process, url = await _start("ticketing", mcp_test_issuer, tmp_path, "--audience", "tickets-mcp")
+    try:
+        groups, scopes = directory_grants("alice", "ticketing")
+        token = mcp_test_issuer.mint(sub="alice", aud="tickets-mcp", scope=scopes, groups=groups)
+        async with mcp_session(url, token) as session:
+            assert data(await session.call_tool("get_ticket", {"key": "PAY-101"}))
+        for_the_url = mcp_test_issuer.mint(sub="alice", aud=url, scope=scopes, groups=groups)
+        refused = await http_refusal(url, for_the_url)
+        assert refused.status_code == 401
+        async with httpx.AsyncClient() as client:
+            metadata = (
+                await client.get(url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp"))
+            ).json()
+        assert metadata["resource"] == url
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+def test_a_server_url_that_is_no_url_is_refused_with_a_clear_reason() -> None:
+    with pytest.raises(ValueError, match="http\\(s\\) URL"):
+        AuthConfig(issuer="https://idp.example", audience="tickets-mcp")
+    assert AuthConfig(
+        issuer="https://idp.example",
+        audience="tickets-mcp",
+        resource_url="http://127.0.0.1:8101/mcp",
+    ).resource == ("http://127.0.0.1:8101/mcp")
