@@ -578,6 +578,20 @@ class Agent:
             await sessions.aclose()
         return found
 
+    async def list_at_start(self) -> None:
+        """List now the servers that need no user's token (``static``, ``none``): their line
+        (tool count, allowlisted, names left out) is in the start-up log, and the first run
+        finds their tools cached. One that cannot be listed says why in one line; the others
+        are listed at their first run, with that run's user's token."""
+        service = [name for name, c in self._servers.items() if c.acting_as != "user"]
+        if not service:
+            return
+        found = await self.discover_all(Identity(subject="opsbot"), user_servers=False)
+        for name in service:
+            outcome = found.get(name)
+            if isinstance(outcome, ToolCallError):
+                log.warning("mcp server %s: tools not listed at start: %s", name, outcome)
+
     def _config(self, thread_id: str) -> Any:
         # Each model step passes through ~15 middleware nodes; the model call limit is the
         # real bound, this only keeps LangGraph's own guard out of its way.

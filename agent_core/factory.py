@@ -85,7 +85,8 @@ def check_servers(servers: Sequence[ServerConfig], *, oauth_available: bool) -> 
 
 def log_servers(config: AgentConfig) -> None:
     """One line per server (its auth mode, its per-call timeout), once the agent was built: a
-    configuration error found while building stays the only line the operator sees."""
+    configuration error found while building stays the only line the operator sees. The
+    line with its tool counts follows when it is listed (``Agent.list_at_start``)."""
     for s in config.servers:
         timeout = (
             f"{s.timeout_s:g}s"
@@ -93,12 +94,14 @@ def log_servers(config: AgentConfig) -> None:
             else f"{config.read_timeout:g}s reads, {config.write_timeout:g}s writes"
         )
         log.info(
-            "mcp server %s: auth=%s url=%s timeout=%s acting as %s",
+            "mcp server %s: auth=%s url=%s timeout=%s acting as %s%s",
             s.name,
             s.auth,
             s.url,
             timeout,
             s.acting_as,
+            # Listing its tools takes a user's token: counted in a line at the first run.
+            "; tools listed at the first run" if s.acting_as == "user" else "",
         )
         if s.auth == "none":
             log.warning(

@@ -8,6 +8,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -24,6 +25,7 @@ from broker.links import linked_chat_users
 from broker.remote import RemoteBroker
 from broker.types import IdentityService, ServerConnector, SsoCompleter
 from infra.clock import Clock, utc_now
+from infra.lifecycle import cancel_and_wait
 from infra.settings import Settings
 
 if TYPE_CHECKING:
@@ -141,13 +143,23 @@ async def open_assistant(settings: Settings, *, clock: Clock = utc_now) -> Async
 async def _settling(
     agent: Agent, watch: contextlib.AbstractContextManager[Any]
 ) -> AsyncIterator[None]:
-    """``watch`` entered; on the way out, the agent's runs' sessions are closed at their
-    servers (they end after each run's answer, in the background) before anything stops."""
+    """``watch`` entered, and the servers that need no user's token listed meanwhile (their
+    tool counts in the start-up log); on the way out, the agent's runs' sessions are closed
+    at their servers (they end after each run's answer, in the background) before anything
+    stops."""
+    listing = asyncio.create_task(agent.list_at_start(), name="mcp:list-at-start")
+    listing.add_done_callback(_said_if_failed)
     try:
         with watch:
             yield
     finally:
+        await cancel_and_wait(listing)
         await agent.settle()
+
+
+def _said_if_failed(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("mcp servers not listed at start: %r", task.exception())
 
 
 def _change_log(settings: Settings, identities: IdentityService) -> McpChangeLog:

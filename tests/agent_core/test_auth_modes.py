@@ -128,7 +128,8 @@ def test_start_up_refuses_oauth_without_the_broker_and_warns_for_none(
     assert lines == [
         "mcp server t: auth=none url=http://t/mcp timeout=20s reads, 30s writes "
         "acting as anonymous",
-        "mcp server u: auth=exchange url=http://u/mcp timeout=2.5s acting as user",
+        "mcp server u: auth=exchange url=http://u/mcp timeout=2.5s acting as user; "
+        "tools listed at the first run",
     ]
 
 
@@ -196,6 +197,44 @@ async def test_discovery_logs_one_line_per_server_with_what_is_left_out(
     assert "classified read" in by_tool["fake_lookup"].why
     assert not by_tool["fake_slow_lookup"].allowlisted
     assert "hidden from the model" in by_tool["fake_slow_lookup"].why
+
+
+async def test_servers_that_need_no_user_are_listed_at_start_and_a_down_one_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 19: at start, one line per server with its tool counts. A ``none`` (or
+    ``static``) server is listed before any run, and the first run finds it cached; an
+    ``exchange`` server waits for a user's token; one that is down is one warning."""
+    policy = ToolPolicy.from_yaml(FAKE_POLICY + "allowlist: [fake_lookup, fake_change]\n")
+    async with fake_mcp_server() as (url, _plan):
+        servers = (
+            ServerConfig("fake", url, auth="none"),
+            ServerConfig("gone", "http://127.0.0.1:9/mcp", auth="none", timeout_s=2),
+            ServerConfig("users", "http://127.0.0.1:9/mcp", "aud-users"),
+        )
+        agent = Agent(
+            AgentConfig(servers=servers),
+            model=ScriptedChatModel(steps=[final("ok")]),
+            broker=FakeBroker(audiences={"users": "aud-users"}),
+            threads=MemoryThreadStore(),
+            checkpointer=InMemorySaver(),
+            policy=policy,
+        )
+        with caplog.at_level(logging.INFO, logger="agent_core.agent"):
+            await agent.list_at_start()
+        said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("mcp server")]
+        assert said[0] == (
+            "mcp server fake: auth=none tools=5 allowlisted=2 "
+            "left out: fake_note, fake_slow_change, fake_slow_lookup"
+        )
+        assert len(said) == 2
+        assert said[1].startswith("mcp server gone: tools not listed at start")
+        assert [r.levelname for r in caplog.records if "gone" in r.getMessage()] == ["WARNING"]
+        listed = agent.stats.list_tools_calls
+        thread = await agent.threads.get_or_create(PlatformRef("t", "T", "C", "1"), "alice")
+        assert isinstance(await agent.run(ALICE, thread.thread_id, "hi"), Answer)
+        assert agent.stats.list_tools_calls == listed == 1  # the run found it cached
+        await agent.settle()
 
 
 def test_an_unclassified_tool_is_a_write_until_its_hint_is_trusted() -> None:
