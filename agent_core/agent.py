@@ -140,6 +140,11 @@ class Agent:
             {s.name: s.url for s in config.servers},
             failure_threshold=config.breaker_threshold,
             open_seconds=config.breaker_open_seconds,
+            breakers={
+                s.name: (s.breaker_threshold, s.breaker_open_seconds)
+                for s in config.servers
+                if s.breaker_threshold is not None or s.breaker_open_seconds is not None
+            },
             check_interval=config.health_check_interval,
             proxies=config.proxies,
         )

@@ -45,6 +45,9 @@ class ServerConfig:
     audience: str = ""
     auth: AuthMode = "exchange"
     timeout_s: float | None = None  # per call; None: the agent's read/write timeouts
+    # Its circuit breaker; None: the agent's (``AgentConfig.breaker_*``).
+    breaker_threshold: int | None = None
+    breaker_open_seconds: float | None = None
     header_name: str = "Authorization"
     header_value: str | None = field(default=None, repr=False)  # ``static`` only: a secret
     trust_read_only_hint: bool = False

@@ -36,6 +36,8 @@ def server_config(s: McpServerSettings) -> ServerConfig:
         audience=s.audience or "",
         auth=s.auth,
         timeout_s=s.timeout_s,
+        breaker_threshold=s.breaker_threshold,
+        breaker_open_seconds=s.breaker_open_seconds,
         header_name=s.header_name,
         header_value=s.header_value.get_secret_value() if s.header_value else None,
         trust_read_only_hint=s.trust_read_only_hint,

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 import httpx
 from purgatory import AsyncCircuitBreakerFactory
 from purgatory.domain.model import HalfOpenedState, OpenedState
+from purgatory.service._async.circuitbreaker import AsyncCircuitBreaker
 
 from agent_core.errors import (
     ServerUnavailableError,
@@ -34,6 +35,9 @@ from agent_core.errors import (
 )
 from agent_core.proxies import DIRECT, Proxies
 from infra.tls import shared_ssl_context
+
+Breaker = tuple[int | None, float | None]
+"""A server's own breaker: failures before it opens, seconds it stays open (None: default)."""
 
 
 class ServerHealth:
@@ -50,8 +54,12 @@ class ServerHealth:
         probe_timeout: float = 2.0,
         monotonic: Callable[[], float] = time.monotonic,
         proxies: Proxies = DIRECT,
+        breakers: Mapping[str, Breaker] | None = None,
     ) -> None:
         self._urls = dict(urls)
+        # Servers whose breaker is not the default one: (threshold, open seconds), either
+        # None for the default.
+        self._own = dict(breakers or {})
         self._proxies = proxies
         self._breakers = AsyncCircuitBreakerFactory(
             default_threshold=failure_threshold, default_ttl=open_seconds
@@ -65,8 +73,12 @@ class ServerHealth:
         self._unreachable: set[str] = set()
         self._lock = asyncio.Lock()
 
+    async def _breaker(self, server: str) -> AsyncCircuitBreaker:
+        threshold, ttl = self._own.get(server, (None, None))
+        return await self._breakers.get_breaker(server, threshold=threshold, ttl=ttl)
+
     async def is_open(self, server: str) -> bool:
-        breaker = await self._breakers.get_breaker(server)
+        breaker = await self._breaker(server)
         ctx = breaker.context
         opened_at = ctx.opened_at
         return (
@@ -81,7 +93,7 @@ class ServerHealth:
     async def record(self, server: str, failure: ToolCallError | None) -> None:
         """Feed one call's outcome to the server's breaker."""
         counts = isinstance(failure, ToolTransientError | ToolTimeoutError)
-        breaker = await self._breakers.get_breaker(server)
+        breaker = await self._breaker(server)
         try:
             async with breaker:
                 if counts and failure is not None:
@@ -117,7 +129,7 @@ class ServerHealth:
         return ok
 
     async def _close(self, server: str) -> None:
-        breaker = await self._breakers.get_breaker(server)
+        breaker = await self._breaker(server)
         if breaker.context.state == "closed":
             # A server can answer a GET and still hang every call: a good probe only ends
             # degraded mode, it does not wipe the failures that calls have counted.

@@ -82,6 +82,10 @@ class McpServerSettings(BaseModel):
     # Per call (and session open). Unset: the agent's read and write timeouts
     # (OPSBOT_AGENT__READ_TIMEOUT_SECONDS, __WRITE_TIMEOUT_SECONDS), by the tool's class.
     timeout_s: float | None = Field(default=None, gt=0)
+    # This server's circuit breaker. Unset: the agent's (OPSBOT_AGENT__BREAKER_THRESHOLD,
+    # __BREAKER_OPEN_SECONDS).
+    breaker_threshold: int | None = Field(default=None, ge=1)
+    breaker_open_seconds: float | None = Field(default=None, gt=0)
     # When true, an unclassified tool the server marks readOnlyHint is a read (no approval).
     trust_read_only_hint: bool = False
     # auth 'oauth' only: a client registered by hand; without it, dynamic registration (DCR).

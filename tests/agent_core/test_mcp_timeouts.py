@@ -116,6 +116,49 @@ async def test_a_server_without_its_own_timeout_has_the_agents_read_timeout(
         assert plan.calls["slow_lookup"] == 1
 
 
+async def test_a_server_with_its_own_breaker_trips_on_its_own_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 19: the per-server settings for a server that hangs. ``breaker_threshold`` and
+    ``breaker_open_seconds`` in ``OPSBOT_MCP_SERVERS`` override the agent's for that server
+    only: one hung call opens it, while the same server under another name (the agent's
+    threshold of 3) keeps its calls going."""
+    hang = call("fake_slow_lookup", item="X-1", seconds=3600)
+    hang_too = call("twin_slow_lookup", item="X-1", seconds=3600)
+    async with fake_mcp_server() as (url, plan):
+        servers = [
+            {"name": "fake", "url": url, "audience": url, "timeout_s": 0.5},
+            {"name": "twin", "url": url, "audience": url, "timeout_s": 0.5},
+        ]
+        servers[0] |= {"breaker_threshold": 1, "breaker_open_seconds": 120}
+        monkeypatch.setenv("OPSBOT_MCP_SERVERS", json.dumps(servers))
+        monkeypatch.setenv("OPSBOT_AGENT__READ_RETRIES", "0")
+        config = agent_config(Settings(_env_file=None))  # type: ignore[call-arg]
+        assert (config.servers[0].breaker_threshold, config.servers[1].breaker_threshold) == (
+            1,
+            None,
+        )
+        agent = Agent(
+            replace(config, retry_initial_delay=0.0),
+            # "one" hangs on fake, "two" on twin.
+            model=ScriptedChatModel(
+                steps=[lambda m: hang if m[-1].content == "one" else hang_too, echo]
+            ),
+            broker=FakeBroker(audiences={"fake": url, "twin": url}),
+            threads=MemoryThreadStore(),
+            checkpointer=InMemorySaver(),
+            policy=ToolPolicy.from_yaml(FAKE_POLICY + "  twin_slow_lookup: {kind: read}\n"),
+        )
+
+        await run(agent, "one")
+        await run(agent, "two")
+
+        assert plan.calls["slow_lookup"] == 2  # one each
+        assert await agent.health.is_open("fake")  # its own threshold: one timeout
+        assert not await agent.health.is_open("twin")  # the agent's: three
+        assert (await agent.health._breaker("fake")).context.ttl == 120
+
+
 @contextlib.asynccontextmanager
 async def silent_server() -> AsyncIterator[str]:
     """Accepts TCP connections and reads forever; never answers a byte."""
