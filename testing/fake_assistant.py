@@ -45,6 +45,7 @@ from assistant.types import (
     RunEvents,
     ServerConnected,
     ServerConnection,
+    ServerConnectRequired,
     Source,
     StopResult,
     ToolCallFinished,
@@ -141,6 +142,12 @@ class FakeAssistant:
         words = text.split()
         if words[:1] == ["update"] and len(words) >= 3:
             return self._propose(chat_user, ref, person, words[1], words[2:])
+        if words[:1] == ["runbook"]:  # needs docs, an ``auth: oauth`` server nobody connected
+            return ServerConnectRequired(
+                "docs",
+                self.connect_url(chat_user, "docs"),
+                Answer(f"PAY-1 is open; its runbook is in docs. You asked: {text}"),
+            )
         if words[:1] == ["long"]:
             body = "\n\n".join(f"Paragraph {i}: " + "lorem ipsum " * 40 for i in range(40))
             return Answered(Answer(body, sources=[Source("docs", "runbook-1", None)]))
@@ -289,6 +296,10 @@ class FakeAssistant:
         ]
         requester = [view.requester_chat_user] if view.requester_chat_user else []
         return [*requester, *(a for a in approvers if a not in requester)]
+
+    def connect_url(self, chat_user: ChatUser, server: str) -> str:
+        """The link that connects ``chat_user`` to ``server`` (bound to them, like a login)."""
+        return f"http://{server}.test/authorize?state=connect-{chat_user.user_id}"
 
     async def link_url(self, chat_user: ChatUser) -> str:
         return f"http://idp.test/link/start?user={chat_user.user_id}"

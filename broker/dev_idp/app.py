@@ -169,14 +169,7 @@ def build_app(idp: DevIdentityProvider) -> Starlette:
             except OAuthError:
                 continue
             user = idp.directory.users[claims["sub"]]
-            return JSONResponse(
-                {
-                    "sub": user.subject,
-                    "email": user.email,
-                    "name": user.name,
-                    "groups": sorted(user.groups),
-                }
-            )
+            return JSONResponse({"sub": user.subject, **idp.rules.profile(user)})
         return JSONResponse({"error": "invalid_token"}, 401, headers={"WWW-Authenticate": "Bearer"})
 
     def admin_refusal(request: Request) -> Response | None:

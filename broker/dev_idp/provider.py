@@ -93,7 +93,7 @@ class _Refresh:
 
 @dataclass(frozen=True, slots=True)
 class TokenRules:
-    """How the dev IdP issues tokens: how long each kind lives, and two behaviours real
+    """How the dev IdP issues tokens: how long each kind lives, and behaviours real
     providers differ on (tests pick the one they mimic)."""
 
     access_token_ttl: timedelta = timedelta(hours=1)
@@ -105,6 +105,26 @@ class TokenRules:
     # False mimics providers that give each exchanged token a fresh lifetime (tests of the
     # broker's own bound).
     clamp_exchange_exp: bool = True
+    # Where the ID token and userinfo put email, name and groups (a dotted name nests them:
+    # Keycloak's "realm_access.roles"), for tests of opsbot's claim-name settings.
+    email_claim: str = "email"
+    name_claim: str = "name"
+    groups_claim: str = "groups"
+
+    def profile(self, user: DirectoryUser) -> dict[str, Any]:
+        """``user``'s email, name and groups under this provider's claim names."""
+        claims: dict[str, Any] = {}
+        for path, value in (
+            (self.email_claim, user.email),
+            (self.name_claim, user.name),
+            (self.groups_claim, sorted(user.groups)),
+        ):
+            *parents, leaf = path.split(".")
+            target = claims
+            for part in parents:
+                target = target.setdefault(part, {})
+            target[leaf] = value
+        return claims
 
 
 @dataclass(slots=True)
@@ -426,9 +446,7 @@ class DevIdentityProvider:
             **base,
             "aud": client.client_id,
             "azp": client.client_id,
-            "email": user.email,
-            "name": user.name,
-            "groups": sorted(user.groups),
+            **self.rules.profile(user),
         }
         if nonce:
             id_claims["nonce"] = nonce

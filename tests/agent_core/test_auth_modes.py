@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
+from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import ValidationError
 
@@ -18,7 +20,14 @@ from agent_core.factory import ServerConfigError, check_servers, log_servers, se
 from agent_core.threads import MemoryThreadStore, PlatformRef
 from broker import Identity
 from infra.settings import McpServerSettings, Settings
-from testing.agent import FAKE_POLICY, FakeBroker, ScriptedChatModel, fake_mcp_server, final
+from testing.agent import (
+    FAKE_POLICY,
+    FakeBroker,
+    FunctionChatModel,
+    ScriptedChatModel,
+    fake_mcp_server,
+    final,
+)
 
 ALICE = Identity("alice")
 
@@ -258,3 +267,41 @@ def test_a_tool_whose_server_no_longer_hints_it_read_only_is_a_write_again() -> 
     assert policy.classify("t_now").kind == "write"
     assert policy.classify("t_zone").kind == "read"
     assert policy.classify("u_peek").kind == "read"
+
+
+async def test_an_unconnected_oauth_servers_connect_url_reaches_no_model_text() -> None:
+    """The URL connecting alice is bound to her: it is in ``answer.connect`` (her private
+    *Connect* button), never in what the model reads nor in the answer people see."""
+    from broker import ConnectRequired
+
+    connect_url = "https://opsbot.test/connect/fake?state=alice-only"
+
+    async def oauth_token(identity: Identity, server: str) -> str:
+        raise ConnectRequired(server, connect_url)
+
+    seen: list[str] = []
+
+    def model(messages: list[Any]) -> AIMessage:
+        seen.extend(str(m.content) for m in messages)
+        return final("PAY-1 is open.")
+
+    async with fake_mcp_server() as (url, _plan):
+        agent = Agent(
+            AgentConfig(servers=(ServerConfig("fake", url, auth="oauth"),)),
+            model=FunctionChatModel(fn=model),
+            broker=FakeBroker(),
+            threads=MemoryThreadStore(),
+            checkpointer=InMemorySaver(),
+            policy=ToolPolicy.from_yaml(FAKE_POLICY),
+            oauth_token=oauth_token,
+        )
+        thread = await agent.threads.get_or_create(PlatformRef("t", "T", "C", "2"), "alice")
+        answer = await agent.run(ALICE, thread.thread_id, "show PAY-1")
+        await agent.settle()
+    assert isinstance(answer, Answer)
+    assert answer.connect == {"fake": connect_url}
+    assert seen, "the model was never asked"
+    assert connect_url not in "\n".join(seen)
+    shown = "\n".join([answer.answer, *answer.caveats, *answer.actions_taken])
+    assert connect_url not in shown
+    assert "You have not connected opsbot to fake yet" in shown

@@ -82,6 +82,48 @@ def test_claims_are_read_from_configured_and_nested_names() -> None:
     assert read_profile({"sub": "u1"}, names).missing
 
 
+KEYCLOAK_LIKE = TokenRules(
+    email_claim="upn", name_claim="profile.display", groups_claim="realm_access.roles"
+)
+
+
+@pytest.mark.parametrize("configured", [True, False], ids=["custom-names", "defaults"])
+async def test_the_claim_name_settings_reach_linking_and_the_broker(
+    configured: bool, tmp_path: Path, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service built from the environment as ``opsbot`` builds it, against an IdP that
+    puts email, name and groups under other (and nested) names, in its ID token and at
+    userinfo: with OPSBOT_IDP__*_CLAIM set, the link has them and so does every refresh (the
+    broker's groups); with the defaults, none of them is found."""
+    async with start_dev_idp(rules=KEYCLOAK_LIKE) as idp:
+        monkeypatch.setenv("OPSBOT_IDP__ISSUER", idp.issuer)
+        monkeypatch.setenv("OPSBOT_IDP__CLIENT_ID", idp.client_id)
+        monkeypatch.setenv("OPSBOT_IDP__CLIENT_SECRET", idp.client_secret)
+        if configured:
+            monkeypatch.setenv("OPSBOT_IDP__EMAIL_CLAIM", "upn")
+            monkeypatch.setenv("OPSBOT_IDP__NAME_CLAIM", "profile.display")
+            monkeypatch.setenv("OPSBOT_IDP__GROUPS_CLAIM", "realm_access.roles")
+        settings = Settings(_env_file=None, data_dir=tmp_path, mcp_servers=[])  # type: ignore[call-arg]
+        async with open_identity_service(settings, engine) as service:
+            assert isinstance(service, LocalIdentityService)
+            async with httpx.AsyncClient(verify=shared_ssl_context()) as http:
+                reply = await sign_in_at_login_page(http, await service.link_url(CAROL), "carol")
+            linked = await service.linking.complete(reply["state"], reply["code"], iss=reply["iss"])
+            resolved = await service.resolve(CAROL, fresh=True)
+    assert resolved is not None
+    if configured:
+        groups = frozenset({"team-platform", "ticket-leads", "sre"})
+        assert (linked.link.email, linked.name, linked.groups) == (
+            "carol@example.com",
+            "Carol Chen",
+            groups,
+        )
+        assert (resolved.email, resolved.groups) == ("carol@example.com", groups)
+    else:
+        assert (linked.link.email, linked.name, linked.groups) == ("", "carol", frozenset())
+        assert (resolved.email, resolved.groups) == ("", frozenset())
+
+
 async def test_a_response_from_another_issuer_is_refused() -> None:
     async with start_dev_idp() as idp, open_broker(idp) as harness:
         async with httpx.AsyncClient(verify=shared_ssl_context()) as http:

@@ -71,6 +71,15 @@ class Driver(Protocol):
         """Wait for the sign-in prompt shown to ``who`` alone; the login URL it opens."""
         ...
 
+    async def connect_button(self, who: str) -> tuple[str, str]:
+        """Wait for the *Connect <server>* prompt shown to ``who`` alone; its button's label
+        and the URL it opens."""
+        ...
+
+    def everything_seen(self) -> str:
+        """Every call the bot made to the platform so far, as it sent it (JSON)."""
+        ...
+
     async def settle(self) -> None: ...
 
     def bot_calls(self) -> int:
@@ -182,6 +191,23 @@ class SlackDriver:
                     return str(element["url"])
         raise AssertionError("the Connect prompt has no link")
 
+    async def connect_button(self, who: str) -> tuple[str, str]:
+        user = SLACK_USERS[who]
+        (prompt,) = await self.fake.wait_for(
+            "chat.postEphemeral", where=lambda p: p["user"] == user
+        )
+        buttons = [
+            element
+            for block in prompt.get("blocks") or []
+            for element in block.get("elements") or []
+            if element.get("type") == "button" and element.get("url")
+        ]
+        assert len(buttons) == 1, prompt
+        return buttons[0]["text"]["text"], buttons[0]["url"]
+
+    def everything_seen(self) -> str:
+        return json.dumps([c.params for c in self.fake.calls])
+
     async def settle(self) -> None:
         await self.fake.settle(quiet=0.2)
 
@@ -266,6 +292,19 @@ class TeamsDriver:
                 if action.get("type") == "Action.OpenUrl":
                     return str(action["url"])
         raise AssertionError("the sign-in card has no link")
+
+    async def connect_button(self, who: str) -> tuple[str, str]:
+        personal = self.fake.personal_conversation_id(self.people[who])
+        (call,) = await self.fake.wait_for(
+            "posted", where=lambda c: c.conversation_id == personal and bool(c.cards)
+        )
+        (card,) = call.cards  # an Adaptive Card: Teams has no other kind of button
+        (action,) = card["actions"]
+        assert action["type"] == "Action.OpenUrl", action
+        return action["title"], action["url"]
+
+    def everything_seen(self) -> str:
+        return json.dumps([c.body for c in self.fake.calls])
 
     async def settle(self) -> None:
         await self.fake.settle(quiet=0.2)

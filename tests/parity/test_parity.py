@@ -120,3 +120,20 @@ async def test_stop_reaches_the_core_for_that_thread_and_is_never_a_question(
         (driver.chat_user("alice"), thread),
         (driver.chat_user("bob"), thread),
     ]
+
+
+async def test_an_unconnected_oauth_server_gets_a_private_connect_button(
+    driver: Driver, assistant: FakeAssistant
+) -> None:
+    """``ServerConnectRequired``: what could be answered goes in the thread; a *Connect docs*
+    button opening the connect URL goes to the asker alone (the link is bound to them), and
+    the URL is in no text anywhere, only behind that button."""
+    sent = await driver.mention("alice", "runbook for PAY-1")
+    label, url = await driver.connect_button("alice")
+    assert label == "Connect docs"
+    assert url == assistant.connect_url(driver.chat_user("alice"), "docs")
+    answers = await driver.answers(sent)
+    assert "PAY-1 is open; its runbook is in docs" in answers[0]
+    assert url not in "\n".join(answers)
+    await driver.settle()
+    assert driver.everything_seen().count(url) == 1
