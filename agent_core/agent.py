@@ -327,6 +327,12 @@ class Agent:
         """Whether ``name`` (prefixed) is on the allowlist."""
         return self.policy.is_allowed(name)
 
+    def takes_exchanged_token(self, server: str) -> bool:
+        """Whether ``server`` is in ``exchange`` mode: its calls carry the user's exchanged
+        token (``approvals`` mints the requester's fresh one before an approved write)."""
+        config = self._servers.get(server)
+        return config is not None and config.auth == "exchange"
+
     # --- a run -------------------------------------------------------------------------
 
     async def _invoke(

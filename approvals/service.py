@@ -102,6 +102,12 @@ class ToolCatalog(Protocol):
 
     def is_allowed(self, name: str) -> bool: ...
 
+    def takes_exchanged_token(self, server: str) -> bool:
+        """Whether ``server``'s calls carry the requester's exchanged token (``exchange``
+        mode); the others carry opsbot's own credential, none, or the requester's OAuth
+        grant, taken when the call runs."""
+        ...
+
 
 IdentityLookup = Callable[[str], Awaitable[Identity]]
 """The requester's current identity (groups from the IdP directory) by subject."""
@@ -622,10 +628,13 @@ class ApprovalService:
     async def _requester_can_act(
         self, requester: Identity, approvals: list[Approval]
     ) -> tuple[dict[str, AccessToken], str | None]:
-        """Mint fresh tokens for the requester (never the approver) on each write's server:
-        the tokens by server (the calls carry them), or why the requester may not act."""
+        """Mint fresh tokens for the requester (never the approver) on each write's server
+        that takes one: the tokens by server (the calls carry them), or why the requester
+        may not act. A server in another auth mode gets no exchanged token (the broker mints
+        none for it); the requester's link was confirmed just before."""
         tokens: dict[str, AccessToken] = {}
-        for server in sorted({x.server for a in approvals for x in a.actions}):
+        servers = {x.server for a in approvals for x in a.actions}
+        for server in sorted(s for s in servers if self.tools.takes_exchanged_token(s)):
             try:
                 await self._broker.invalidate(requester, server)
                 tokens[server] = await self._broker.get_token(requester, server)

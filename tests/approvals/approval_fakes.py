@@ -68,6 +68,9 @@ class Catalog:
     def is_allowed(self, name: str) -> bool:
         return self.policy.is_allowed(name)
 
+    def takes_exchanged_token(self, server: str) -> bool:
+        return True  # ticketing, as the reference servers are
+
     def tool_schema(self, tool: str) -> dict[str, Any] | None:
         return {
             "ticketing_close_ticket": CLOSE_SCHEMA,

@@ -8,11 +8,12 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from test_approvals_end_to_end import close_model
 
-from agent_core import Agent, AgentConfig, ToolPolicy
+from agent_core import Agent, AgentConfig, ServerConfig, ToolPolicy
 from agent_core.checkpointer import open_checkpointer
 from agent_core.threads import PlatformRef, SqlThreadStore
 from approvals import SqlApprovalStore
@@ -36,7 +37,15 @@ from audit import AuditLog, AuditObserver, SqlAuditSink
 from broker import ChatUser, LocalIdentityService
 from infra.clock import utc_now
 from infra.storage import create_engine
-from testing.agent import AgentEnv
+from testing.agent import (
+    FAKE_POLICY,
+    AgentEnv,
+    ScriptedChatModel,
+    call,
+    fake_mcp_server,
+    final,
+    tool_results,
+)
 
 REF = PlatformRef("slack", "T-TEST", "C-OPS", "1712.0001")
 
@@ -55,7 +64,14 @@ class Clock:
 
 @contextlib.asynccontextmanager
 async def assistant(
-    env: AgentEnv, url: str, clock: Clock, servers: tuple[str, ...] = ()
+    env: AgentEnv,
+    url: str,
+    clock: Clock,
+    servers: tuple[str, ...] = (),
+    *,
+    model: ScriptedChatModel | None = None,
+    policy: ToolPolicy | None = None,
+    only: tuple[ServerConfig, ...] = (),
 ) -> AsyncIterator[Assistant]:
     engine = create_engine(url)
     identities = LocalIdentityService(env.harness.broker, env.harness.linking)
@@ -64,12 +80,12 @@ async def assistant(
             log = AuditLog(SqlAuditSink(engine))
             threads = SqlThreadStore(engine)
             agent = Agent(
-                AgentConfig(servers=env.server_configs, retry_initial_delay=0.0),
-                model=close_model(),
+                AgentConfig(servers=only or env.server_configs, retry_initial_delay=0.0),
+                model=model or close_model(),
                 broker=identities,
                 threads=threads,
                 checkpointer=saver,
-                policy=ToolPolicy.load(),
+                policy=policy or ToolPolicy.load(),
                 observer=AuditObserver(log),
             )
             service = ApprovalService(
@@ -228,3 +244,39 @@ async def test_my_requests_newest_first_in_any_state_and_connections_per_server(
         assert all(shown[s.name].connected for s in agent_env.server_configs)
         assert not shown["nowhere"].connected
         assert shown["nowhere"].problem == "not reachable as you right now"
+
+
+@pytest.mark.parametrize("auth", ["static", "none"])
+async def test_an_approved_write_on_a_server_without_token_exchange_runs(
+    agent_env: AgentEnv, sqlite_url: str, auth: str
+) -> None:
+    """Issue 19: a ``static`` or ``none`` server's unclassified tools are writes, so they wait
+    for an approver; the approval must then run them. It minted the requester's fresh token
+    for every server with a write, and the broker mints only for ``exchange`` servers: every
+    such approved write ended ``failed`` ("the requester's access to fake was refused")."""
+    for name in ("alice", "bob"):
+        await agent_env.user(name)
+    async with fake_mcp_server() as (url, plan):
+        server = ServerConfig(
+            "fake", url, auth=auth, header_value="svc-key" if auth == "static" else None
+        )
+
+        def answer(messages: list[Any]) -> Any:
+            results = tool_results(messages)
+            return final(str(results[-1].content) if results else "nothing ran")
+
+        model = ScriptedChatModel(
+            steps=[call("fake_change", item="X-1", idempotency_key="k-1"), answer]
+        )
+        policy = ToolPolicy.from_yaml(FAKE_POLICY)
+        async with assistant(
+            agent_env, sqlite_url, Clock(), model=model, policy=policy, only=(server,)
+        ) as bot:
+            reply = await bot.handle_message(chat("alice"), REF, "change X-1")
+            assert isinstance(reply, ApprovalRequested)
+            done = await bot.decide(chat("bob"), reply.approval.approval_id, Approve())
+            assert isinstance(done, Decided)
+            assert (done.decision, done.outcome) == ("approved", "succeeded"), done
+            assert plan.calls["change"] == 1
+            # The server saw opsbot's service key (static) or nothing (none), never a user's.
+            assert set(plan.auth) == ({"svc-key"} if auth == "static" else {""})
