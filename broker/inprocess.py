@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import jwt
 
@@ -46,6 +47,11 @@ log = logging.getLogger(__name__)
 # Errors a token endpoint gives when the grant (refresh token, subject token) is no longer
 # honoured: the user must sign in again or has lost access.
 _REVOKED_ERRORS = {"invalid_grant", "access_denied"}
+# Errors an exchange gives when its subject token may just be stale (expired, revoked):
+# RFC 8693 §2.2.2 answers an invalid subject token with invalid_request; some providers
+# (the dev IdP among them) with invalid_grant. The broker refreshes the sign-in once and asks
+# again before it decides.
+_STALE_SUBJECT_ERRORS = _REVOKED_ERRORS | {"invalid_request"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +148,7 @@ class InProcessBroker:
                     subject.value, target.audience, target.scopes
                 )
             except TokenEndpointError as exc:
-                if exc.error in _REVOKED_ERRORS and attempt == 1:
+                if exc.error in _STALE_SUBJECT_ERRORS and attempt == 1:
                     # The cached subject token may be stale: refresh once, then decide.
                     self._subjects.invalidate(identity.subject)
                     continue
@@ -167,9 +173,7 @@ class InProcessBroker:
             raise ExchangeFailedError(target.name, f"received token is invalid: {exc}") from None
         if claims.get("sub") != identity.subject:
             raise ExchangeFailedError(target.name, "received token names another subject")
-        act = claims.get("act")
-        if not isinstance(act, dict) or act.get("sub") != self._client.client_id:
-            raise ExchangeFailedError(target.name, "received token lacks act.sub = our client")
+        self._check_issued_to_us(claims, target)
         scope = claims.get("scope", "")
         return AccessToken(
             value=value,
@@ -177,6 +181,21 @@ class InProcessBroker:
             expires_at=datetime.fromtimestamp(int(claims["exp"]), UTC),
             scopes=frozenset(scope.split()) if isinstance(scope, str) else frozenset(),
         )
+
+    def _check_issued_to_us(self, claims: dict[str, Any], target: ServerTarget) -> None:
+        """The exchanged token names opsbot's client: as the actor (``act.sub``, RFC 8693
+        §4.1 delegation) or, with no ``act`` (RFC 8693 leaves it optional: impersonation, as
+        idpyoidc issues them), as its client (``client_id``, RFC 9068, or ``azp``)."""
+        ours = self._client.client_id
+        act = claims.get("act")
+        if act is not None:
+            if not isinstance(act, dict) or act.get("sub") != ours:
+                raise ExchangeFailedError(target.name, "received token names another actor")
+            return
+        if claims.get("client_id", claims.get("azp")) != ours:
+            raise ExchangeFailedError(
+                target.name, "received token names our client neither as act.sub nor client_id"
+            )
 
     async def _subject_token(
         self, identity: Identity, link: AccountLink | None = None

@@ -110,6 +110,12 @@ class TokenRules:
     email_claim: str = "email"
     name_claim: str = "name"
     groups_claim: str = "groups"
+    # False mimics providers whose exchanged tokens name no actor (RFC 8693 makes ``act``
+    # optional; idpyoidc issues none): ``client_id`` alone names the client.
+    actor_claim: bool = True
+    # The error for a subject token that is invalid or expired: RFC 8693 §2.2.2 says
+    # invalid_request (idpyoidc); this IdP, like some others, says invalid_grant by default.
+    subject_token_error: str = "invalid_grant"  # noqa: S105 (an error code)
 
     def profile(self, user: DirectoryUser) -> dict[str, Any]:
         """``user``'s email, name and groups under this provider's claim names."""
@@ -493,9 +499,12 @@ class DevIdentityProvider:
             raise OAuthError("invalid_request", "unsupported requested_token_type")
         # The subject token must have been issued to the client asking (or to its own API):
         # no exchanging of tokens minted for a resource server, nor of another client's.
-        claims = self.verify_own_token(
-            form.get("subject_token", ""), [client.client_id, *client.subject_audiences]
-        )
+        try:
+            claims = self.verify_own_token(
+                form.get("subject_token", ""), [client.client_id, *client.subject_audiences]
+            )
+        except OAuthError as exc:
+            raise OAuthError(self.rules.subject_token_error, exc.description) from exc
         subject = str(claims["sub"])
         user = self.directory.users.get(subject)
         if user is None:
@@ -516,21 +525,20 @@ class DevIdentityProvider:
         exp = int((now + self.rules.exchange_ttl).timestamp())
         if self.rules.clamp_exchange_exp:  # RFC 8693 leaves it open; never outlive the subject
             exp = min(exp, int(claims["exp"]))
-        token = self._sign(
-            {
-                "iss": self.issuer,
-                "sub": subject,
-                "aud": audience,
-                "scope": " ".join(sorted(scopes)),
-                "exp": exp,
-                "iat": int(now.timestamp()),
-                "jti": secrets.token_urlsafe(16),
-                "client_id": client.client_id,
-                "act": {"sub": client.client_id},
-                "groups": sorted(user.groups),
-            },
-            typ="at+jwt",
-        )
+        exchanged: dict[str, Any] = {
+            "iss": self.issuer,
+            "sub": subject,
+            "aud": audience,
+            "scope": " ".join(sorted(scopes)),
+            "exp": exp,
+            "iat": int(now.timestamp()),
+            "jti": secrets.token_urlsafe(16),
+            "client_id": client.client_id,
+            "groups": sorted(user.groups),
+        }
+        if self.rules.actor_claim:
+            exchanged["act"] = {"sub": client.client_id}
+        token = self._sign(exchanged, typ="at+jwt")
         self.stats.exchanges += 1
         self.stats.exchanges_by[(subject, audience)] += 1
         return {

@@ -12,11 +12,22 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
+import jwt
 import pytest
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from broker import ChatUser, LocalIdentityService, open_identity_service
+from broker import (
+    ChatUser,
+    ExchangeFailedError,
+    InProcessBroker,
+    LocalIdentityService,
+    MemoryLinkStore,
+    ServerTarget,
+    TokenCipher,
+    open_identity_service,
+    open_token_client,
+)
 from broker.claims import ClaimNames, read_profile
 from broker.dev_idp import TokenRules
 from broker.errors import LinkingError
@@ -184,3 +195,73 @@ async def test_audiences_need_not_be_urls(audience: str) -> None:
         claims = await harness.broker._client.provider.verify(token, audience=audience)
     assert claims["aud"] == audience
     assert McpServerSettings(name="t", url="http://h/mcp", audience=audience).audience == audience
+
+
+async def test_an_exchanged_token_without_act_is_taken_when_its_client_id_is_ours() -> None:
+    """RFC 8693 makes ``act`` optional (idpyoidc issues none): ``client_id`` names opsbot."""
+    async with (
+        start_dev_idp(rules=TokenRules(actor_claim=False)) as idp,
+        open_broker(idp) as harness,
+    ):
+        token = await harness.token("carol", "ticketing")
+    claims = jwt.decode(token, options={"verify_signature": False})
+    assert "act" not in claims
+    assert claims["client_id"] == "opsbot"
+
+
+@pytest.mark.parametrize(
+    ("claims", "taken"),
+    [
+        ({"act": {"sub": "opsbot"}, "client_id": "opsbot"}, True),
+        ({"client_id": "opsbot"}, True),
+        ({"azp": "opsbot"}, True),
+        ({"act": {"sub": "another-client"}, "client_id": "opsbot"}, False),
+        ({"act": "opsbot", "client_id": "opsbot"}, False),
+        ({"client_id": "another-client"}, False),
+        ({}, False),
+    ],
+)
+async def test_an_exchanged_token_must_name_opsbot_as_its_actor_or_client(
+    claims: dict[str, object], taken: bool
+) -> None:
+    async with open_token_client(
+        issuer="http://127.0.0.1:9", client_id="opsbot", client_secret="s"
+    ) as client:
+        links = MemoryLinkStore(TokenCipher(TokenCipher.generate_key()))
+        broker = InProcessBroker(links=links, client=client, servers=[])
+        target = ServerTarget("ticketing", "api://tickets")
+        if taken:
+            broker._check_issued_to_us(claims, target)
+        else:
+            with pytest.raises(ExchangeFailedError, match="ticketing"):
+                broker._check_issued_to_us(claims, target)
+
+
+async def test_a_subject_token_refused_with_invalid_request_is_refreshed_once() -> None:
+    """RFC 8693 §2.2.2 refuses an invalid (expired, revoked) subject token with
+    invalid_request, not invalid_grant: the broker refreshes the sign-in and asks again."""
+    idp_clock = ManualClock()
+    async with (
+        start_dev_idp(
+            clock=idp_clock,
+            rules=TokenRules(
+                access_token_ttl=timedelta(minutes=2), subject_token_error="invalid_request"
+            ),
+        ) as idp,
+        # opsbot's clock lags the IdP's: it still takes carol's subject token for valid.
+        open_broker(
+            idp,
+            clock=ManualClock(idp_clock.now),
+            cache_margin=timedelta(0),
+            groups_max_age=timedelta(hours=1),
+        ) as harness,
+    ):
+        carol = await harness.link("carol")
+        first = await harness.broker.get_token(carol, "ticketing")
+        refreshes = idp.provider.stats.refreshes
+        idp_clock.advance(timedelta(minutes=3).total_seconds())
+        await harness.broker.invalidate(carol, "ticketing")
+        again = await harness.broker.get_token(carol, "ticketing")
+        assert idp.provider.stats.refused["invalid_request"] == 1
+        assert idp.provider.stats.refreshes == refreshes + 1
+        assert again.value != first.value
