@@ -11,7 +11,8 @@ not in its ID token (``conformIdTokenClaims``) and come from userinfo; RFC 9207 
 the response and checked; refresh (``resolve``) and revocation on unlink.
 
 Token exchange (RFC 8693) is not implemented by ``oidc-provider`` (it has no such grant out
-of the box), so exchange stays covered against the dev IdP (``test_inprocess_broker.py``).
+of the box); exchange runs against another independent provider, IdentityPython's
+``idpyoidc``, in ``test_third_party_exchange.py``.
 """
 
 from __future__ import annotations
