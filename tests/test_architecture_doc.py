@@ -62,3 +62,34 @@ def test_the_readme_links_the_map_not_a_document_outside_the_repository() -> Non
     readme = (ROOT / "README.md").read_text()
     assert "(docs/architecture.md)" in readme
     assert "../shared/" not in readme
+
+
+def _invariant_rows() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Security invariants and the tests that guard them", 1)[1]
+    return [line for line in table.split("\n\n", 2)[2].splitlines() if line.startswith("| ")]
+
+
+def test_every_invariant_has_a_row_and_every_test_it_names_exists() -> None:
+    """The README's table of invariants and their tests: one row per invariant of
+    docs/security.md, and each ``file::test`` it names is a test in that file (a renamed or
+    removed test fails here, not silently in the documentation)."""
+    security = (ROOT / "docs" / "security.md").read_text()
+    numbered = re.findall(r"^(\d+)\. ", security.split("## Invariants", 1)[1], re.MULTILINE)
+    rows = [r for r in _invariant_rows() if re.match(r"\| \d+ \|", r)]
+    assert [r.split("|")[1].strip() for r in rows] == numbered[: len(rows)] == numbered
+    named = 0
+    for row in rows:
+        last_file = None
+        for ref in re.findall(r"`([^`]*::[^`]*|tests/[^`]*\.py)`", row):
+            path, _, name = ref.partition("::")
+            if path:
+                last_file = ROOT / path
+            assert last_file is not None, ref
+            assert last_file.is_file(), ref
+            if name:
+                test = name.split("[")[0]
+                source = last_file.read_text()
+                assert re.search(rf"^(async )?def {re.escape(test)}\(", source, re.M), ref
+                named += 1
+    assert named >= 40

@@ -535,3 +535,19 @@ async def test_a_sent_writes_bookkeeping_waits_for_the_other_writes_on_their_way
     may_write.set()
     reports = await asyncio.gather(*deciding)
     assert [r.approval.status for r in reports] == [ApprovalStatus.SUCCEEDED] * 2
+
+
+async def test_a_write_that_errored_without_a_refusal_is_unknown_not_succeeded(
+    harness: Harness,
+) -> None:
+    """Invariant 13: the server answered with an error that does not prove the write was
+    refused (a timeout, a 5xx): it may have been applied, so the approval is ``unknown``
+    until the reconciler settles it, never ``succeeded`` and never ``failed``."""
+    approval_id = await harness.open("alice")
+    harness.resumer.answers = [("error:ToolTimeoutError", "the ticketing server timed out")]
+    report = await harness.service.decide(identity("bob"), approval_id, ActionDecision("approve"))
+    assert report.approval.status is ApprovalStatus.UNKNOWN
+    assert report.approval.outcome_reason is not None
+    assert "timed out" in report.approval.outcome_reason
+    assert "being reconciled" in report.approval.outcome_reason
+    assert await harness.service.settle_unknown() == []  # nothing known yet: stays unknown

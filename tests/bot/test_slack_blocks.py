@@ -6,6 +6,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -248,3 +249,35 @@ def test_modal_from_a_pydantic_schema_with_optional_literals_and_enum_refs() -> 
     )
     assert errors == {}
     assert args == {"key": "PAY-2", "status": "closed", "colour": "blue", "limit": 3}
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "expected"),
+    [
+        (
+            "failed",
+            "the ticketing server refused — PAY-1 is already closed",
+            "failed: the ticketing server refused — PAY-1 is already closed",
+        ),
+        (
+            "unknown",
+            "the ticketing server did not confirm the write",
+            "outcome unknown — being reconciled: the ticketing server did not confirm the write",
+        ),
+    ],
+)
+def test_a_decided_card_states_the_outcome_and_its_reason_as_recorded(
+    state: str, reason: str, expected: str
+) -> None:
+    """Invariant 13: the decided card says what the record says (a failed or unknown write,
+    with its reason), in the same words as the thread, App Home and the audit."""
+    view = replace(_view({"ticket_id": "PAY-1"}), state=state, status=state, outcome_reason=reason)
+    card = decided_card(
+        view, "ap9", "approved", "<@U0BOB>", f"{state}: {reason}", state=state, reason=reason
+    )
+    shown = "\n".join(
+        b.get("text", {}).get("text", "") for b in card.blocks if b["type"] == "section"
+    )
+    assert expected in shown
+    assert expected in card.text  # and the notification text
+    assert "done" not in shown.split("*Outcome:*")[-1]
