@@ -77,6 +77,11 @@ TOO_LONG_TEXT = (
 SIGN_IN_SENT_TEXT = (
     "I've sent you a sign-in link in a private chat with me. Ask again once you're connected."
 )
+# The same for one MCP server in ``oauth`` mode: its *Connect <server>* card went privately.
+SERVER_CONNECT_SENT_TEXT = (
+    "I've sent you a link to connect {server} in a private chat with me. Ask again once "
+    "you're connected."
+)
 LINKED_TEXT = "✅ Connected as {who}. Ask me again whenever you like."
 NOTHING_TO_STOP_TEXT = (
     "Nothing is running or waiting for approval here, so there is nothing to stop."
@@ -285,7 +290,11 @@ class TeamsAdapter:
         if isinstance(reply, ServerConnectRequired):
             if reply.answer is not None:
                 await self._post(conversation, answer_activities(reply.answer))
-            await self._privately(message, server_connect_activity(reply.server, reply.connect_url))
+            await self._privately(
+                message,
+                server_connect_activity(reply.server, reply.connect_url),
+                SERVER_CONNECT_SENT_TEXT.format(server=reply.server),
+            )
             return
         if isinstance(reply, Stopped):
             # The core words it for Slack (an emoji code): Teams shows the character.
@@ -320,16 +329,18 @@ class TeamsAdapter:
         )
         await self._privately(message, card)
 
-    async def _privately(self, message: TeamsMessage, card: dict[str, Any]) -> None:
+    async def _privately(
+        self, message: TeamsMessage, card: dict[str, Any], notice: str = SIGN_IN_SENT_TEXT
+    ) -> None:
         """A card bound to the asker goes to their personal chat; a channel thread only hears
-        that it was sent privately."""
+        that it was sent privately (``notice``)."""
         if message.is_personal:
             await self._post(message.conversation, [card])
             return
         await self.outbound.personal_chat(
             message.conversation.service_url, message.chat_user.team_id, message.user_mri, [card]
         )
-        await self._post(message.conversation, [note_activity(SIGN_IN_SENT_TEXT)])
+        await self._post(message.conversation, [note_activity(notice)])
 
     async def _post(self, conversation: Conversation, activities: list[dict[str, Any]]) -> None:
         await self.outbound.send(conversation, activities)

@@ -135,5 +135,9 @@ async def test_an_unconnected_oauth_server_gets_a_private_connect_button(
     answers = await driver.answers(sent)
     assert "PAY-1 is open; its runbook is in docs" in answers[0]
     assert url not in "\n".join(answers)
+    if driver.platform == "teams":  # the card went to the personal chat: the thread is told
+        notice = answers[-1]
+        assert "connect docs in a private chat" in notice  # not "a sign-in link"
+        assert "sign-in" not in notice
     await driver.settle()
     assert driver.everything_seen().count(url) == 1
