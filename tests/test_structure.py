@@ -82,6 +82,9 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
         ("bot", "opsbot.wiring", "Layers"),
         ("bot", "memory.store", "sees only assistant.types"),
         ("bot", "broker.types", "sees only assistant.types"),
+        ("bot", "assistant.approval_desk", "sees only assistant.types"),
+        ("testing", "opsbot.wiring", "testing/ imports no command"),
+        ("testing", "sandbox.stack", "testing/ imports no command"),
         ("audit", "memory.store", "Layers"),  # independent siblings
         ("mcp_servers", "broker.types", "reference MCP servers"),
         ("assistant", "testing.fake_assistant", "never imports the test fakes"),

@@ -305,11 +305,6 @@ def card_response(card: Card) -> dict[str, Any]:
     return {"statusCode": 200, "type": CONTENT_TYPE, "value": card}
 
 
-def message_response(text: str) -> dict[str, Any]:
-    """A short message for the clicker only."""
-    return {"statusCode": 200, "type": "application/vnd.microsoft.activity.message", "value": text}
-
-
 def error_response(status: int, message: str) -> dict[str, Any]:
     """A refusal the client shows; ``message`` is for people (no internals)."""
     code = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound"}
