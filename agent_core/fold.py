@@ -38,6 +38,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, NotRequired
@@ -100,8 +101,13 @@ def _jumps(part: Middleware, hook: str) -> list[str]:
     return []
 
 
-async def _call(part: Middleware, hook: str, state: Any, runtime: Runtime[Any]) -> Any:
+async def _call(
+    part: Middleware, hook: str, state: Any, runtime: Runtime[Any], in_thread: bool = False
+) -> Any:
     cls = type(part)
+    if in_thread and getattr(cls, hook) is not getattr(AgentMiddleware, hook):
+        # A long synchronous hook: the loop serves others meanwhile.
+        return await asyncio.to_thread(getattr(part, hook), state, runtime)
     if getattr(cls, f"a{hook}") is not getattr(AgentMiddleware, f"a{hook}"):
         return await getattr(part, f"a{hook}")(state, runtime)
     return getattr(part, hook)(state, runtime)
@@ -118,27 +124,36 @@ def _callbacks_attached() -> bool:
     return bool(callbacks)
 
 
-async def _traced(part: Middleware, hook: str, state: Any, runtime: Runtime[Any]) -> Any:
+async def _traced(
+    part: Middleware, hook: str, state: Any, runtime: Runtime[Any], in_thread: bool = False
+) -> Any:
     """``part``'s hook; with callbacks attached (run telemetry), as a child run named like
     the node it used to be (``<middleware>.<hook>``), so spans and metrics stay the same."""
     if not _callbacks_attached():
-        return await _call(part, hook, state, runtime)
+        return await _call(part, hook, state, runtime, in_thread)
 
     async def run(view: Any) -> Any:
-        return await _call(part, hook, view, runtime)
+        return await _call(part, hook, view, runtime, in_thread)
 
     step: RunnableLambda[Any, Any] = RunnableLambda(run, name=f"{part.name}.{hook}")
     return await step.ainvoke(state, get_config())
 
 
 async def run_hooks(
-    parts: Sequence[Middleware], hook: str, state: AgentState[Any], runtime: Runtime[Any]
+    parts: Sequence[Middleware],
+    hook: str,
+    state: AgentState[Any],
+    runtime: Runtime[Any],
+    *,
+    in_thread: bool = False,
 ) -> dict[str, Any] | None:
     """``hook`` of each of ``parts`` in turn, each on the state the ones before left; the
-    one update that has the same effect. A jump stops the chain, as between nodes."""
+    one update that has the same effect. A jump stops the chain, as between nodes.
+    ``in_thread``: synchronous hooks run in a worker thread (long ones, so the event loop
+    keeps serving other runs and requests)."""
     pending = _Pending(state)
     for part in parts:
-        update = await _traced(part, hook, pending.view, runtime)
+        update = await _traced(part, hook, pending.view, runtime, in_thread)
         if not update:
             continue
         pending.apply(dict(update))
