@@ -5,7 +5,8 @@ with ``jsonschema.validate``, which first checks the schema itself against its m
 and builds a new validator: ~14 ms per call for the reference servers' schemas, more than
 the call. The check stays; the validator is compiled once per schema (``infra.json_schema``,
 shared with the reference servers) and shared by every session of every run. A session
-hashes a tool's schema once, on that tool's first result.
+hashes a tool's schema once, on that tool's first result, and again only when a new listing
+gives the tool another schema object (a new version's schema gets its own validator).
 
 ``agent_core.sessions`` (the one place a session is opened) opens a ``ValidatingSession``
 where it opened mcp's ``ClientSession``; nothing else changes for the caller.
@@ -44,7 +45,10 @@ class ValidatingSession(ClientSession):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._validators: dict[str, Validator] = {}
+        # Per tool: the schema object last checked with and its validator. A new listing
+        # records a new schema object (``RunSessions._prime``, the SDK's ``list_tools``):
+        # its validator is looked up again (by the schema's hash, ``infra.json_schema``).
+        self._validators: dict[str, tuple[dict[str, Any], Validator]] = {}
 
     async def _validate_tool_result(self, name: str, result: CallToolResult) -> None:
         if name not in self._tool_output_schemas:
@@ -60,10 +64,10 @@ class ValidatingSession(ClientSession):
                 f"Tool {name} has an output schema but did not return structured content"
             )
         try:
-            validator = self._validators.get(name)
-            if validator is None:
-                validator = self._validators[name] = compiled(schema)
-            validator.validate(result.structuredContent)
+            kept = self._validators.get(name)
+            if kept is None or kept[0] is not schema:
+                kept = self._validators[name] = (schema, compiled(schema))
+            kept[1].validate(result.structuredContent)
         except ValidationError as e:
             raise MalformedResultError(
                 f"Invalid structured content returned by tool {name}: {e.message}"

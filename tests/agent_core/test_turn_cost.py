@@ -3,8 +3,13 @@ output-schema validators compiled once — counted, so a regression fails here."
 
 from __future__ import annotations
 
+import sys
+import uuid
 from typing import Any
 
+import anyio
+import jsonschema
+import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
@@ -13,6 +18,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 from langgraph.checkpoint.memory import InMemorySaver
+from mcp.types import CallToolResult
 
 from agent_core import validation
 from agent_core.threads import PlatformRef
@@ -135,13 +141,98 @@ async def test_a_one_read_turn_sends_at_most_twelve_sql_statements(
     assert max(c.pings for c in warm) <= (7 if postgres else 0), counts
 
 
-async def test_output_validators_are_compiled_once_per_schema(agent_env: AgentEnv) -> None:
+async def test_output_validators_are_compiled_once_per_schema(
+    agent_env: AgentEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
     agent = agent_env.agent(FunctionChatModel(fn=reads_then_answer(2)))
     alice = await agent_env.user("alice")
     await agent.run(alice, await new_thread(agent, alice), "warm up")
     compiled = validation.compiled_count()
+    # A schema checked against its metaschema is a validator built (what ``jsonschema``
+    # does before building one); warm runs build none, whatever the cache's size says.
+    checked: list[object] = []
+    drafts = (
+        jsonschema.Draft4Validator,
+        jsonschema.Draft6Validator,
+        jsonschema.Draft7Validator,
+        jsonschema.Draft201909Validator,
+        jsonschema.Draft202012Validator,
+    )
+    for cls in drafts:
+        original = cls.check_schema
+        monkeypatch.setattr(
+            cls, "check_schema", lambda s, _o=original: (checked.append(s), _o(s))[1]
+        )
+    # The SDK's own check (``ClientSession._validate_tool_result``: ``jsonschema.validate``
+    # on every result) never runs: opsbot's session checks with the compiled validators.
+    sdk_checks: list[str] = []
+    original_validate = jsonschema.validate
+
+    def validate(*args: Any, **kwargs: Any) -> None:
+        caller = sys._getframe(1).f_globals.get("__name__")
+        if caller == "mcp.client.session":
+            sdk_checks.append(caller)
+            raise AssertionError("mcp's ClientSession validated a tool result itself")
+        original_validate(*args, **kwargs)
+
+    monkeypatch.setattr(jsonschema, "validate", validate)
+    calls = agent.stats.tool_calls
     for i in range(3):
         result = await agent.run(alice, await new_thread(agent, alice), f"show tickets {i}")
         assert result.kind == "answer"
     assert validation.compiled_count() == compiled
-    assert agent.stats.tool_calls >= 8
+    assert agent.stats.tool_calls - calls >= 6  # the checks above ran on real results
+    assert checked == []
+    assert sdk_checks == []
+
+
+class _Streams:
+    """A session's two memory streams (a ``ValidatingSession`` that never sends)."""
+
+    def __init__(self) -> None:
+        self.send, self.receive = anyio.create_memory_object_stream[Any](1)
+
+    def close(self) -> None:
+        self.send.close()
+        self.receive.close()
+
+
+def _schema(kind: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"key": {"type": "string"}, "n": {"type": kind}},
+        "required": ["key", "n"],
+        "title": f"changing-{uuid.uuid4()}",  # this test's own schemas: never compiled yet
+    }
+
+
+async def test_a_tools_new_output_schema_gets_its_own_validator() -> None:
+    """A new listing of the same tool with another output schema (the discovery cache's
+    ``tools_max_age``, a server's new version) checks results against the new schema, even
+    in a session that already checked one of that tool's results against the old one."""
+    streams = _Streams()
+    session = validation.ValidatingSession(streams.receive, streams.send)
+    try:
+        old, new = _schema("integer"), _schema("string")
+        schemas = session._tool_output_schemas
+        schemas["t_get"] = old
+        await session._validate_tool_result("t_get", _result({"key": "A-1", "n": 1}))
+        with pytest.raises(validation.MalformedResultError):
+            await session._validate_tool_result("t_get", _result({"key": "A-1", "n": "one"}))
+
+        schemas["t_get"] = new  # what RunSessions._prime or the SDK's list_tools records
+        await session._validate_tool_result("t_get", _result({"key": "A-1", "n": "one"}))
+        with pytest.raises(validation.MalformedResultError):
+            await session._validate_tool_result("t_get", _result({"key": "A-1", "n": 1}))
+
+        # The same schema listed again (an equal copy) reuses its compiled validator.
+        compiled = validation.compiled_count()
+        schemas["t_get"] = dict(new)
+        await session._validate_tool_result("t_get", _result({"key": "A-1", "n": "two"}))
+        assert validation.compiled_count() == compiled
+    finally:
+        streams.close()
+
+
+def _result(structured: dict[str, Any]) -> CallToolResult:
+    return CallToolResult(content=[], structuredContent=structured)
