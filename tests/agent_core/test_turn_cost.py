@@ -3,6 +3,7 @@ output-schema validators compiled once — counted, so a regression fails here."
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import uuid
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import anyio
 import jsonschema
 import pytest
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
@@ -21,8 +23,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from mcp.types import CallToolResult
 
 from agent_core import validation
+from agent_core.answer import Answer, Interrupt
 from agent_core.threads import PlatformRef
-from testing.agent import AgentEnv, FunctionChatModel, new_thread
+from testing.agent import AgentEnv, FunctionChatModel, call, final, new_thread, tool_results
 from testing.sql import count_statements
 from testing.turns import open_sql_agent, reads_then_answer
 
@@ -56,6 +59,21 @@ class CountingSaver(InMemorySaver):
     async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
         self.write_batches += 1
         await super().aput_writes(*args, **kwargs)
+
+
+class SlowSaver(CountingSaver):
+    """A ``CountingSaver`` whose checkpoint writes take a little while, as a database's do:
+    a step that starts before the last one's write was awaited does not find it saved."""
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        await asyncio.sleep(0.01)
+        return await super().aput(config, checkpoint, metadata, new_versions)
 
 
 async def test_a_one_read_turn_is_at_most_eight_supersteps_and_one_checkpoint_write(
@@ -236,3 +254,43 @@ async def test_a_tools_new_output_schema_gets_its_own_validator() -> None:
 
 def _result(structured: dict[str, Any]) -> CallToolResult:
     return CallToolResult(content=[], structuredContent=structured)
+
+
+async def test_a_resume_saves_the_writes_step_before_the_next_model_step(
+    agent_env: AgentEnv,
+) -> None:
+    """A resume runs approved writes: the step that ran one is checkpointed before the next
+    step starts (``durability="sync"``), so a crash after the write never loses its result
+    (and the model's next step, which may interrupt again, starts from a saved state)."""
+    saver = SlowSaver()
+    thread = ""
+    saved_at_model: list[list[str]] = []
+
+    def saved_tool_calls() -> list[str]:
+        # What a crash now would leave: the thread's last saved checkpoint's tool results.
+        saved = saver.get_tuple({"configurable": {"thread_id": thread}})
+        messages = saved.checkpoint["channel_values"].get("messages", []) if saved else []
+        return [m.name for m in messages if isinstance(m, ToolMessage)]
+
+    def step(messages: list[BaseMessage]) -> AIMessage:
+        if not tool_results(messages):
+            return call("ticketing_close_ticket", key="PAY-104", resolution="Alert fixed")
+        saved_at_model.append(saved_tool_calls())
+        return final("closed", [("ticketing", "PAY-104")])
+
+    agent = agent_env.agent(FunctionChatModel(fn=step), checkpointer=saver)
+    alice = await agent_env.user("alice")
+    thread = await new_thread(agent, alice)
+    assert isinstance(await agent.run(alice, thread, "close PAY-104"), Interrupt)
+    before = len(saver.steps)
+
+    done = await agent.resume(alice, thread, [{"type": "approve"}], approval_id="apr-sync")
+
+    assert isinstance(done, Answer), done
+    assert done.actions_taken and done.actions_taken[0].endswith(": done")
+    # The model's step after the write found the write's result already saved.
+    assert saved_at_model == [["ticketing_close_ticket"]]
+    # Every superstep of the resume was saved as it ended, not once at exit.
+    steps = saver.steps[before:]
+    assert steps == list(range(steps[0], steps[0] + len(steps))), saver.steps
+    assert len(steps) >= 3, saver.steps
