@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,8 @@ from agent_core.policy import ToolPolicy
 from agent_core.texts import for_people, tool_note
 
 LIMIT_TEXT = "Model call limits exceeded"
+# Per server: id → the URL a tool result carried for it.
+Links = dict[str, dict[str, str]]
 
 
 class Results:
@@ -43,35 +46,28 @@ class Results:
                 return server
         return None
 
-    def _seen_ids(self, turn: list[AnyMessage]) -> dict[str, set[str]]:
+    def _grounds(self, turn: list[AnyMessage]) -> tuple[dict[str, set[str]], Links]:
+        """Per server: the ids this turn's tool results carried, and id → the URL they
+        carried for it. Each result's JSON text is parsed once, for both."""
         seen: dict[str, set[str]] = {}
+        links: Links = {}
         for m in turn:
             if isinstance(m, ToolMessage) and m.status != "error" and m.name:
                 server = self._server_of(m.name)
                 if server is None:
                     continue
                 ids = seen.setdefault(server, set())
-                collect_ids(m.artifact, ids)
-                collect_ids(m.content, ids)
-        return seen
-
-    def _links(self, turn: list[AnyMessage]) -> dict[str, dict[str, str]]:
-        """Per server: id → the URL this run's own tool results carried for it."""
-        links: dict[str, dict[str, str]] = {}
-        for m in turn:
-            if isinstance(m, ToolMessage) and m.status != "error" and m.name:
-                server = self._server_of(m.name)
-                if server is None:
-                    continue
                 found = links.setdefault(server, {})
-                collect_links(m.artifact, found)
-                collect_links(m.content, found)
-        return links
+                for value in (m.artifact, _parsed(m.content)):
+                    collect_ids(value, ids)
+                    collect_links(value, found)
+        return seen, links
 
     def allowed_links(self, values: Mapping[str, Any]) -> set[str]:
         """Every URL the tool results of the state's last turn carried (what an answer to
         that turn may link to)."""
-        return {url for found in self._links(self.turn(values)).values() for url in found.values()}
+        _, links = self._grounds(self.turn(values))
+        return {url for found in links.values() for url in found.values()}
 
     def actions(self, turn: list[AnyMessage]) -> tuple[list[str], list[str]]:
         """What this run really did, from its own tool-call records (never the model's
@@ -126,8 +122,8 @@ class Results:
         caveats += not_run
         draft = self._final_answer(turn)
         if draft is not None:
-            links = self._links(turn)
-            answer = verify_sources(draft, self._seen_ids(turn), model_used=used, links=links)
+            seen, links = self._grounds(turn)
+            answer = verify_sources(draft, seen, model_used=used, links=links)
             allowed = {url for found in links.values() for url in found.values()}
             # The model's text is for people only after model-directed sentences are gone;
             # a URL no tool result carried is never a link. What ran comes from the records:
@@ -235,3 +231,18 @@ def _summary(args: dict[str, Any], limit: int = 120) -> str:
     parts = [f"{k}={' '.join(str(v).split())}" for k, v in args.items() if k != "idempotency_key"]
     line = ", ".join(parts)
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _parsed(content: Any) -> Any:
+    """A tool result's content as ``collect_ids`` and ``collect_links`` read it, its JSON
+    text parsed here once (each walk would parse a string again); text that is not JSON
+    holds nothing either walk finds."""
+    if not isinstance(content, str):
+        return content
+    text = content.strip()
+    if text[:1] not in ("[", "{"):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

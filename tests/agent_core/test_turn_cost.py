@@ -4,7 +4,9 @@ output-schema validators compiled once — counted, so a regression fails here."
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
+import types
 import uuid
 from typing import Any
 
@@ -22,7 +24,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.memory import InMemorySaver
 from mcp.types import CallToolResult
 
-from agent_core import validation
+from agent_core import grounding, results, validation
 from agent_core.answer import Answer, Interrupt
 from agent_core.threads import PlatformRef
 from testing.agent import AgentEnv, FunctionChatModel, call, final, new_thread, tool_results
@@ -176,11 +178,16 @@ async def test_output_validators_are_compiled_once_per_schema(
         jsonschema.Draft201909Validator,
         jsonschema.Draft202012Validator,
     )
+
+    def counted(check: Any) -> Any:
+        def check_schema(schema: object) -> None:
+            checked.append(schema)
+            check(schema)
+
+        return check_schema
+
     for cls in drafts:
-        original = cls.check_schema
-        monkeypatch.setattr(
-            cls, "check_schema", lambda s, _o=original: (checked.append(s), _o(s))[1]
-        )
+        monkeypatch.setattr(cls, "check_schema", counted(cls.check_schema))
     # The SDK's own check (``ClientSession._validate_tool_result``: ``jsonschema.validate``
     # on every result) never runs: opsbot's session checks with the compiled validators.
     sdk_checks: list[str] = []
@@ -264,9 +271,9 @@ async def test_a_resume_saves_the_writes_step_before_the_next_model_step(
     (and the model's next step, which may interrupt again, starts from a saved state)."""
     saver = SlowSaver()
     thread = ""
-    saved_at_model: list[list[str]] = []
+    saved_at_model: list[list[str | None]] = []
 
-    def saved_tool_calls() -> list[str]:
+    def saved_tool_calls() -> list[str | None]:
         # What a crash now would leave: the thread's last saved checkpoint's tool results.
         saved = saver.get_tuple({"configurable": {"thread_id": thread}})
         messages = saved.checkpoint["channel_values"].get("messages", []) if saved else []
@@ -287,10 +294,37 @@ async def test_a_resume_saves_the_writes_step_before_the_next_model_step(
     done = await agent.resume(alice, thread, [{"type": "approve"}], approval_id="apr-sync")
 
     assert isinstance(done, Answer), done
-    assert done.actions_taken and done.actions_taken[0].endswith(": done")
+    assert [a.endswith(": done") for a in done.actions_taken] == [True], done.actions_taken
     # The model's step after the write found the write's result already saved.
     assert saved_at_model == [["ticketing_close_ticket"]]
     # Every superstep of the resume was saved as it ended, not once at exit.
     steps = saver.steps[before:]
     assert steps == list(range(steps[0], steps[0] + len(steps))), saver.steps
     assert len(steps) >= 3, saver.steps
+
+
+async def test_each_tool_result_of_a_turn_is_parsed_once(
+    agent_env: AgentEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn's answer reads each tool result's JSON text once for its ids and its links
+    (``agent_core.results``), not once per walk: a further read adds at most one parse."""
+    parses = 0
+
+    def loads(text: str | bytes, **kwargs: Any) -> Any:
+        nonlocal parses
+        parses += 1
+        return json.loads(text, **kwargs)
+
+    counting = types.SimpleNamespace(loads=loads)
+    for module in (results, grounding):  # the answer's parse, and the walks' own
+        monkeypatch.setattr(module, "json", counting)
+    counts = {}
+    for k in (1, 8):
+        agent = agent_env.agent(FunctionChatModel(fn=reads_then_answer(k)))
+        alice = await agent_env.user("alice")
+        parses = 0
+        result = await agent.run(alice, await new_thread(agent, alice), f"show {k} tickets")
+        assert result.kind == "answer"
+        counts[k] = parses
+    assert counts[1] >= 1  # the count sees the results' parse
+    assert counts[8] - counts[1] <= 8 - 1, counts
