@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
 import types
 import uuid
 from typing import Any
@@ -22,7 +23,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 from langgraph.checkpoint.memory import InMemorySaver
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, TextContent
 
 from agent_core import grounding, results, validation
 from agent_core.answer import Answer, Interrupt
@@ -261,6 +262,44 @@ async def test_a_tools_new_output_schema_gets_its_own_validator() -> None:
 
 def _result(structured: dict[str, Any]) -> CallToolResult:
     return CallToolResult(content=[], structuredContent=structured)
+
+
+async def test_a_large_result_is_checked_off_the_event_loop_and_a_small_one_on_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 21: checking a 130 KB result took ~28 ms of the loop; above
+    ``VALIDATE_IN_THREAD_CHARS`` of result text it runs in a worker thread, with the same
+    verdict."""
+    threads: list[int] = []
+    original = validation.compiled
+
+    def recording(schema: Any, key: str | None = None) -> Any:
+        validator = original(schema, key)
+
+        class Recording:
+            def validate(self, instance: Any) -> None:
+                threads.append(threading.get_ident())
+                validator.validate(instance)
+
+        return Recording()
+
+    monkeypatch.setattr(validation, "compiled", recording)
+    streams = _Streams()
+    session = validation.ValidatingSession(streams.receive, streams.send)
+    try:
+        session._tool_output_schemas["t_get"] = _schema("integer")
+        for chars, off_loop in ((100, False), (validation.VALIDATE_IN_THREAD_CHARS + 1, True)):
+            threads.clear()
+            text = [TextContent(type="text", text="x" * chars)]
+            good = CallToolResult(content=text, structuredContent={"key": "A-1", "n": 1})
+            await session._validate_tool_result("t_get", good)
+            bad = CallToolResult(content=text, structuredContent={"key": "A-1", "n": "one"})
+            with pytest.raises(validation.MalformedResultError):
+                await session._validate_tool_result("t_get", bad)
+            assert len(threads) == 2
+            assert all((t != threading.get_ident()) is off_loop for t in threads), chars
+    finally:
+        streams.close()
 
 
 async def test_a_resume_saves_the_writes_step_before_the_next_model_step(
