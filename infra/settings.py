@@ -33,6 +33,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from infra.ports import REFERENCE_PORTS
+
 DATABASE_BACKENDS = ("sqlite", "postgresql")
 
 
@@ -157,7 +159,7 @@ def _default_mcp_servers() -> list[McpServerSettings]:
             url=f"http://127.0.0.1:{port}/mcp",
             audience=f"http://127.0.0.1:{port}/mcp",
         )
-        for name, port in (("ticketing", 8101), ("docs", 8102), ("database", 8103))
+        for name, port in REFERENCE_PORTS.items()
     ]
 
 
@@ -525,9 +527,9 @@ class SandboxSettings(Section):
     app_port: int = Field(default=3000, ge=0, le=65535)
     """The Bolt app (/slack/events)."""
     idp_port: int = Field(default=8100, ge=0, le=65535)
-    ticketing_port: int = Field(default=8101, ge=0, le=65535)
-    docs_port: int = Field(default=8102, ge=0, le=65535)
-    database_port: int = Field(default=8103, ge=0, le=65535)
+    ticketing_port: int = Field(default=REFERENCE_PORTS["ticketing"], ge=0, le=65535)
+    docs_port: int = Field(default=REFERENCE_PORTS["docs"], ge=0, le=65535)
+    database_port: int = Field(default=REFERENCE_PORTS["database"], ge=0, le=65535)
 
 
 def _loopback_hosts() -> list[str]:

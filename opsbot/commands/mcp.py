@@ -16,17 +16,17 @@ import argparse
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from infra.ports import REFERENCE_PORTS
+
 if TYPE_CHECKING:
     from infra.settings import ReferenceServerSettings, Settings
-
-DEFAULT_PORTS = {"ticketing": 8101, "docs": 8102, "database": 8103}
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
         "mcp", help="run a reference MCP server (ticketing, docs or database)"
     )
-    parser.add_argument("server", choices=sorted(DEFAULT_PORTS))
+    parser.add_argument("server", choices=sorted(REFERENCE_PORTS))
     parser.add_argument("--port", type=int, default=None, help="default: 8101/8102/8103; 0 = any")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument(
@@ -107,7 +107,7 @@ async def handle(args: argparse.Namespace, settings: Settings) -> int:
     from mcp_servers import AuthConfig, DatabaseConfig
     from mcp_servers.runner import open_server
 
-    sock = bind_socket(args.host, DEFAULT_PORTS[args.server] if args.port is None else args.port)
+    sock = bind_socket(args.host, REFERENCE_PORTS[args.server] if args.port is None else args.port)
     port = sock.getsockname()[1]
     audience = _audience(args, settings, port)
     auth = AuthConfig(
