@@ -4,6 +4,7 @@ Files opsbot creates are readable by their owner only."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
@@ -266,6 +267,58 @@ def test_a_configuration_error_is_found_before_the_heavy_imports(tmp_path: Path)
     assert "pydantic_settings" in imported  # the profile is really there
     for heavy in ("sqlalchemy", "langchain", "langgraph", "slack_bolt", "mcp", "httpx", "rich"):
         assert heavy not in imported, heavy
+
+
+# ``opsbot ARGS`` as the installed script runs it (``opsbot.cli.main()``, the real command line),
+# then, at exit, what it imported and how it configured its console log, as one JSON line.
+PLAIN_PROBE = """
+import atexit, json, sys, types
+
+def report():
+    import structlog
+    renderer = structlog.get_config()["processors"][-1]
+    rich = sorted(
+        name for name, module in sys.modules.items()
+        if (name == "rich" or name.startswith("rich.")) and isinstance(module, types.ModuleType)
+    )
+    print("PROBE " + json.dumps({
+        "rich": rich,
+        "renderer": type(renderer).__name__,
+        "colors": getattr(renderer, "colors", None),
+        "formatter": getattr(getattr(renderer, "exception_formatter", None), "__name__", None),
+    }), file=sys.__stderr__, flush=True)
+
+atexit.register(report)
+from opsbot.cli import main
+sys.exit(main())
+"""
+
+
+def test_a_command_outside_a_terminal_never_imports_rich_nor_colours_its_log(
+    tmp_path: Path,
+) -> None:
+    """rich comes with the dev tools only: outside ``opsbot dev`` in a terminal (here stdout
+    and stderr are pipes) the command hides it (~0.3 s of imports) and its console log has
+    no colours and the plain traceback, as in the production image."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPSBOT_", "SLACK_"))}
+    result = subprocess.run(
+        [sys.executable, "-c", PLAIN_PROBE, "migrate"],
+        env={**clean, "OPSBOT_DATA_DIR": str(tmp_path / "data"), "OPSBOT_LOG_FORMAT": "console"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "migrated" in result.stdout
+    probe = json.loads(result.stderr.rsplit("PROBE ", 1)[-1])
+    assert probe == {
+        "rich": [],
+        "renderer": "ConsoleRenderer",
+        "colors": False,
+        "formatter": "plain_traceback",
+    }
 
 
 def test_an_unreachable_database_is_one_line_naming_the_variable(tmp_path: Path) -> None:

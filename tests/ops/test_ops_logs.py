@@ -102,3 +102,36 @@ def test_a_librarys_routine_records_are_demoted_to_debug_once(
         ]
     finally:
         logger.filters.clear()
+
+
+def _renderer() -> structlog.dev.ConsoleRenderer:
+    renderer = structlog.get_config()["processors"][-1]
+    assert isinstance(renderer, structlog.dev.ConsoleRenderer)
+    return renderer
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_console_logs_have_no_colours_nor_rich_tracebacks_outside_a_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A service's console log (not a terminal) is plain text: no ANSI colours, the plain
+    traceback; colours and the rich (or better-exceptions) traceback only in a terminal."""
+    settings = Settings(_env_file=None, log_format="console")  # type: ignore[call-arg]
+    configure_logging(settings, terminal=False)
+    plain = _renderer()
+    assert plain.colors is False
+    assert plain.exception_formatter is structlog.dev.plain_traceback
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        structlog.get_logger("opsbot.test").exception("failed")
+    captured = capsys.readouterr()
+    written = captured.out + captured.err
+    assert "failed" in written
+    assert "Traceback (most recent call last)" in written
+    assert "\x1b[" not in written
+
+    configure_logging(settings, terminal=True)
+    coloured = _renderer()
+    assert coloured.colors is True
+    assert coloured.exception_formatter is structlog.dev.default_exception_formatter
