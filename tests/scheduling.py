@@ -44,6 +44,7 @@ FILE_SECONDS: dict[str, int] = {
     "test_quality_gates.py": 30,
     "test_opsbot_cli.py": 24,
     "test_bench_slack_side.py": 22,
+    "test_bench_keys.py": 22,  # 2026-12-05: -n0 alone, 19 s wall, 17 s CPU (three small benches)
     "mcp_servers/test_cli.py": 22,
     "sandbox/test_sandbox_keep.py": 22,
     "bot/test_slack_truth.py": 19,
