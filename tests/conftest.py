@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from infra.settings import Settings
 from infra.storage import create_engine, metadata, migrate
-from tests.scheduling import auto_workers, slowest_files_first
+from tests.scheduling import auto_workers, is_slow_file, relative_file, slowest_files_first
 
 T = TypeVar("T")
 
@@ -175,10 +175,17 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The chaos and crash tests (``tests/reliability``) and the browser tests are ``slow``:
-    CI runs them all; ``-m "not slow"`` leaves them out of a quick local loop. The slowest
-    files run first (tests/scheduling.py)."""
-    slowest_files_first(items, str(Path(__file__).parent))
+    """``slow``: the chaos and crash tests (``tests/reliability``), the browser tests, and
+    every file tests/scheduling.py records at ``SLOW_FILE_SECONDS`` or more (those that start
+    ``opsbot`` processes, benches or outside servers). CI runs them all (no ``-m`` in the
+    pytest options nor in .ci/run; tests/test_slow_marker.py); ``-m "not slow"`` leaves them
+    out of a quick local loop. The slowest files run first (tests/scheduling.py)."""
+    tests_dir = str(Path(__file__).parent)
+    slowest_files_first(items, tests_dir)
     for item in items:
-        if item.path.parent.name == "reliability" or item.get_closest_marker("browser"):
+        if (
+            item.path.parent.name == "reliability"
+            or item.get_closest_marker("browser")
+            or is_slow_file(relative_file(item, tests_dir))
+        ):
             item.add_marker(pytest.mark.slow)

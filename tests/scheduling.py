@@ -114,21 +114,31 @@ FILE_SECONDS: dict[str, int] = {
     "test_deploy.py": 2,
 }
 
+# Files recorded at this many seconds or more are ``slow`` (tests/conftest.py): the ones that
+# start ``opsbot`` processes, benches or outside servers (node, Chromium, PostgreSQL clusters)
+# and wait on them. ``-m "not slow"`` leaves them out of a quick local loop; CI runs them all.
+SLOW_FILE_SECONDS = 9
+
 # Workers per core for ``-n auto``: the workers mostly wait on subprocesses and servers.
 # Measured on 2 cores (load ~7-9 from other work): eight tests/bot files, 108 tests, took
 # 207 s with -n 2 and 93 s with -n 4, none failing.
 WORKERS_PER_CORE = 2
 
 
+def relative_file(item: pytest.Item, tests_dir: str) -> str:
+    """``item``'s file relative to tests/, with ``/``: its key in ``FILE_SECONDS``."""
+    return os.path.relpath(item.path, tests_dir).replace(os.sep, "/")
+
+
+def is_slow_file(relative: str) -> bool:
+    """Whether the file at ``relative`` (to tests/, with ``/``) is among the slowest."""
+    return FILE_SECONDS.get(relative, 0) >= SLOW_FILE_SECONDS
+
+
 def slowest_files_first(items: list[pytest.Item], tests_dir: str) -> None:
     """Reorder ``items`` in place: the heaviest files first. The sort is stable, so a file's
     tests stay together and in their own order (module fixtures are built once)."""
-
-    def weight(item: pytest.Item) -> int:
-        relative = os.path.relpath(item.path, tests_dir).replace(os.sep, "/")
-        return FILE_SECONDS.get(relative, 0)
-
-    items.sort(key=weight, reverse=True)
+    items.sort(key=lambda item: FILE_SECONDS.get(relative_file(item, tests_dir), 0), reverse=True)
 
 
 def auto_workers() -> int:
