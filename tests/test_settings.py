@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from infra.settings import Settings
+from infra.settings import PoolSettings, Settings
 
 
 def _settings() -> Settings:
@@ -60,3 +61,43 @@ def test_a_server_name_configured_twice_stops_start_up(monkeypatch: pytest.Monke
     monkeypatch.setenv("OPSBOT_MCP_SERVERS", f"[{servers}]")
     with pytest.raises(ValidationError, match="configured twice"):
         _settings()
+
+
+def _readme_section(title: str) -> str:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index(f"\n### {title}\n")
+    end = readme.find("\n#", start + 1)
+    return readme[start : end if end != -1 else None]
+
+
+def test_the_pool_defaults_add_up_to_the_readmes_connection_budget() -> None:
+    """README, Scaling: the PostgreSQL connections an instance holds at most, as the sum of
+    its pools and their defaults, what a burst adds and the figure to keep under
+    max_connections. Each is read from the README's text and checked against ``PoolSettings``
+    (and the Kubernetes ConfigMap that sets them), so the two cannot drift."""
+    scaling = _readme_section("Scaling")
+    formula = re.search(r"connections ≤ instances × \(([a-z +]+)\)", scaling)
+    assert formula, "README, Scaling: no 'connections ≤ instances × (…)' line"
+    names = [n.strip() for n in formula.group(1).split("+")]
+    defaults = re.search(r"defaults:\s+([\d +]+?)\s*=\s*(\d+) per instance", scaling)
+    assert defaults, "README, Scaling: no 'defaults: … = N per instance' line"
+    figures = [int(n) for n in defaults.group(1).split("+")]
+    budget = int(defaults.group(2))
+
+    pools = PoolSettings()
+    assert sorted(names) == sorted(PoolSettings.model_fields), "a pool the README leaves out"
+    assert dict(zip(names, figures, strict=True)) == {n: getattr(pools, n) for n in names}
+    assert sum(getattr(pools, n) for n in names) == budget
+
+    # SQLAlchemy's overflow: the pools that take it, their sum, and the figure to plan with
+    burst = re.search(r"up to `([a-z +]+)` \((\d+)\) more per instance", scaling)
+    assert burst, "README, Scaling: no 'up to `…` (N) more per instance'"
+    overflow = int(burst.group(2))
+    assert sum(getattr(pools, n.strip()) for n in burst.group(1).split("+")) == overflow
+    keep_under = re.search(r"`\(web \+ worker replicas\) × (\d+)`", scaling)
+    assert keep_under, "README, Scaling: no '(web + worker replicas) × N'"
+    assert int(keep_under.group(1)) == budget + overflow
+
+    config = (Path(__file__).resolve().parents[1] / "deploy/kubernetes/config.yaml").read_text()
+    for name in names:
+        assert f'OPSBOT_POOLS__{name.upper()}: "{getattr(pools, name)}"' in config, name
