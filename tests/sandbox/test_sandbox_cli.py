@@ -18,7 +18,7 @@ import pytest
 
 from infra.tls import shared_ssl_context
 from testing.slack_workspace import BOT_USER_ID
-from tests.sandbox.sandbox_process import spawn_opsbot_dev
+from tests.sandbox.sandbox_process import DevProcess, spawn_opsbot_dev
 
 
 async def test_starts_prints_the_url_and_stops_cleanly_on_a_double_ctrl_c(tmp_path: Path) -> None:
@@ -53,6 +53,20 @@ async def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in error
 
 
+async def _written_by_now(dev: DevProcess, quiet: float = 0.05) -> str:
+    """All of ``dev``'s output so far: its stdout read until nothing more comes for
+    ``quiet`` seconds (the lines read land in ``dev.output`` too)."""
+    assert dev.process.stdout is not None
+    while True:
+        try:
+            line = await asyncio.wait_for(dev.process.stdout.readline(), quiet)
+        except TimeoutError:
+            return "".join(dev.output)
+        if not line:
+            return "".join(dev.output)
+        dev.output.append(line.decode())
+
+
 async def test_the_url_comes_first_and_a_message_sent_at_once_is_answered(tmp_path: Path) -> None:
     """The page is served while the bot, IdP and MCP servers still load (most of the
     start-up); what a user sends meanwhile waits for them and is answered."""
@@ -61,6 +75,13 @@ async def test_the_url_comes_first_and_a_message_sent_at_once_is_answered(tmp_pa
         url = await dev.wait_ready()
         seconds = time.perf_counter() - started
         async with httpx.AsyncClient(verify=shared_ssl_context(), timeout=30) as http:
+            assert (await http.get(url)).status_code == 200
+            # The page answers while the bot is still loading: what opsbot dev has written
+            # by now ends with the URL's paragraph, without "the bot is ready" (had it waited
+            # for the bot before printing the URL, that line would follow at once).
+            written = await _written_by_now(dev)
+            assert "Press Ctrl-C to stop." in written, written
+            assert "the bot is ready" not in written, written
             said = await http.post(
                 f"{url}/ui/say",
                 json={"user": "UALICE", "channel": "C0OPS", "text": "@opsbot show ticket PAY-102"},
@@ -74,7 +95,9 @@ async def test_the_url_comes_first_and_a_message_sent_at_once_is_answered(tmp_pa
                     await asyncio.sleep(0.1)
         code = await dev.stop(signal.SIGINT)
     assert code == 0, dev.stderr()
-    assert "opsbot dev: the bot is ready." in "".join(dev.output)
+    output = "".join(dev.output)
+    assert "opsbot dev: the bot is ready." in output
+    assert output.index(f"Open {url} in your browser") < output.index("the bot is ready")
     # 5 s on an idle machine, stretched by how oversubscribed this one is.
     limit = 5.0 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
     assert seconds <= limit, f"the URL took {seconds:.1f} s"
