@@ -6,10 +6,9 @@ every test, the slow ones too."""
 from __future__ import annotations
 
 import shlex
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -60,20 +59,28 @@ def test_the_slowest_process_files_are_slow(relative: str) -> None:
     assert is_slow_file(relative), f"{relative}: {FILE_SECONDS[relative]} s is not slow"
 
 
-def test_not_slow_leaves_out_the_process_files() -> None:
-    """The rule as collection applies it: ``-m "not slow"`` keeps a short file's tests and
-    none of a slow file's."""
-    quick, slow = "tests/test_deploy.py", "tests/test_opsbot_cli.py"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-m", "not slow"]
-        + [quick, slow],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    collected = [line for line in done.stdout.splitlines() if "::" in line]
-    assert any(line.startswith(quick) for line in collected), done.stdout
-    assert not any(line.startswith(slow) for line in collected), done.stdout
+class _Item:
+    """What the collection hook reads of a collected test: its path and its markers."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.marks: list[str] = []
+
+    def get_closest_marker(self, name: str) -> str | None:
+        return name if name in self.marks else None
+
+    def add_marker(self, mark: pytest.MarkDecorator) -> None:
+        self.marks.append(mark.name)
+
+
+def test_the_collection_hook_marks_the_slow_files_and_only_those() -> None:
+    """The rule as collection applies it (tests/conftest.py): a slow file's tests get
+    ``slow``, a short file's do not."""
+    from tests import conftest
+
+    tests = ROOT / "tests"
+    slow = [_Item(tests / relative) for relative in PROCESS_FILES]
+    quick = [_Item(tests / "test_deploy.py"), _Item(tests / "test_settings.py")]
+    conftest.pytest_collection_modifyitems(cast("list[pytest.Item]", slow + quick))
+    assert [item.marks for item in slow] == [["slow"]] * len(slow)
+    assert [item.marks for item in quick] == [[], []]
