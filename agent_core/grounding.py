@@ -7,12 +7,12 @@ with a caveat) and ``unlink`` strips any other URL from text shown to people.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from agent_core.answer import Answer, FinalAnswer, Source
+from infra.json_input import parse_json
 
 ID_KEYS = frozenset({"id", "key", "slug", "ticket", "doc_id", "job_id", "order_id"})
 
@@ -34,8 +34,8 @@ def _inside(value: Any) -> Iterator[Any]:
         text = value.strip()
         if text[:1] in "[{":
             try:
-                parsed = json.loads(text)
-            except ValueError:
+                parsed = parse_json(text)
+            except ValueError:  # not JSON, or nested too deeply to parse
                 return
             yield parsed
 

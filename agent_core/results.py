@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,6 +15,7 @@ from agent_core.grounding import collect_ids, collect_links, fallback_answer, un
 from agent_core.guards import BULK_KEY
 from agent_core.policy import ToolPolicy
 from agent_core.texts import for_people, tool_note
+from infra.json_input import parse_json
 
 LIMIT_TEXT = "Model call limits exceeded"
 # Per server: id → the URL a tool result carried for it.
@@ -59,8 +59,13 @@ class Results:
                 ids = seen.setdefault(server, set())
                 found = links.setdefault(server, {})
                 for value in (m.artifact, _parsed(m.content)):
-                    collect_ids(value, ids)
-                    collect_links(value, found)
+                    try:
+                        collect_ids(value, ids)
+                        collect_links(value, found)
+                    except RecursionError:
+                        # Nested past Python's stack (a hostile or broken server): nothing
+                        # in it grounds an answer, and the run still answers.
+                        continue
         return seen, links
 
     def allowed_links(self, values: Mapping[str, Any]) -> set[str]:
@@ -243,6 +248,6 @@ def _parsed(content: Any) -> Any:
     if text[:1] not in ("[", "{"):
         return None
     try:
-        return json.loads(text)
-    except ValueError:
+        return parse_json(text)
+    except ValueError:  # not JSON, or nested too deeply to parse
         return None

@@ -765,3 +765,28 @@ async def test_a_result_of_more_blocks_than_a_result_has_is_cut_before_it_is_par
     assert isinstance(result, Answer)
     assert reader.read[0].count("7") == 1000
     assert "[4,000 more content blocks of this result were cut; ask for less]" in reader.read[0]
+
+
+@pytest.mark.parametrize("depth", [100_000, 900])
+async def test_a_result_whose_text_is_json_nested_past_the_stack_still_gets_an_answer(
+    fake: tuple[str, FaultPlan], depth: int
+) -> None:
+    """A well-formed result whose text is JSON nested past Python's stack (100,000 deep: the
+    parse fails; 900 deep: it parses, and walking it for ids and links from inside a run goes
+    past the stack): the answer's grounding raised ``RecursionError`` and the run failed. Now
+    nothing in it grounds the answer, and the run answers."""
+    url, plan = fake
+    reader = _Reader("fake_lookup", item="X-1")
+    agent = make_agent(url, reader.model)
+    nested = "[" * depth + "]" * depth
+    reply = _result(
+        {"content": [_text(nested)], "structuredContent": {"id": "X-1", "status": "ok"}}
+    )
+    plan.raw_replies["lookup"] = [RawReply(200, (JSON,), (reply,))]
+
+    _, result = await asyncio.wait_for(run(agent, f"look up X-1 ({depth})"), 15)
+
+    assert isinstance(result, Answer)
+    assert result.answer == "done"
+    assert reader.read
+    assert reader.read[0].startswith("[[[")

@@ -4,10 +4,8 @@ output-schema validators compiled once — counted, so a regression fails here."
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import threading
-import types
 import uuid
 from typing import Any
 
@@ -28,6 +26,7 @@ from mcp.types import CallToolResult, TextContent
 from agent_core import grounding, results, validation
 from agent_core.answer import Answer, Interrupt
 from agent_core.threads import PlatformRef
+from infra.json_input import parse_json
 from testing.agent import AgentEnv, FunctionChatModel, call, final, new_thread, tool_results
 from testing.sql import count_statements
 from testing.turns import open_sql_agent, reads_then_answer
@@ -349,14 +348,13 @@ async def test_each_tool_result_of_a_turn_is_parsed_once(
     (``agent_core.results``), not once per walk: a further read adds at most one parse."""
     parses = 0
 
-    def loads(text: str | bytes, **kwargs: Any) -> Any:
+    def counting(text: str | bytes) -> Any:
         nonlocal parses
         parses += 1
-        return json.loads(text, **kwargs)
+        return parse_json(text)
 
-    counting = types.SimpleNamespace(loads=loads)
     for module in (results, grounding):  # the answer's parse, and the walks' own
-        monkeypatch.setattr(module, "json", counting)
+        monkeypatch.setattr(module, "parse_json", counting)
     counts = {}
     for k in (1, 8):
         agent = agent_env.agent(FunctionChatModel(fn=reads_then_answer(k)))
