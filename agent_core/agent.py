@@ -331,7 +331,7 @@ class Agent:
         """Whether ``server`` is in ``exchange`` mode: its calls carry the user's exchanged
         token (``approvals`` mints the requester's fresh one before an approved write)."""
         config = self._servers.get(server)
-        return config is not None and config.auth == "exchange"
+        return config is not None and config.takes_exchanged_token
 
     # --- a run -------------------------------------------------------------------------
 

@@ -53,6 +53,11 @@ class ServerConfig:
     trust_read_only_hint: bool = False
 
     @property
+    def takes_exchanged_token(self) -> bool:
+        """Only an ``exchange`` server is sent the user's exchanged token (invariant 15)."""
+        return self.auth == "exchange"
+
+    @property
     def acting_as(self) -> Literal["user", "service", "anonymous"]:
         if self.auth == "static":
             return "service"

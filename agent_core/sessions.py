@@ -216,7 +216,7 @@ class RunSessions:
         token); with no session open, the one that opens next sends it."""
         held = self._held.get(server)
         config = self._servers.get(server)
-        given = token if config is not None and config.auth == "exchange" else None
+        given = token if config is not None and config.takes_exchanged_token else None
         if held is None or held.dead or held.client is None:
             if given is not None:
                 self._given[server] = given

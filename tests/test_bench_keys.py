@@ -5,33 +5,12 @@ reads the figures. (``bench approval``'s keys: tests/test_bench_slack_side.py.)"
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.bench_run import run_bench
 
 # Each starts real processes (opsbot, the reference MCP servers, the dev IdP): ~6-15 s apiece.
 pytestmark = pytest.mark.slow
-
-
-def _bench(*args: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    result = json.loads(done.stdout)
-    assert isinstance(result, dict)
-    return result
 
 
 def _number(value: object) -> float:
@@ -42,7 +21,7 @@ def _number(value: object) -> float:
 
 
 def test_bench_turn_keys() -> None:
-    result = _bench("turn", "--turns", "1")
+    result = run_bench("turn", "--turns", "1")
     assert isinstance(result["overhead_ratio"], float)
     assert result["overhead_ratio"] > 0
     cpu = result["cpu_ms_per_turn"]
@@ -58,7 +37,7 @@ def test_bench_turn_keys() -> None:
 
 
 def test_bench_startup_keys() -> None:
-    result = _bench("startup", "--runs", "1")
+    result = run_bench("startup", "--runs", "1")
     for key in ("help_s", "dev_ready_s"):
         assert isinstance(result[key], float), (key, result[key])
         assert result[key] > 0, (key, result[key])
@@ -66,7 +45,7 @@ def test_bench_startup_keys() -> None:
 
 
 def test_bench_slack_ack_keys() -> None:
-    result = _bench("slack_ack", "--n", "4", "--burst", "2", "--with-agent", "--db", "sqlite")
+    result = run_bench("slack_ack", "--n", "4", "--burst", "2", "--with-agent", "--db", "sqlite")
     assert result["name"] == "slack_ack"
     assert result["database"] == "sqlite"
     p50, p99 = _number(result["p50_ack_ms"]), _number(result["p99_ack_ms"])

@@ -4,19 +4,13 @@ keeps the timed clicks from opening connections."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import aiohttp
 import pytest
 from aiohttp import web
 
 from bench._sender import ConnectionCount, Prepared, send_timed, warm_up
 from infra.serving import bind_socket, serve_aiohttp
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.bench_run import run_bench
 
 # The keys the cards part reported before the Slack side moved (kept, for older figures)
 CARD_KEYS = {
@@ -59,16 +53,7 @@ def _check_cards(part: dict[str, object], n: int) -> None:
 def test_cards_in_both_shapes(flags: list[str], shape: str) -> None:
     """Three cards, the Slack side in its own process (the default; paced clicks too, so a
     second child starts and stops) or on a thread: the old keys and the new ones."""
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "approval", "--only-cards", "--cards", "3", *flags],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    result = json.loads(done.stdout)
+    result = run_bench("approval", "--only-cards", "--cards", "3", *flags)
     assert result["slack_side"] == shape
     assert result["servers"] == "process"
     _check_cards(result, 3)

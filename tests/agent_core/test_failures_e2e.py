@@ -20,6 +20,7 @@ from testing.agent import (
     new_thread,
     tool_results,
 )
+from tests.agent_core.test_people_text import assert_only_peoples_words
 
 
 def echo_last_tool(messages: list[BaseMessage]) -> Any:
@@ -104,6 +105,8 @@ async def test_revoked_access_gives_a_clear_message_and_no_write(agent_env: Agen
     assert isinstance(result, Answer)
     assert "Access denied" in result.answer
     assert "ticketing" in result.answer
+    assert result.caveats  # the write not run is reported, in people's words (invariant 14)
+    assert_only_peoples_words(result)
     tickets = {t.key: t for t in await agent_env.servers.tickets.all_tickets()}
     assert tickets["PAY-104"].status != "closed"
     assert [

@@ -24,6 +24,7 @@ from testing.agent import (
     new_thread,
     tool_results,
 )
+from tests.agent_core.test_people_text import assert_only_peoples_words
 
 
 async def ticket(env: AgentEnv, key: str) -> Any:
@@ -205,6 +206,9 @@ async def test_reject_runs_nothing_and_does_not_loop(agent_env: AgentEnv) -> Non
 
     assert isinstance(result, Answer)
     assert "already rejected" in result.answer
+    # What people see of the call proposed again: a caveat in their words (invariant 14).
+    assert any("was not run again" in c for c in result.caveats)
+    assert_only_peoples_words(result)
     assert (await ticket(agent_env, "PAY-104")).status != "closed"
     assert await changes_for(agent_env, "PAY-104") == []
     assert await agent.pending(alice, thread) is None
