@@ -42,13 +42,16 @@ def test_the_doc_names_the_three_traces_and_each_reads_at_most_six_files() -> No
         assert 3 <= len(set(files)) <= MAX_FILES, (name, files)
         for file in files:
             assert (ROOT / file).is_file(), file
-        # each step's functions live in the file the step names
+        modules = {file.removesuffix(".py").replace("/", ".") for file in files}
         for step in re.split(r"^\d+\. ", text, flags=re.M)[1:]:
             head = FILE_STEP.match(f"1. {step}")
             assert head is not None
             module = head.group(1).removesuffix(".py").replace("/", ".")
-            named = [m for m, _ in REFERENCE.findall(step.split("\n\n")[0])]
+            named = {m for m, _ in REFERENCE.findall(step.split("\n\n")[0])}
+            # each step's functions live in the file the step names ...
             assert module in named, (module, named)
+            # ... and a step sends the reader to no file outside the trace's six
+            assert named <= modules, (name, sorted(named - modules))
 
 
 def test_a_missing_function_is_caught() -> None:
