@@ -21,7 +21,7 @@ the Web API methods in ``testing.slack_webapi`` (with the refusals every Slack f
 to the app as Slack would (``sandbox.emulator``, ``sandbox.delivery``).
 """
 
-from sandbox.delivery import AppDelivery, AppResponse, sign
+from sandbox.delivery import AppDelivery, AppResponse
 from sandbox.emulator import InputError, SlackEmulator
 from sandbox.stack import PORTS, Sandbox, SandboxUrls, bind_ports, open_sandbox
 
@@ -35,5 +35,4 @@ __all__ = [
     "SlackEmulator",
     "bind_ports",
     "open_sandbox",
-    "sign",
 ]

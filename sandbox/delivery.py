@@ -1,15 +1,13 @@
 """Slack's side of the Events API and interactivity: signed requests to the app.
 
-Bodies are signed exactly as Slack signs them: ``X-Slack-Signature`` is ``v0=`` + HMAC-SHA256
-of ``v0:{timestamp}:{raw body}`` with the signing secret, ``X-Slack-Request-Timestamp`` the
-Unix time. Events are JSON ``event_callback`` envelopes with a fresh ``event_id``; slash
-commands are forms; interactions are forms with one ``payload`` field (JSON).
+Bodies are signed exactly as Slack signs them, by the signer every fake Slack shares
+(``testing.slack.signature``); ``X-Slack-Request-Timestamp`` is the Unix time. Events are
+JSON ``event_callback`` envelopes with a fresh ``event_id``; slash commands are forms;
+interactions are forms with one ``payload`` field (JSON).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import time
 import uuid
@@ -20,12 +18,8 @@ from urllib.parse import urlencode
 
 import httpx
 
+from testing.slack import signature
 from testing.slack_workspace import APP_ID, BOT_USER_ID, TEAM_ID
-
-
-def sign(secret: str, timestamp: str, body: bytes) -> str:
-    base = b"v0:" + timestamp.encode() + b":" + body
-    return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
 
 
 def new_event_id() -> str:
@@ -65,7 +59,7 @@ class AppDelivery:
             **(extra or {}),
             "Content-Type": content_type,
             "X-Slack-Request-Timestamp": timestamp,
-            "X-Slack-Signature": sign(self.signing_secret, timestamp, body),
+            "X-Slack-Signature": signature(self.signing_secret, timestamp, body),
             "User-Agent": "Slackbot 1.0 (+https://api.slack.com/robots) opsbot-sandbox",
         }
         response = await self.http.post(self.request_url, content=body, headers=headers)
